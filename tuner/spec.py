@@ -1,0 +1,242 @@
+"""The kernel spec contract: how a kernel family describes itself to the tuner.
+
+A kernel family is a ``.cu`` file whose tunables are ``#ifndef``-guarded ``#define``s,
+plus a Python file beside it that defines a class ``Spec`` (a :class:`KernelSpec`
+subclass). The tuner loads the Python file by path, so a user's kernel in any folder
+plugs in the same way as the ones shipped in ``kernel/``.
+
+Everything here is plain Python and numpy: a spec never imports the CUDA driver. The
+launch is described as data (:class:`Launch` with :class:`Buffer`, :class:`TensorMap`
+and :class:`Scalar` arguments) and the GPU worker turns it into driver calls.
+
+Host arrays use numpy dtypes: FP8 E4M3 as ``uint8`` bit patterns, BF16 as ``uint16``
+bit patterns (see :mod:`tuner.numerics` to encode and decode them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from tuner.errors import UserError
+
+Value = int | str
+Config = dict[str, Value]
+Problem = dict[str, Value]
+
+_DEFINE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DEFINE_VALUE = re.compile(r"^(-?[0-9]+|[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A device allocation named after an input or output array; passed as a pointer."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """A 2-D TMA descriptor over a row-major buffer, passed as ``__grid_constant__``.
+
+    ``shape`` and ``box`` are (rows, cols) in elements, outermost first, as numpy
+    writes them; the worker reverses them for ``cuTensorMapEncodeTiled``.
+    """
+
+    buffer: str
+    dtype: str  # "uint8" (FP8), "bfloat16", "float32"
+    shape: tuple[int, int]
+    box: tuple[int, int]
+    swizzle: int = 128  # bytes: 0, 32, 64 or 128
+    l2_promotion: int = 0  # bytes: 0, 64, 128 or 256
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A by-value kernel argument."""
+
+    ctype: str  # "int32", "uint32", "int64", "uint64", "float32"
+    value: int | float
+
+
+Arg = Buffer | TensorMap | Scalar
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything the worker needs to launch one configuration."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: Sequence[Arg]
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    smem_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """An output array the worker allocates, poisons before the checked launch, and checks."""
+
+    shape: tuple[int, ...]
+    dtype: str  # numpy dtype name; "uint16" holds BF16 bit patterns
+    decode: str = "bfloat16"  # how to turn stored values into float32: "bfloat16" or "float32"
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a spec may need to know about the GPU to build its launch."""
+
+    name: str = ""
+    sm_count: int = 132
+    cc: tuple[int, int] = (9, 0)
+    max_smem_per_block: int = 232448
+
+
+class KernelSpec:
+    """Base class of every kernel family's ``Spec``.
+
+    Subclasses set the class attributes and override :meth:`check`, :meth:`derive`,
+    :meth:`launch`, :meth:`inputs`, :meth:`outputs`, :meth:`reference` and
+    :meth:`flops`. Defaults below cover the common parts.
+    """
+
+    #: short name, used in study names and tables
+    name: ClassVar[str] = ""
+    #: the ``.cu`` file, relative to the spec file
+    source: ClassVar[str] = ""
+    #: the ``extern "C" __global__`` function to launch
+    kernel_name: ClassVar[str] = ""
+    #: targets the kernel compiles for, e.g. ("sm_90a",)
+    archs: ClassVar[tuple[str, ...]] = ()
+    #: every tunable define with its default (the value in the ``.cu`` file)
+    params: ClassVar[dict[str, Value]] = {}
+    #: problem keys the kernel needs (e.g. M, N, K, EPILOGUE); passed as defines too
+    problem_keys: ClassVar[tuple[str, ...]] = ()
+    #: extra NVRTC options (no -D, no -arch: the tuner adds those)
+    compile_options: ClassVar[tuple[str, ...]] = ("-std=c++17",)
+    #: relative tolerance of the output check (BF16 output from FP8 inputs)
+    rtol: ClassVar[float] = 2e-2
+    atol: ClassVar[float] = 2e-2
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    # -- constraint model -------------------------------------------------------------
+    def check(self, config: Config, problem: Problem) -> str | None:
+        """Why ``config`` is invalid for ``problem``, or None if it may be compiled."""
+        return None
+
+    def derive(self, config: Config, problem: Problem) -> dict[str, int]:
+        """Dependent constants (threads, tiles, smem_bytes, ...) for tables and checks."""
+        return {}
+
+    # -- build ------------------------------------------------------------------------
+    @property
+    def source_path(self) -> Path:
+        return (self.path.parent / self.source).resolve()
+
+    def source_text(self) -> str:
+        return self.source_path.read_text()
+
+    def source_hash(self) -> str:
+        """Hash of the kernel source as compiled (includes resolved by the compiler)."""
+        return hashlib.sha256(self.source_text().encode()).hexdigest()[:16]
+
+    def defines(self, config: Config, problem: Problem) -> dict[str, Value]:
+        """The ``-D`` defines of one build: problem keys, then the config."""
+        merged: dict[str, Value] = {k: problem[k] for k in self.problem_keys if k in problem}
+        merged.update(config)
+        return merged
+
+    # -- run --------------------------------------------------------------------------
+    def launch(self, config: Config, problem: Problem, device: DeviceInfo) -> Launch:
+        raise NotImplementedError
+
+    def inputs(self, problem: Problem, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Fresh host inputs (never zeros), keyed by the names :class:`Buffer` uses."""
+        raise NotImplementedError
+
+    def outputs(self, problem: Problem) -> dict[str, OutputSpec]:
+        """Output arrays; the first one is checked against :meth:`reference`."""
+        raise NotImplementedError
+
+    def reference(
+        self, inputs: Mapping[str, np.ndarray], problem: Problem, rows: np.ndarray
+    ) -> np.ndarray:
+        """The exact expected first output (float32) for the given row indices."""
+        raise NotImplementedError
+
+    def check_rows(self, problem: Problem) -> int:
+        """How many rows of the first output to check."""
+        return 64
+
+    def flops(self, problem: Problem) -> float:
+        return 0.0
+
+    def bytes_moved(self, problem: Problem) -> float:
+        return 0.0
+
+
+def validate_define(name: str, value: Value, where: str) -> None:
+    """Reject anything that could smuggle an option into the compiler command line."""
+    if not isinstance(name, str) or not _DEFINE_NAME.match(name):
+        raise UserError(f"{where}: define name {name!r} must be a C identifier (letters, digits, _)")
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not _DEFINE_VALUE.match(str(value)):
+        raise UserError(
+            f"{where}: value {value!r} of {name} must be an integer or a C identifier"
+        )
+
+
+def define_flags(defines: Mapping[str, Value]) -> list[str]:
+    """``-DNAME=VALUE`` options, validated; never passed through a shell."""
+    flags = []
+    for name, value in defines.items():
+        validate_define(name, value, "define")
+        flags.append(f"-D{name}={value}")
+    return flags
+
+
+_loaded: dict[Path, KernelSpec] = {}
+
+
+def load_spec(path: str | Path) -> KernelSpec:
+    """Import ``path`` (a ``.py`` file defining ``Spec``) and return an instance."""
+    path = Path(path).resolve()
+    if path in _loaded:
+        return _loaded[path]
+    if not path.is_file():
+        raise UserError(f"kernel spec {path} not found: give the path of a .py file defining class Spec")
+    module_name = f"tuner_kernel_spec_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise UserError(f"kernel spec {path} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # a user's file: report, don't crash with a traceback
+        raise UserError(f"kernel spec {path} failed to import: {type(exc).__name__}: {exc}") from exc
+    cls = getattr(module, "Spec", None)
+    if not (isinstance(cls, type) and issubclass(cls, KernelSpec)):
+        raise UserError(f"kernel spec {path} must define `class Spec(tuner.spec.KernelSpec)`")
+    spec = cls(path)
+    if not spec.source_path.is_file():
+        raise UserError(f"kernel spec {path}: source {spec.source!r} not found beside it")
+    for name, value in spec.params.items():
+        validate_define(name, value, f"kernel spec {path.name}")
+    _loaded[path] = spec
+    return spec
+
+
+def as_define_value(value: Any) -> Value:
+    """TOML gives ints, strings and booleans; defines take ints and identifiers."""
+    if isinstance(value, bool):
+        return int(value)
+    return value
