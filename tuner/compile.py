@@ -1,0 +1,314 @@
+"""Compile one configuration with NVRTC to a CUBIN, read ptxas's figures, cache the result.
+
+NVRTC is driven through ``cuda.bindings.nvrtc``; defines travel as ``-D`` options in a
+list (never through a shell). The cache key covers everything that changes the binary:
+the source with its local includes, the options, the NVRTC version and the arch.
+Cache writes go to a temporary file and are renamed into place, so several processes
+can share one cache directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from tuner.spec import Config, KernelSpec, Problem, define_flags, load_spec
+
+SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120a")
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+_REGS = re.compile(r"Used (\d+) registers")
+_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_STACK = re.compile(r"(\d+) bytes stack frame")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+@dataclass
+class CompileResult:
+    """What a compile produced; ``status`` uses the trial-record vocabulary."""
+
+    status: str  # ok | compile_error | too_many_regs | spills
+    reason: str = ""
+    regs: int | None = None
+    spills: int | None = None  # spill store + load bytes
+    stack: int | None = None
+    smem_static: int | None = None
+    compile_s: float = 0.0
+    cached: bool = False
+    log: str = ""
+    cubin_path: str | None = None
+    flags: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class CompileLimits:
+    """Post-compile rules: configurable per study."""
+
+    max_regs: int = 255
+    reject_spills: bool = True
+
+
+@dataclass
+class SourceBundle:
+    """A ``.cu`` file and the local headers it includes, as NVRTC will see them."""
+
+    name: str
+    text: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> "SourceBundle":
+        path = Path(path)
+        text = path.read_text()
+        headers: dict[str, str] = {}
+        pending = list(_INCLUDE.findall(text))
+        while pending:
+            include = pending.pop()
+            if include in headers:
+                continue
+            header_path = path.parent / include
+            if header_path.is_file():  # anything else must be an NVRTC built-in header
+                headers[include] = header_path.read_text()
+                pending.extend(_INCLUDE.findall(headers[include]))
+        return cls(path.name, text, headers)
+
+    def digest(self) -> str:
+        h = hashlib.sha256(self.text.encode())
+        for name in sorted(self.headers):
+            h.update(name.encode() + b"\0" + self.headers[name].encode())
+        return h.hexdigest()
+
+
+def nvrtc_version() -> str:
+    from cuda.bindings import nvrtc
+
+    err, major, minor = nvrtc.nvrtcVersion()
+    _check(err, "nvrtcVersion")
+    return f"{major}.{minor}"
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("TUNER_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tuner" / "cubin"
+
+
+def parse_ptxas(log: str) -> dict[str, int | None]:
+    """Registers, spill bytes, stack and static SMEM from ptxas's verbose output.
+
+    With several kernels in one file the maximum over entries is kept: the tuner
+    launches one entry, and the others are usually small helpers.
+    """
+
+    def biggest(pattern: re.Pattern, groups: int = 1) -> int | None:
+        found = [sum(int(g) for g in m.groups()[:groups]) for m in pattern.finditer(log)]
+        return max(found) if found else None
+
+    return {
+        "regs": biggest(_REGS),
+        "spills": biggest(_SPILL, groups=2),
+        "stack": biggest(_STACK),
+        "smem_static": biggest(_SMEM),
+    }
+
+
+def compile_options(spec: KernelSpec, config: Config, problem: Problem, arch: str) -> list[str]:
+    flags = define_flags(spec.defines(config, problem))
+    return [f"--gpu-architecture={arch}", "--ptxas-options=-v", *spec.compile_options, *flags]
+
+
+def compile_kernel(
+    spec: KernelSpec,
+    config: Config,
+    problem: Problem,
+    arch: str,
+    cache_dir: Path | str | None = None,
+    limits: CompileLimits | None = None,
+) -> CompileResult:
+    """Compile ``config`` for ``arch``; return stats, the CUBIN's path and a status."""
+    limits = limits or CompileLimits()
+    options = compile_options(spec, config, problem, arch)
+    flags = " ".join(o for o in options if o.startswith("-D"))
+    bundle = SourceBundle.load(spec.source_path)
+    version = nvrtc_version()
+    key = hashlib.sha256(
+        "\0".join([bundle.digest(), version, arch, *options]).encode()
+    ).hexdigest()[:32]
+
+    cache = _Cache(Path(cache_dir) if cache_dir else default_cache_dir())
+    hit = cache.get(key)
+    if hit is not None:
+        hit.cached = True
+        hit.flags = flags
+        return _apply_limits(hit, limits)
+
+    start = time.perf_counter()
+    ok, log, cubin = _nvrtc_compile(bundle, options)
+    elapsed = time.perf_counter() - start
+    if not ok:
+        first = next((line for line in log.splitlines() if "error" in line), "compile failed")
+        result = CompileResult("compile_error", first.strip()[:300], compile_s=elapsed, log=log, flags=flags)
+        cache.put(key, result, None)
+        return result
+    stats = parse_ptxas(log)
+    result = CompileResult("ok", compile_s=elapsed, log=log, flags=flags, **stats)
+    cache.put(key, result, cubin)
+    return _apply_limits(result, limits)
+
+
+def _apply_limits(result: CompileResult, limits: CompileLimits) -> CompileResult:
+    if result.status not in ("ok", "too_many_regs", "spills"):
+        return result
+    result.status, result.reason = "ok", ""
+    if result.regs is not None and result.regs > limits.max_regs:
+        result.status, result.reason = "too_many_regs", f"{result.regs} registers > {limits.max_regs}"
+    elif limits.reject_spills and result.spills:
+        result.status, result.reason = "spills", f"{result.spills} bytes of spill stores+loads"
+    return result
+
+
+def _check(err, what: str) -> None:
+    from cuda.bindings import nvrtc
+
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"{what} failed: {err}")
+
+
+def _nvrtc_compile(bundle: SourceBundle, options: Sequence[str]) -> tuple[bool, str, bytes]:
+    from cuda.bindings import nvrtc
+
+    names = sorted(bundle.headers)
+    err, prog = nvrtc.nvrtcCreateProgram(
+        bundle.text.encode(),
+        bundle.name.encode(),
+        len(names),
+        [bundle.headers[n].encode() for n in names],
+        [n.encode() for n in names],
+    )
+    _check(err, "nvrtcCreateProgram")
+    try:
+        encoded = [o.encode() for o in options]
+        (compile_err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
+        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        _check(err, "nvrtcGetProgramLogSize")
+        log_buf = b" " * size
+        (err,) = nvrtc.nvrtcGetProgramLog(prog, log_buf)
+        log = log_buf.rstrip(b"\0 ").decode(errors="replace")
+        if compile_err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return False, log, b""
+        err, size = nvrtc.nvrtcGetCUBINSize(prog)
+        _check(err, "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
+        _check(err, "nvrtcGetCUBIN")
+        return True, log, cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+class _Cache:
+    """``<key>.json`` (the result) and ``<key>.cubin`` in one directory, written atomically.
+
+    An unwritable or full cache directory is not fatal: compiles go on uncached.
+    """
+
+    _warned: set[str] = set()
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def get(self, key: str) -> CompileResult | None:
+        meta = self.root / f"{key}.json"
+        try:
+            data = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            return None
+        result = CompileResult(**data)
+        if result.cubin_path is not None:
+            cubin = self.root / f"{key}.cubin"
+            if not cubin.is_file():
+                return None
+            result.cubin_path = str(cubin)
+        return result
+
+    def put(self, key: str, result: CompileResult, cubin: bytes | None) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            if cubin is not None:
+                result.cubin_path = str(self.root / f"{key}.cubin")
+                self._write(f"{key}.cubin", cubin)
+            self._write(f"{key}.json", json.dumps(result.to_json()).encode())
+        except OSError as exc:
+            if cubin is not None:  # keep the binary usable for this run
+                fd, tmp = tempfile.mkstemp(suffix=".cubin")
+                with os.fdopen(fd, "wb") as f:
+                    f.write(cubin)
+                result.cubin_path = tmp
+            if str(self.root) not in self._warned:
+                self._warned.add(str(self.root))
+                warnings.warn(f"compile cache {self.root} not writable ({exc.strerror}); compiling uncached")
+
+    def _write(self, name: str, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.root / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def _compile_job(job: tuple) -> dict:
+    spec_path, config, problem, arch, cache_dir, limits = job
+    result = compile_kernel(load_spec(spec_path), config, problem, arch, cache_dir, limits)
+    data = result.to_json()
+    data["log"] = data["log"][-4000:]
+    return data
+
+
+def compile_many(
+    spec: KernelSpec,
+    configs: Iterable[Config],
+    problem: Problem,
+    arch: str,
+    cache_dir: Path | str | None = None,
+    limits: CompileLimits | None = None,
+    jobs: int | None = None,
+    progress=None,
+) -> list[CompileResult]:
+    """Compile many configs in parallel processes; results in the order given."""
+    configs = list(configs)
+    work = [(str(spec.path), c, problem, arch, str(cache_dir) if cache_dir else None, limits) for c in configs]
+    jobs = jobs or max(1, os.cpu_count() or 1)
+    if jobs == 1 or len(work) <= 1:
+        results = []
+        for job in work:
+            results.append(CompileResult(**_compile_job(job)))
+            if progress:
+                progress()
+        return results
+    results: list[CompileResult] = []
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for data in pool.map(_compile_job, work, chunksize=1):
+            results.append(CompileResult(**data))
+            if progress:
+                progress()
+    return results
