@@ -1,0 +1,64 @@
+"""The trial record: one measurement's outcome, as stored on every Optuna trial.
+
+Statuses (DESIGN's trial-record contract). ``ok`` and ``duplicate`` trials are COMPLETE
+with value = ms; every other status is a PRUNED trial with a ``reason``, so TPE ranks
+it as worst instead of ignoring it (as it would a FAIL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+STATUSES = (
+    "ok",
+    "invalid",
+    "compile_error",
+    "too_many_regs",
+    "spills",
+    "hang",
+    "launch_error",
+    "mismatch",
+    "pruned_slow",
+    "duplicate",
+)
+#: trial statuses a finished trial can carry besides the above: set by recovery
+EXTRA_STATUSES = ("killed",)
+
+COMPLETE_STATUSES = ("ok", "duplicate")
+
+
+@dataclass
+class Measurement:
+    status: str
+    ms: float | None = None
+    reason: str = ""
+    regs: int | None = None
+    spills: int | None = None
+    smem_bytes: int | None = None
+    compile_s: float | None = None
+    flags: str = ""
+    checksum: float | None = None
+    max_err: float | None = None
+    blocks: list[float] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def user_attrs(self, flops: float | None) -> dict[str, Any]:
+        """JSON-serializable, numeric where sortable; absent rather than null."""
+        attrs: dict[str, Any] = {"status": self.status, "reason": self.reason, "flags": self.flags}
+        for key in ("ms", "regs", "spills", "smem_bytes", "compile_s", "checksum", "max_err"):
+            value = getattr(self, key)
+            if value is not None:
+                attrs[key] = value
+        if self.ms and flops:
+            attrs["tflops"] = round(flops / (self.ms * 1e-3) / 1e12, 3)
+        attrs.update(self.extra)
+        return attrs
+
+    @classmethod
+    def from_attrs(cls, attrs: dict[str, Any]) -> "Measurement":
+        names = set(cls.__dataclass_fields__) - {"blocks", "extra"}
+        return cls(**{k: v for k, v in attrs.items() if k in names})
+
+    def to_json(self) -> dict:
+        return asdict(self)

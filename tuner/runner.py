@@ -1,0 +1,240 @@
+"""Run a study: open or resume it, bind it to its device and source, optimise, summarise.
+
+The loop itself is Optuna's (``study.optimize``); this module chooses the sampler,
+pruner and evaluator, keeps a study from mixing results of different GPUs, kernel
+sources or compilers, re-queues trials a dead process left RUNNING, and runs the seed's
+tiered plan (tier 1, then tier 2 on the tier-1 winner) when asked.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner import __version__
+from tuner.errors import UserError
+from tuner.objective import Evaluator, Objective
+from tuner.pruner import MarginPruner
+from tuner.record import Measurement
+from tuner.sampler import ValidOnlySampler, make_base_sampler
+from tuner.space import Space
+from tuner.storage import open_storage, recover_stale_trials, redact, resolve_url
+
+#: fingerprint keys a resumed study must match
+BINDING_KEYS = ("kind", "device_name", "source_hash", "nvrtc_version", "arch", "problem")
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+@dataclass
+class RunSettings:
+    study_name: str
+    sampler: str = "tpe"
+    mode: str = "joint"
+    trials: int | None = 100
+    timeout_min: float | None = None
+    seed: int | None = None
+    pruner: bool = True
+    pruner_margin: float = 0.10
+    pruner_min_blocks: int = 2
+    accept_mismatch: bool = False
+    progress: bool = True
+    study_attrs: dict[str, Any] = field(default_factory=dict)
+
+
+def fingerprint(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {k: attrs.get(k) for k in BINDING_KEYS}
+
+
+def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool) -> None:
+    """Record the study's fingerprint, or stop if a resumed study was made elsewhere."""
+    stored = study.user_attrs
+    if not stored.get("kind"):
+        for key, value in attrs.items():
+            study.set_user_attr(key, value)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(["ms"])
+        return
+    differs = [
+        f"{k}: stored {stored.get(k)!r}, now {attrs.get(k)!r}"
+        for k in BINDING_KEYS
+        if stored.get(k) != attrs.get(k)
+    ]
+    if not differs:
+        return
+    if not accept_mismatch:
+        raise UserError(
+            f"study {study.study_name!r} was recorded under a different setup ({'; '.join(differs)}): "
+            "start a new study with --study-name NEW, or add to this one anyway with --accept-mismatch"
+        )
+    history = list(stored.get("accepted_mismatches", []))
+    history.append({"at": _now(), "differs": differs})
+    study.set_user_attr("accepted_mismatches", history)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def study_attrs(kind: str, space: Space, arch: str, device: dict, nvrtc: str, shape: str, extra: dict | None = None) -> dict:
+    spec = space.spec
+    attrs = {
+        "kind": kind,
+        "shape": shape,
+        "problem": dict(space.problem),
+        "arch": arch,
+        "kernel": spec.name,
+        "kernel_path": str(spec.path),
+        "source_hash": spec.source_hash(),
+        "device": device,
+        "device_name": device.get("name", ""),
+        "nvrtc_version": nvrtc,
+        "tool_version": __version__,
+        "axes": space.axis_names,
+        "tier1": list(space.tier1),
+        "tier2": list(space.tier2),
+        "flops": float(spec.flops(space.problem)),
+        "created": _now(),
+    }
+    attrs.update(extra or {})
+    return attrs
+
+
+class Runner:
+    def __init__(self, space: Space, evaluator: Evaluator, settings: RunSettings, storage_url: str | None = None):
+        if not space.valid:
+            reasons = "; ".join(f"{k} x{n}" for k, n in space.invalid.most_common(3))
+            raise UserError(f"no valid configuration in the space ({space.total} total; invalid: {reasons}): widen the axes")
+        self.space = space
+        self.evaluator = evaluator
+        self.settings = settings
+        self.storage_url = resolve_url(storage_url)
+        self.storage = open_storage(self.storage_url)
+        base = make_base_sampler(settings.sampler, settings.seed)
+        self.sampler = ValidOnlySampler(space, base, seed=settings.seed, order="grid" if settings.sampler == "grid" else "random")
+        pruner = (
+            MarginPruner(settings.pruner_margin, settings.pruner_min_blocks) if settings.pruner else optuna.pruners.NopPruner()
+        )
+        self.study = optuna.create_study(
+            study_name=settings.study_name,
+            storage=self.storage,
+            sampler=self.sampler,
+            pruner=pruner,
+            direction="minimize",
+            load_if_exists=True,
+        )
+        bind_study(self.study, settings.study_attrs, settings.accept_mismatch)
+        self.requeued = recover_stale_trials(self.study)
+        self._bar = None
+        self.flops = settings.study_attrs.get("flops") or None
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self) -> dict:
+        if self.settings.mode == "tiered":
+            target1 = self._phase_target(self.space.tier1_candidates())
+            self._optimize("tier1", self.space.tier1_candidates(), target1)
+            winner = self.best_params(phase="tier1")
+            if winner is not None:
+                tier2 = self.space.tier2_candidates(winner)
+                self._optimize("tier2", tier2, len(tier2))
+        else:
+            self._optimize("joint", self.space.valid, self._phase_target(self.space.valid))
+        return self.summary()
+
+    def _phase_target(self, candidates: list) -> int:
+        return min(self.settings.trials or len(candidates), len(candidates))
+
+    def _optimize(self, phase: str, candidates: list, target: int) -> None:
+        self.sampler.set_candidates(candidates)
+        keys = {self.space.key(c) for c in candidates}
+        done = [
+            t for t in self.study.get_trials(deepcopy=False, states=FINISHED)
+            if t.user_attrs.get("phase") == phase and t.params and self.space.key(t.params) in keys
+        ]
+        tried = {self.space.key(t.params) for t in done}
+        todo = min(target - len(done), len(keys - tried))
+        queued = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        todo = max(todo, queued if phase != "tier2" else 0)
+        if todo <= 0:
+            return
+        objective = Objective(self.space, self.evaluator, self.flops, phase, on_result=self._on_result)
+        timeout = self.settings.timeout_min * 60 if self.settings.timeout_min else None
+        self._open_bar(phase, todo)
+        try:
+            self.study.optimize(
+                objective,
+                n_trials=todo,
+                timeout=timeout,
+                callbacks=[self._stop_when_exhausted(keys)],
+                catch=(),
+                gc_after_trial=False,
+            )
+        finally:
+            self._close_bar()
+
+    def _stop_when_exhausted(self, keys: set):
+        def callback(study: optuna.Study, trial) -> None:
+            if keys <= self.sampler.tried_keys(study):
+                study.stop()
+
+        return callback
+
+    # -- progress -------------------------------------------------------------------------
+    def _open_bar(self, phase: str, total: int) -> None:
+        if not self.settings.progress:
+            return
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, desc=f"{self.settings.study_name} [{phase}]", unit="trial", file=sys.stderr, dynamic_ncols=True)
+
+    def _close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def _on_result(self, number: int, params: dict, m: Measurement) -> None:
+        if self._bar is None:
+            return
+        try:
+            best = f"{self.study.best_value:.4g} ms"
+        except ValueError:
+            best = "-"
+        self._bar.set_postfix_str(f"last={m.status} best={best}", refresh=False)
+        self._bar.update(1)
+
+    # -- results --------------------------------------------------------------------------
+    def best_params(self, phase: str | None = None) -> dict | None:
+        trials = [
+            t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if phase is None or t.user_attrs.get("phase") == phase
+        ]
+        if not trials:
+            return None
+        return dict(min(trials, key=lambda t: t.value).params)
+
+    def summary(self) -> dict:
+        return summarize(self.study, self.storage_url)
+
+
+def summarize(study: optuna.Study, storage_url: str) -> dict:
+    trials = study.get_trials(deepcopy=False)
+    statuses = Counter(t.user_attrs.get("status", t.state.name.lower()) for t in trials)
+    best = None
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    if complete:
+        b = min(complete, key=lambda t: t.value)
+        best = {"params": b.params, "ms": b.value, "flags": b.user_attrs.get("flags", ""), "trial": b.number}
+    return {
+        "study": study.study_name,
+        "storage": redact(storage_url),
+        "trials": len(trials),
+        "statuses": dict(statuses),
+        "best": best,
+    }

@@ -1,0 +1,161 @@
+"""Where trials live: one URL picks SQLite (default), Postgres, or an Optuna journal file.
+
+- ``sqlite:///tuner.db`` (the default, a file in the working directory);
+- any SQLAlchemy URL, e.g. ``postgresql+psycopg://user@host/db`` (many hosts);
+- a path ending in ``.log`` (or ``journal:PATH``): an Optuna journal file, for several
+  processes on one host, as optuna-dashboard takes it;
+- ``memory``: in-process only, for benchmarks.
+
+Passwords never leave this module unredacted: use :func:`redact` for anything printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from pathlib import Path
+
+import optuna
+import warnings
+
+from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from tuner.errors import UserError
+
+DEFAULT_URL = "sqlite:///tuner.db"
+HEARTBEAT_S = 20
+GRACE_S = 60
+MAX_RETRY = 2
+
+_PASSWORD = re.compile(r"(://[^:/@\s]+:)([^@\s]*)(@)")
+
+
+def redact(text: str) -> str:
+    """Hide the password of every URL in ``text`` (``user:***@host``)."""
+    return _PASSWORD.sub(r"\1***\3", str(text))
+
+
+def is_journal(url: str) -> bool:
+    return url.startswith("journal:") or url.endswith(".log")
+
+
+def journal_path(url: str) -> Path:
+    return Path(url[len("journal:"):] if url.startswith("journal:") else url)
+
+
+def resolve_url(url: str | None) -> str:
+    return url or os.environ.get("TUNER_STORAGE") or DEFAULT_URL
+
+
+def open_storage(url: str | None = None, pool_size: int = 2) -> optuna.storages.BaseStorage:
+    """Open (creating if needed) the storage ``url`` names; one-line error if it can't."""
+    url = resolve_url(url)
+    if url == "memory":  # for benchmarks and tests: nothing persists
+        return InMemoryStorage()
+    if is_journal(url):
+        path = journal_path(url)
+        if path.parent and not path.parent.exists():
+            raise UserError(f"journal file {path}: folder {path.parent} does not exist")
+        try:
+            return JournalStorage(JournalFileBackend(str(path)))
+        except Exception as exc:  # a truncated or foreign file
+            raise UserError(
+                f"journal file {path} cannot be read ({type(exc).__name__}: {_first_line(exc)}); "
+                "move it aside to start afresh, or fix its last line"
+            ) from None
+    if "://" not in url:
+        raise UserError(
+            f"storage {redact(url)!r} is not a URL: use sqlite:///FILE.db, postgresql+psycopg://USER@HOST/DB, or FILE.log"
+        )
+    engine_kwargs: dict = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        engine_kwargs["connect_args"] = {"timeout": 60}
+    else:
+        # Bounded pools: N workers x (pool + overflow) must stay under max_connections.
+        engine_kwargs.update(pool_size=pool_size, max_overflow=1, pool_recycle=300)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=HEARTBEAT_S,
+                grace_period=GRACE_S,
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY),
+            )
+    except UserError:
+        raise
+    except Exception as exc:
+        hint = "is the server up and the URL right?"
+        if url.startswith("sqlite"):
+            hint = "is it a SQLite file written by tuner/optuna (not corrupted)? move it aside to start afresh"
+        raise UserError(f"cannot open storage {redact(url)}: {type(exc).__name__}: {_first_line(exc)}; {hint}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = redact(str(exc)).strip().splitlines()
+    return text[0][:200] if text else ""
+
+
+def supports_heartbeat(storage) -> bool:
+    return isinstance(storage, RDBStorage)
+
+
+def check_workers(url: str, workers: int) -> None:
+    """SQLite serialises writers and locks under load: refuse it for several workers."""
+    if workers > 1 and resolve_url(url).startswith("sqlite"):
+        raise UserError(
+            "SQLite cannot be shared safely by several workers (writers lock each other out): "
+            "use --storage FILE.log (one host) or --storage postgresql+psycopg://USER@HOST/DB (many hosts)"
+        )
+
+
+# -- who runs a trial, so that a dead runner's trial can be found -------------------------
+
+HOST_ATTR = "runner_host"
+PID_ATTR = "runner_pid"
+
+
+def mark_runner(trial: optuna.Trial) -> None:
+    trial.set_user_attr(HOST_ATTR, socket.gethostname())
+    trial.set_user_attr(PID_ATTR, os.getpid())
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_stale_trials(study: optuna.Study) -> list[int]:
+    """Fail the RUNNING trials whose runner on this host is dead, and queue them again.
+
+    Optuna's heartbeat does this for RDB storages after a grace period; this does it at
+    once for trials we can prove dead (same host, process gone), and for journal
+    storages, which have no heartbeat.
+    """
+    host = socket.gethostname()
+    requeued = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if trial.user_attrs.get(HOST_ATTR) != host:
+            continue
+        pid = trial.user_attrs.get(PID_ATTR)
+        if not isinstance(pid, int) or pid == os.getpid() or _pid_alive(pid):
+            continue
+        try:
+            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        except Exception:  # another process got there first
+            continue
+        study._storage.set_trial_user_attr(trial._trial_id, "status", "killed")
+        study._storage.set_trial_user_attr(trial._trial_id, "reason", f"runner pid {pid} died mid-trial")
+        if trial.params:
+            study.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number}, skip_if_exists=False)
+        requeued.append(trial.number)
+    return requeued
