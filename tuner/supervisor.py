@@ -1,0 +1,148 @@
+"""The parent side of the GPU worker: start it, send jobs, enforce timeouts, restart it.
+
+The worker is a child process (``multiprocessing`` spawn context) that owns the CUDA
+context. Anything a bad kernel can do — spin forever on an mbarrier, fault on an
+illegal address, leave a sticky error in the context, or kill the process — stays in
+the child: the parent records the trial's status, kills and restarts the worker, and
+the study goes on.
+
+Protocol (dicts over a Pipe): the parent sends ``{"op": "measure", ...}``; the worker
+answers ``{"type": "ready"}`` once inputs are in place, then one ``{"type": "block",
+"step", "ms"}`` per timed block (the parent answers ``continue`` or ``stop``), then
+``{"type": "result", ...}``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from typing import Any, Callable
+
+from tuner.record import Measurement
+
+SETUP_TIMEOUT_S = 600.0  # allocating and uploading a problem's inputs (GBs) can take a while
+
+
+class WorkerDied(Exception):
+    pass
+
+
+class Supervisor:
+    """Runs jobs in a worker process built by ``backend`` (``"cuda"`` or ``"module:attr"``)."""
+
+    def __init__(self, backend: str = "cuda", env: dict[str, str] | None = None):
+        self.backend = backend
+        self.env = env or {}
+        self._ctx = mp.get_context("spawn")
+        self._proc = None
+        self._conn = None
+        self.device: dict[str, Any] = {}
+        self.restarts = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Start the worker; returns the device fingerprint it reports."""
+        from tuner.worker import worker_main
+
+        parent, child = self._ctx.Pipe()
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)  # spawn copies the environment (CUDA_VISIBLE_DEVICES)
+        try:
+            self._proc = self._ctx.Process(target=worker_main, args=(child, self.backend), daemon=True)
+            self._proc.start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        child.close()
+        self._conn = parent
+        message = self._receive(timeout_s)
+        if message is None or message.get("type") != "hello":
+            error = (message or {}).get("error", "no answer from the GPU worker")
+            self.stop()
+            raise WorkerDied(error)
+        self.device = message.get("device", {})
+        return self.device
+
+    def stop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.send({"op": "exit"})
+            except (OSError, BrokenPipeError):
+                pass
+        self._kill()
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(timeout=10)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc = None
+        self._conn = None
+
+    def restart(self) -> None:
+        self._kill()
+        self.restarts += 1
+        self.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    # -- one job ------------------------------------------------------------------------------
+    def measure(self, job: dict[str, Any], timeout_s: float, report: Callable[[int, float], bool]) -> Measurement:
+        """Run one measurement job; a hang or a dead worker becomes a status, never a raise."""
+        if not self.alive:
+            self.start()
+        try:
+            self._conn.send({"op": "measure", **job})
+        except (OSError, BrokenPipeError):
+            self.restart()
+            self._conn.send({"op": "measure", **job})
+
+        deadline_s = SETUP_TIMEOUT_S  # until the worker says its inputs are ready
+        blocks: list[float] = []
+        while True:
+            started = time.monotonic()
+            message = self._receive(deadline_s)
+            if message is None:
+                alive = self.alive
+                code = self._proc.exitcode if self._proc is not None else None
+                self.restart_quietly()
+                if alive:
+                    return Measurement("hang", reason=f"no progress for {deadline_s:.0f} s: worker killed and restarted", blocks=blocks)
+                return Measurement("launch_error", reason=f"worker died (exit code {code}): restarted", blocks=blocks)
+            kind = message.get("type")
+            if kind == "ready":
+                deadline_s = timeout_s
+            elif kind == "block":
+                blocks.append(message["ms"])
+                stop = report(message["step"], message["ms"])
+                self._conn.send({"op": "stop" if stop else "continue"})
+                deadline_s = timeout_s
+            elif kind == "result":
+                result = Measurement(**message["measurement"])
+                result.blocks = blocks or result.blocks
+                if message.get("restart"):  # a sticky CUDA error poisons the context
+                    self.restart_quietly()
+                return result
+            else:
+                deadline_s = max(1.0, deadline_s - (time.monotonic() - started))
+
+    def restart_quietly(self) -> None:
+        """Kill now; start again lazily with the next job (which may never come)."""
+        self._kill()
+        self.restarts += 1
+
+    def _receive(self, timeout_s: float) -> dict | None:
+        try:
+            if self._conn.poll(timeout_s):
+                return self._conn.recv()
+        except (EOFError, OSError):
+            return None
+        return None
