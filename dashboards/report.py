@@ -1,0 +1,777 @@
+"""Self-contained Plotly HTML reports over a tuner storage.
+
+``write_report(storage, out_dir)`` writes ``index.html`` (every study in the storage, one
+row each, plus a side-by-side comparison of the shapes) and one ``study-*.html`` page per
+study. Every page embeds plotly.js once, so the folder opens offline and can be mailed.
+
+Figures come from :mod:`optuna.visualization` where Optuna has one (history with the
+best-so-far line, parallel coordinates, parameter importances, slices) and from Plotly
+directly for the rest (box plots per define, time versus registers / SMEM by status, the
+failure breakdown, the shape comparison).
+
+Only COMPLETE trials (statuses ``ok`` and ``duplicate``) have a value, so an invalid or
+failed configuration can never be ranked best: failures are PRUNED (or FAIL) and only
+appear in the failure breakdown.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime as _dt
+import hashlib
+import html
+import json
+import logging
+import math
+import re
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import optuna
+import pandas as pd
+import plotly.graph_objects as go
+from optuna.storages import BaseStorage, InMemoryStorage
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+from plotly.subplots import make_subplots
+
+from dashboards._storage import describe_storage, open_storage, redact
+
+log = logging.getLogger(__name__)
+
+#: fixed colours per status, so every page and figure reads the same way
+STATUS_COLORS = {
+    "ok": "#2ca02c",
+    "duplicate": "#98df8a",
+    "pruned_slow": "#ff7f0e",
+    "invalid": "#7f7f7f",
+    "compile_error": "#d62728",
+    "too_many_regs": "#9467bd",
+    "spills": "#c5b0d5",
+    "hang": "#8c564b",
+    "launch_error": "#e377c2",
+    "mismatch": "#bcbd22",
+    "killed": "#17becf",
+    "failed": "#000000",
+    "running": "#1f77b4",
+}
+SHAPE_ORDER = ["patch_embed", "fc1", "fc2"]
+TOP_N = 20
+#: fewer COMPLETE trials than this give no importance figure (PED-ANOVA needs a top 10%)
+MIN_IMPORTANCE_TRIALS = 10
+#: above this many points per status, scatter plots draw a sample (page weight)
+SCATTER_MAX_POINTS = 4000
+
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclasses.dataclass
+class StudyData:
+    """One study, loaded once: its attributes, trials and a flat table of the trials."""
+
+    name: str
+    study_id: int
+    direction: StudyDirection
+    attrs: dict[str, Any]
+    trials: list[FrozenTrial]
+    df: pd.DataFrame
+    metric: str = "ms"
+
+    @property
+    def complete(self) -> pd.DataFrame:
+        return self.df[self.df["state"] == "COMPLETE"]
+
+    @property
+    def axes(self) -> list[str]:
+        axes = self.attrs.get("axes")
+        names = [c[2:] for c in self.df.columns if c.startswith("p:")]
+        if isinstance(axes, list) and axes:
+            return [a for a in axes if a in names] + [n for n in names if n not in axes]
+        return names
+
+    def best(self) -> pd.Series | None:
+        done = self.complete.dropna(subset=["value"])
+        if done.empty:
+            return None
+        idx = done["value"].idxmax() if self.direction == StudyDirection.MAXIMIZE else done["value"].idxmin()
+        return done.loc[idx]
+
+    def last_update(self) -> _dt.datetime | None:
+        stamps = [t.datetime_complete or t.datetime_start for t in self.trials]
+        stamps = [s for s in stamps if s is not None]
+        if stamps:
+            return max(stamps)
+        created = self.attrs.get("created")
+        try:
+            return _dt.datetime.fromisoformat(created) if isinstance(created, str) else None
+        except ValueError:
+            return None
+
+
+def _status_of(trial: FrozenTrial) -> str:
+    status = trial.user_attrs.get("status")
+    if isinstance(status, str) and status:
+        return status
+    return {
+        TrialState.COMPLETE: "ok",
+        TrialState.PRUNED: "pruned",
+        TrialState.FAIL: "failed",
+        TrialState.RUNNING: "running",
+        TrialState.WAITING: "waiting",
+    }.get(trial.state, trial.state.name.lower())
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else None
+    return None
+
+
+def _frame(trials: list[FrozenTrial]) -> pd.DataFrame:
+    rows = []
+    for t in trials:
+        ua = t.user_attrs
+        partial = None
+        if t.intermediate_values:
+            partial = t.intermediate_values[max(t.intermediate_values)]
+        row = {
+            "number": t.number,
+            "trial_id": t._trial_id,
+            "state": t.state.name,
+            "value": t.value if t.state == TrialState.COMPLETE and t.values is not None else None,
+            "status": _status_of(t),
+            "reason": str(ua.get("reason") or ""),
+            "flags": str(ua.get("flags") or ""),
+            "phase": str(ua.get("phase") or ""),
+            "ms": _num(ua.get("ms")),
+            "tflops": _num(ua.get("tflops")),
+            "regs": _num(ua.get("regs")),
+            "spills": _num(ua.get("spills")),
+            "smem_bytes": _num(ua.get("smem_bytes")),
+            "compile_s": _num(ua.get("compile_s")),
+            "partial_ms": _num(partial),
+            "start": t.datetime_start,
+            "end": t.datetime_complete,
+        }
+        for k, v in t.params.items():
+            row["p:" + k] = v
+        rows.append(row)
+    columns = ["number", "trial_id", "state", "value", "status", "reason", "flags", "phase", "ms",
+               "tflops", "regs", "spills", "smem_bytes", "compile_s", "partial_ms", "start", "end"]
+    df = pd.DataFrame(rows, columns=None if rows else columns)
+    for col in ("value", "ms", "tflops", "regs", "spills", "smem_bytes", "compile_s", "partial_ms"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    # the time a trial shows on scatter plots: its value, its ms, or its last block median
+    df["time_ms"] = df["value"].fillna(df["ms"]).fillna(df["partial_ms"])
+    return df
+
+
+def load_study(storage: BaseStorage, frozen) -> StudyData:
+    trials = storage.get_all_trials(frozen._study_id, deepcopy=False)
+    metric_names = frozen.system_attrs.get("study:metric_names")
+    metric = metric_names[0] if isinstance(metric_names, list) and metric_names else "ms"
+    return StudyData(
+        name=frozen.study_name,
+        study_id=frozen._study_id,
+        direction=frozen.directions[0],
+        attrs=dict(frozen.user_attrs),
+        trials=trials,
+        df=_frame(trials),
+        metric=metric,
+    )
+
+
+def _memory_study(data: StudyData) -> optuna.Study:
+    """An in-memory copy of the study's trials (Optuna's figures plot the COMPLETE ones).
+
+    Optuna's figures re-read ``study.get_trials()`` each time; from an RDB that is a full
+    reload per figure, from memory it is free.
+    """
+    study = optuna.create_study(storage=InMemoryStorage(), direction=data.direction)
+    study.set_metric_names([data.metric])
+    # every trial, in order, so trial numbers on the x axes are the stored ones; unfinished
+    # trials become FAIL here (Optuna's figures skip them; an in-memory copy can't be RUNNING)
+    copies = []
+    for t in sorted(data.trials, key=lambda t: t.number):
+        if t.state == TrialState.COMPLETE and t.values is None or not t.state.is_finished():
+            t = copy.copy(t)
+            t.state, t.values = TrialState.FAIL, None
+            t.datetime_complete = t.datetime_complete or t.datetime_start
+        copies.append(t)
+    study.add_trials(copies)
+    return study
+
+
+# ------------------------------------------------------------------------- figures
+
+
+def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
+    # subplot titles are annotations just above the plots: leave room for the figure title
+    has_subtitles = bool(fig.layout.annotations)
+    fig.update_layout(title=dict(text=title, y=0.99 if has_subtitles else None, yanchor="top"),
+                      height=height, template="plotly_white",
+                      margin=dict(l=60, r=30, t=95 if has_subtitles else 60, b=50))
+    return fig
+
+
+def fig_history(data: StudyData, mem: optuna.Study) -> go.Figure:
+    fig = optuna.visualization.plot_optimization_history(mem, target_name=data.metric)
+    fig.update_yaxes(title_text=f"{data.metric} (lower is better)"
+                     if data.direction == StudyDirection.MINIMIZE else data.metric)
+    return _layout(fig, "Optimisation history (COMPLETE trials; line = best so far)")
+
+
+def fig_parallel(data: StudyData, mem: optuna.Study) -> go.Figure:
+    fig = optuna.visualization.plot_parallel_coordinate(mem, params=data.axes, target_name=data.metric)
+    return _layout(fig, f"Parallel coordinates over the defines, coloured by {data.metric}", 460)
+
+
+def fig_importances(data: StudyData, mem: optuna.Study) -> go.Figure:
+    # PED-ANOVA: pure numpy (fANOVA, Optuna's default, needs scikit-learn), deterministic,
+    # and linear in the number of trials, so a 10,000-trial study costs well under a second
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator()
+    fig = optuna.visualization.plot_param_importances(
+        mem, evaluator=evaluator, params=data.axes, target_name=data.metric)
+    return _layout(fig, f"Parameter importances for {data.metric} (PED-ANOVA: what sets the best 10% "
+                        f"of {len(mem.trials)} COMPLETE trials apart)", 360)
+
+
+def fig_slice(data: StudyData, mem: optuna.Study) -> go.Figure:
+    fig = optuna.visualization.plot_slice(mem, params=data.axes, target_name=data.metric)
+    return _layout(fig, f"Slices: {data.metric} against each define (colour = trial number)", 420)
+
+
+def fig_boxes(data: StudyData) -> go.Figure:
+    axes = data.axes
+    cols = min(4, max(1, len(axes)))
+    rows = math.ceil(len(axes) / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=axes,
+                        vertical_spacing=0.12 if rows > 1 else 0.1)
+    done = data.complete.dropna(subset=["value"])
+    for i, axis in enumerate(axes):
+        col = "p:" + axis
+        groups = done.groupby(done[col].astype(str), sort=False)["value"]
+        order = _sorted_values(done[col].unique())
+        for value in order:
+            values = groups.get_group(str(value)) if str(value) in groups.groups else []
+            fig.add_trace(
+                go.Box(y=list(values), name=str(value), boxpoints=False, showlegend=False,
+                       marker_color="#1f77b4"),
+                row=i // cols + 1, col=i % cols + 1)
+    fig.update_yaxes(title_text=data.metric, col=1)
+    return _layout(fig, f"{data.metric} by value of each define (COMPLETE trials)", 300 * rows + 80)
+
+
+def _sorted_values(values: Iterable) -> list:
+    values = list(values)
+    try:
+        return sorted(values)
+    except TypeError:
+        return sorted(values, key=str)
+
+
+def _status_groups(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    order = list(STATUS_COLORS)
+    statuses = sorted(df["status"].unique(), key=lambda s: (order.index(s) if s in order else 99, s))
+    return [(s, df[df["status"] == s]) for s in statuses]
+
+
+def _sample(df: pd.DataFrame, n: int) -> pd.DataFrame:
+    return df if len(df) <= n else df.sample(n=n, random_state=0)
+
+
+def fig_resources(data: StudyData) -> go.Figure:
+    df = data.df.dropna(subset=["time_ms"])
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.06,
+                        subplot_titles=("time vs registers per thread", "time vs shared memory (KiB)"))
+    for status, group in _status_groups(df):
+        group = _sample(group, SCATTER_MAX_POINTS)
+        color = STATUS_COLORS.get(status, "#333333")
+        label = status + (" (last block median)" if status == "pruned_slow" else "")
+        text = [f"#{n} {f}" for n, f in zip(group["number"], group["flags"])]
+        common = dict(mode="markers", name=label, legendgroup=status, text=text,
+                      marker=dict(color=color, size=6, opacity=0.75),
+                      hovertemplate="%{x}, %{y:.4f} ms<br>%{text}<extra>" + status + "</extra>")
+        fig.add_trace(go.Scatter(x=group["regs"], y=group["time_ms"], **common), row=1, col=1)
+        fig.add_trace(go.Scatter(x=group["smem_bytes"] / 1024.0, y=group["time_ms"], showlegend=False,
+                                 **common), row=1, col=2)
+    fig.update_xaxes(title_text="registers", row=1, col=1)
+    fig.update_xaxes(title_text="SMEM KiB", row=1, col=2)
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    untimed = len(data.df) - len(df)
+    title = "Time against resources, coloured by status"
+    if untimed:
+        title += f" ({untimed} trials without a time are in the breakdown below)"
+    return _layout(fig, title, 440)
+
+
+_NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+def reason_key(reason: str) -> str:
+    """A reason with its numbers replaced, so that 'regs 262 > 255' groups with 'regs 270 > 255'."""
+    return _NUMBER.sub("#", reason.strip()) or "(no reason recorded)"
+
+
+def failure_table(data: StudyData) -> pd.DataFrame:
+    bad = data.df[~data.df["status"].isin(["ok", "duplicate"])]
+    if bad.empty:
+        return pd.DataFrame(columns=["status", "reason", "count", "example"])
+    bad = bad.assign(key=bad["reason"].map(reason_key))
+    table = (bad.groupby(["status", "key"], sort=False)
+             .agg(count=("number", "size"), example=("reason", "first"), trial=("number", "first"))
+             .reset_index().rename(columns={"key": "reason"})
+             .sort_values("count", ascending=False))
+    return table
+
+
+def fig_failures(data: StudyData) -> go.Figure:
+    df = data.df
+    counts = df.groupby(["status", "state"]).size().reset_index(name="n")
+    table = failure_table(data).head(15)
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.35, 0.65], horizontal_spacing=0.32,
+                        subplot_titles=("trials by status (bar colour) and state",
+                                        "most frequent reasons of pruned / failed trials"))
+    for status, group in _status_groups(counts.rename(columns={"n": "count"})):
+        fig.add_trace(go.Bar(x=group["state"], y=group["count"], name=status, legendgroup=status,
+                             marker_color=STATUS_COLORS.get(status, "#333333")), row=1, col=1)
+    if not table.empty:
+        labels = [_clip(f"{s}: {r}", 60) for s, r in zip(table["status"], table["reason"])]
+        fig.add_trace(go.Bar(
+            x=table["count"][::-1], y=labels[::-1], orientation="h", showlegend=False,
+            marker_color=[STATUS_COLORS.get(s, "#333333") for s in table["status"]][::-1],
+            text=table["count"][::-1], textposition="auto"), row=1, col=2)
+    fig.update_layout(barmode="stack")
+    return _layout(fig, "Pruned and failed trials by status and reason", max(380, 26 * len(table) + 140))
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+# ------------------------------------------------------------------------ HTML bits
+
+
+_CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#222;background:#fafafa}
+header{background:#263238;color:#fff;padding:14px 28px}
+header a{color:#b3e5fc} header h1{margin:0;font-size:22px} header p{margin:4px 0 0;color:#cfd8dc}
+main{padding:10px 28px 40px} section{background:#fff;border:1px solid #e0e0e0;border-radius:6px;
+margin:14px 0;padding:10px 16px} h2{font-size:17px;margin:6px 0 10px}
+table{border-collapse:collapse;font-size:13px} th,td{border-bottom:1px solid #e6e6e6;padding:4px 8px;
+text-align:left;vertical-align:top} th{background:#f0f3f5} td.n{text-align:right;font-variant-numeric:tabular-nums}
+code{font-family:SFMono-Regular,Consolas,monospace;font-size:12px}
+.msg{padding:12px 14px;border-left:4px solid #ff9800;background:#fff8e1;margin:10px 0}
+.err{border-left-color:#d62728;background:#fdecea}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:10px}
+dl.fp{display:grid;grid-template-columns:max-content auto;gap:3px 14px;margin:0;font-size:13px}
+dl.fp dt{color:#555;font-weight:600} dl.fp dd{margin:0;overflow-wrap:anywhere}
+.pill{display:inline-block;border-radius:9px;padding:0 7px;margin:1px;color:#fff;font-size:12px}
+.good{color:#2e7d32;font-weight:600} .bad{color:#c62828;font-weight:600}
+footer{color:#777;font-size:12px;padding:0 28px 20px}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return f"{value:.{digits}g}" if abs(value) >= 1e4 or abs(value) < 1e-3 else f"{value:.{digits}f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def _page(title: str, subtitle: str, body: str, plotly_js: str, footer: str) -> str:
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
+        f"<style>{_CSS}</style><script type=\"text/javascript\">{plotly_js}</script></head><body>"
+        f"<header><h1>{_e(title)}</h1><p>{subtitle}</p></header><main>{body}</main>"
+        f"<footer>{footer}</footer></body></html>\n"
+    )
+
+
+class _Figures:
+    """Renders figures into a page, turning a failing figure into a message, not a crash."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.errors: list[str] = []
+
+    def render(self, name: str, build: Callable[[], go.Figure]) -> str:
+        try:
+            fig = build()
+        except Exception as exc:  # one broken figure must not lose the whole report
+            log.warning("figure %s failed: %s", name, exc, exc_info=True)
+            self.errors.append(name)
+            return f'<div class="msg err">The {_e(name)} figure could not be built: {_e(redact(exc))}</div>'
+        self.count += 1
+        return fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{name}",
+                           config={"displaylogo": False, "responsive": True})
+
+
+def _fingerprint(attrs: dict[str, Any]) -> str:
+    device = attrs.get("device") if isinstance(attrs.get("device"), dict) else {}
+    problem = attrs.get("problem") if isinstance(attrs.get("problem"), dict) else {}
+    rows = [
+        ("device", ", ".join(f"{k} {v}" for k, v in device.items()) or attrs.get("device", "–")),
+        ("arch", attrs.get("arch", "–")),
+        ("problem", "  ".join(f"{k}={v}" for k, v in problem.items()) or "–"),
+        ("kernel", f"{attrs.get('kernel', '–')} ({attrs.get('kernel_path', '–')})"),
+        ("source hash", attrs.get("source_hash", "–")),
+        ("NVRTC", attrs.get("nvrtc_version", "–")),
+        ("tool", attrs.get("tool_version", "–")),
+        ("kind", attrs.get("kind", "–") + (f" from {attrs['replay_file']}" if attrs.get("replay_file") else "")),
+        ("tier 1 / tier 2", f"{', '.join(map(str, attrs.get('tier1', []))) or '–'} / "
+                            f"{', '.join(map(str, attrs.get('tier2', []))) or '–'}"),
+        ("created", attrs.get("created", "–")),
+    ]
+    items = "".join(f"<dt>{_e(k)}</dt><dd><code>{_e(redact(v))}</code></dd>" for k, v in rows)
+    return f'<dl class="fp">{items}</dl>'
+
+
+def speedups(attrs: dict[str, Any], best_ms: float | None) -> list[tuple[str, float, float]]:
+    """(baseline name, baseline ms, speed-up = baseline / best) for every recorded baseline."""
+    base = attrs.get("baseline_ms")
+    if not isinstance(base, dict) or not best_ms:
+        return []
+    out = []
+    for name, ms in base.items():
+        ms = _num(ms)
+        if ms:
+            out.append((str(name), ms, ms / best_ms))
+    return out
+
+
+def _speedup_html(attrs: dict[str, Any], best_ms: float | None) -> str:
+    rows = speedups(attrs, best_ms)
+    if not rows:
+        return ""
+    cells = "".join(
+        f"<tr><td>{_e(n)}</td><td class=n>{_fmt(ms)}</td><td class=n><span class=\"{'good' if s >= 1 else 'bad'}\">"
+        f"{s:.2f}×</span></td></tr>" for n, ms, s in rows)
+    return ("<h2>Speed-up of the best configuration over the recorded baselines</h2>"
+            f"<table><tr><th>baseline</th><th>baseline ms</th><th>speed-up</th></tr>{cells}</table>")
+
+
+def _status_pills(df: pd.DataFrame) -> str:
+    counts = Counter(df["status"]) if len(df) else Counter()
+    order = list(STATUS_COLORS)
+    return "".join(
+        f'<span class="pill" style="background:{STATUS_COLORS.get(s, "#555")}">{_e(s)} {n}</span>'
+        for s, n in sorted(counts.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 99, kv[0])))
+
+
+def top_configs(data: StudyData, n: int = TOP_N) -> pd.DataFrame:
+    done = data.complete.dropna(subset=["value"])
+    done = done.sort_values("value", ascending=data.direction == StudyDirection.MINIMIZE)
+    key = done["flags"].where(done["flags"] != "", done["number"].astype(str))
+    return done[~key.duplicated()].head(n)
+
+
+def _top_table(data: StudyData) -> str:
+    top = top_configs(data)
+    base = speedups(data.attrs, 1.0)
+    head = ("<tr><th>#</th><th>trial</th><th>ms</th><th>TFLOPS</th>"
+            + "".join(f"<th>× {_e(n)}</th>" for n, _, _ in base)
+            + "<th>regs</th><th>spills</th><th>SMEM KiB</th><th>status</th><th>-D flags</th></tr>")
+    rows = []
+    for rank, (_, r) in enumerate(top.iterrows(), 1):
+        flags = r["flags"] or " ".join(f"-D{a}={r['p:' + a]}" for a in data.axes)
+        smem = r["smem_bytes"] / 1024.0 if pd.notna(r["smem_bytes"]) else None
+        rows.append(
+            f"<tr><td class=n>{rank}</td><td class=n>{int(r['number'])}</td><td class=n>{_fmt(r['value'])}</td>"
+            f"<td class=n>{_fmt(r['tflops'], 1)}</td>"
+            + "".join(f"<td class=n>{ms / r['value']:.2f}</td>" for _, ms, _ in base)
+            + f"<td class=n>{_fmt(r['regs'])}</td><td class=n>{_fmt(r['spills'])}</td>"
+            f"<td class=n>{_fmt(smem, 1)}</td><td>{_e(r['status'])}</td><td><code>{_e(flags)}</code></td></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _failure_html(data: StudyData) -> str:
+    table = failure_table(data)
+    if table.empty:
+        return "<p>No trial was pruned or failed.</p>"
+    rows = "".join(
+        f"<tr><td><span class=\"pill\" style=\"background:{STATUS_COLORS.get(r.status, '#555')}\">{_e(r.status)}</span>"
+        f"</td><td class=n>{r.count}</td><td>{_e(r.example)}</td><td class=n>{r.trial}</td></tr>"
+        for r in table.head(40).itertuples())
+    more = f"<p>{len(table) - 40} more reasons not shown.</p>" if len(table) > 40 else ""
+    return ("<table><tr><th>status</th><th>trials</th><th>reason (an example; numbers vary)</th>"
+            f"<th>first trial</th></tr>{rows}</table>{more}")
+
+
+def _study_title(data: StudyData) -> str:
+    return f"Study {data.name}"
+
+
+def _device_name(attrs: dict[str, Any]) -> str:
+    device = attrs.get("device")
+    if isinstance(device, dict):
+        return str(device.get("name", "–"))
+    return str(device or "–")
+
+
+# --------------------------------------------------------------------------- pages
+
+
+def render_study_page(data: StudyData, plotly_js: str, footer: str, index_href: str | None = "index.html") -> tuple[str, _Figures]:
+    figs = _Figures()
+    attrs = data.attrs
+    df = data.df
+    best = data.best()
+    n_complete = len(data.complete)
+    parts: list[str] = []
+
+    problem = attrs.get("problem") if isinstance(attrs.get("problem"), dict) else {}
+    summary = (f"{_e(attrs.get('shape', '–'))} · {_e(attrs.get('arch', '–'))} · {_e(_device_name(attrs))}"
+               f" · {len(df)} trials")
+    if index_href:
+        summary = f'<a href="{_e(index_href)}">all studies</a> · ' + summary
+
+    head = [f"<h2>Fingerprint</h2>{_fingerprint(attrs)}"]
+    if best is not None:
+        tflops = best["tflops"]
+        head.append(
+            f"<h2>Best configuration</h2><p><b>{_fmt(best['value'])} {_e(data.metric)}</b>"
+            + (f", {_fmt(tflops, 1)} TFLOPS" if pd.notna(tflops) else "")
+            + f" (trial {int(best['number'])})</p><p><code>{_e(best['flags'])}</code></p>"
+            + _speedup_html(attrs, float(best["value"])))
+    head.append(f"<h2>Trials by status</h2><p>{_status_pills(df) or 'none'}</p>")
+    parts.append('<section class="grid">' + "".join(f"<div>{h}</div>" for h in head) + "</section>")
+
+    if df.empty:
+        parts.append('<section><div class="msg">This study has no trials yet: nothing to plot. '
+                     "Run <code>tuner run</code> on it, then build the report again.</div></section>")
+    else:
+        if n_complete == 0:
+            parts.append(
+                f'<section><div class="msg">No trial of this study finished with a valid time: all {len(df)} '
+                "trials were pruned or failed, so there is no history, importance or top configuration. "
+                "The breakdown below says why.</div></section>")
+        else:
+            mem = _memory_study(data)
+            parts.append("<section><h2>Optimisation history</h2>" + figs.render("history", lambda: fig_history(data, mem)) + "</section>")
+            parts.append(f"<section><h2>Top {TOP_N} configurations</h2>{_top_table(data)}</section>")
+            parts.append("<section><h2>Which defines matter</h2>"
+                         + figs.render("parallel", lambda: fig_parallel(data, mem))
+                         + (figs.render("importances", lambda: fig_importances(data, mem))
+                            if n_complete >= MIN_IMPORTANCE_TRIALS and data.axes else
+                            f'<div class="msg">Parameter importances need at least {MIN_IMPORTANCE_TRIALS} COMPLETE trials.</div>')
+                         + figs.render("slice", lambda: fig_slice(data, mem))
+                         + figs.render("boxes", lambda: fig_boxes(data))
+                         + "</section>")
+        if df["time_ms"].notna().any():
+            parts.append("<section><h2>Resources</h2>" + figs.render("resources", lambda: fig_resources(data)) + "</section>")
+        parts.append("<section><h2>Pruned and failed trials</h2>" + figs.render("failures", lambda: fig_failures(data))
+                     + _failure_html(data) + "</section>")
+    return _page(_study_title(data), summary, "".join(parts), plotly_js, footer), figs
+
+
+def index_rows(studies: list[StudyData]) -> list[dict[str, Any]]:
+    rows = []
+    for d in studies:
+        best = d.best()
+        states = Counter(d.df["state"]) if len(d.df) else Counter()
+        rows.append({
+            "name": d.name, "shape": str(d.attrs.get("shape", "–")), "arch": str(d.attrs.get("arch", "–")),
+            "device": _device_name(d.attrs), "kind": str(d.attrs.get("kind", "–")),
+            "best_ms": float(best["value"]) if best is not None else None,
+            "best_tflops": float(best["tflops"]) if best is not None and pd.notna(best["tflops"]) else None,
+            "best_flags": str(best["flags"]) if best is not None else "",
+            "trials": len(d.df), "complete": states.get("COMPLETE", 0), "pruned": states.get("PRUNED", 0),
+            "fail": states.get("FAIL", 0), "running": states.get("RUNNING", 0) + states.get("WAITING", 0),
+            "last_update": d.last_update(),
+            "speedups": speedups(d.attrs, float(best["value"]) if best is not None else None),
+        })
+    return rows
+
+
+def _shape_rank(shape: str) -> tuple[int, str]:
+    return (SHAPE_ORDER.index(shape.lower()) if shape.lower() in SHAPE_ORDER else len(SHAPE_ORDER), shape)
+
+
+def fig_shapes(studies: list[StudyData]) -> go.Figure | None:
+    rows = [r for r in index_rows(studies) if r["best_ms"] is not None]
+    if not rows:
+        return None
+    rows.sort(key=lambda r: (_shape_rank(r["shape"]), r["name"]))
+    labels = [f"{r['shape']}<br><sub>{_clip(r['name'], 28)}</sub>" for r in rows]
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08,
+                        subplot_titles=("best time vs baselines (ms)", "best TFLOPS", "speed-up over baselines"))
+    fig.add_trace(go.Bar(x=labels, y=[r["best_ms"] for r in rows], name="tuned kernel",
+                         marker_color="#2ca02c", legendgroup="tuned"), row=1, col=1)
+    baseline_names = sorted({n for r in rows for n, _, _ in r["speedups"]})
+    palette = ["#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"]
+    for i, name in enumerate(baseline_names):
+        color = palette[i % len(palette)]
+        ms = [next((b for n, b, _ in r["speedups"] if n == name), None) for r in rows]
+        sp = [next((s for n, _, s in r["speedups"] if n == name), None) for r in rows]
+        fig.add_trace(go.Bar(x=labels, y=ms, name=name, marker_color=color, legendgroup=name), row=1, col=1)
+        fig.add_trace(go.Bar(x=labels, y=sp, name=name, marker_color=color, legendgroup=name,
+                             showlegend=False, text=[f"{s:.2f}×" if s else "" for s in sp],
+                             textposition="outside"), row=1, col=3)
+    fig.add_trace(go.Bar(x=labels, y=[r["best_tflops"] for r in rows], showlegend=False,
+                         marker_color="#2ca02c", text=[_fmt(r["best_tflops"], 1) for r in rows],
+                         textposition="outside"), row=1, col=2)
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#555", row=1, col=3)
+    fig.update_layout(barmode="group")
+    return _layout(fig, "Shapes side by side (best COMPLETE trial of each study)", 460)
+
+
+def _shape_defines_table(studies: list[StudyData]) -> str:
+    """The winning value of every define, one column per study: which choices move with the shape."""
+    cols = []
+    for d in sorted(studies, key=lambda d: (_shape_rank(str(d.attrs.get("shape", ""))), d.name)):
+        best = d.best()
+        if best is not None:
+            cols.append((d, best))
+    if not cols:
+        return ""
+    axes: list[str] = []
+    for d, _ in cols:
+        axes += [a for a in d.axes if a not in axes]
+    head = "<tr><th>define</th>" + "".join(
+        f"<th>{_e(d.attrs.get('shape', '–'))}<br><small>{_e(d.name)}</small></th>" for d, _ in cols) + "</tr>"
+    body = []
+    for a in axes:
+        vals = [str(b.get("p:" + a, "–")) if pd.notna(b.get("p:" + a)) else "–" for _, b in cols]
+        differs = len(set(vals)) > 1
+        body.append(f"<tr><td><code>{_e(a)}</code></td>" + "".join(
+            f"<td>{'<b>' if differs else ''}{_e(v)}{'</b>' if differs else ''}</td>" for v in vals) + "</tr>")
+    return ("<h2>Winning defines per study</h2><p>Bold rows differ between the studies.</p>"
+            f"<table>{head}{''.join(body)}</table>")
+
+
+def render_index(studies: list[StudyData], links: dict[str, str], plotly_js: str, footer: str) -> tuple[str, _Figures]:
+    figs = _Figures()
+    parts = []
+    rows = index_rows(studies)
+    if not rows:
+        parts.append('<section><div class="msg">This storage holds no studies yet. Create one with '
+                     "<code>tuner run studies/NAME.toml</code>.</div></section>")
+    else:
+        rows_html = []
+        for r in sorted(rows, key=lambda r: (_shape_rank(r["shape"]), r["name"])):
+            link = links.get(r["name"])
+            name = f'<a href="{_e(link)}">{_e(r["name"])}</a>' if link else _e(r["name"])
+            sp = " ".join(f"{s:.2f}× {_e(n)}" for n, _, s in r["speedups"]) or "–"
+            last = r["last_update"].strftime("%Y-%m-%d %H:%M") if r["last_update"] else "–"
+            rows_html.append(
+                f"<tr><td>{name}</td><td>{_e(r['shape'])}</td><td>{_e(r['arch'])}</td><td>{_e(r['device'])}</td>"
+                f"<td>{_e(r['kind'])}</td><td class=n>{_fmt(r['best_ms'])}</td><td class=n>{_fmt(r['best_tflops'], 1)}</td>"
+                f"<td>{sp}</td><td class=n>{r['trials']}</td><td class=n>{r['complete']}</td><td class=n>{r['pruned']}</td>"
+                f"<td class=n>{r['fail']}</td><td class=n>{r['running']}</td><td>{last}</td></tr>")
+        parts.append(
+            "<section><h2>Studies</h2><table><tr><th>study</th><th>shape</th><th>arch</th><th>device</th><th>kind</th>"
+            "<th>best ms</th><th>TFLOPS</th><th>speed-up</th><th>trials</th><th>complete</th><th>pruned</th>"
+            f"<th>failed</th><th>running</th><th>last update</th></tr>{''.join(rows_html)}</table></section>")
+        shape_fig = fig_shapes(studies)
+        if shape_fig is None:
+            parts.append('<section><div class="msg">No study has a COMPLETE trial yet: nothing to compare.</div></section>')
+        else:
+            parts.append("<section><h2>Shapes side by side</h2>" + figs.render("shapes", lambda: shape_fig)
+                         + _shape_defines_table(studies) + "</section>")
+    sub = f"{len(rows)} studies"
+    return _page("Kernel tuning studies", sub, "".join(parts), plotly_js, footer), figs
+
+
+def study_filename(name: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:60] or "study"
+    return f"study-{slug}-{hashlib.sha1(name.encode()).hexdigest()[:6]}.html"
+
+
+def write_report(storage: str | BaseStorage, out_dir: str | Path,
+                 study_names: list[str] | None = None) -> list[Path]:
+    """Write ``index.html`` and one page per study into ``out_dir``; return the paths written.
+
+    ``storage`` is an Optuna storage object or a URL (``sqlite:///…``, ``postgresql+psycopg://…``,
+    or a journal ``.log`` path). ``study_names=None`` reports every study; the index always
+    lists every study in the storage and links those that have a page in ``out_dir``.
+    """
+    from tuner.errors import UserError
+
+    started = time.perf_counter()
+    label = redact(storage) if not isinstance(storage, BaseStorage) else describe_storage(storage)
+    storage = open_storage(storage)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    frozen = {s.study_name: s for s in storage.get_all_studies()}
+    if study_names is not None:
+        missing = [n for n in study_names if n not in frozen]
+        if missing:
+            known = ", ".join(sorted(frozen)) or "none"
+            raise UserError(f"no study named {', '.join(missing)} in {label} (studies there: {known})")
+        wanted = list(dict.fromkeys(study_names))
+    else:
+        wanted = sorted(frozen)
+
+    plotly_js = _plotly_js()
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    footer = f"Built {stamp} from {_e(redact(label))} by the tuner's dashboards (plotly {_e(_plotly_version())})."
+    loaded = {name: load_study(storage, frozen[name]) for name in frozen}
+    written: list[Path] = []
+    links = {}
+    for name in wanted:
+        html_text, _ = render_study_page(loaded[name], plotly_js, footer)
+        path = out / study_filename(name)
+        _write(path, html_text)
+        written.append(path)
+    for name in frozen:
+        if (out / study_filename(name)).exists():
+            links[name] = study_filename(name)
+    index_html, _ = render_index(list(loaded.values()), links, plotly_js, footer)
+    index_path = out / "index.html"
+    _write(index_path, index_html)
+    log.info("report: %d pages in %.1f s", len(written) + 1, time.perf_counter() - started)
+    return [index_path] + written
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+_PLOTLY_JS: str | None = None
+
+
+def _plotly_js() -> str:
+    global _PLOTLY_JS
+    if _PLOTLY_JS is None:
+        from plotly.offline import get_plotlyjs
+
+        _PLOTLY_JS = get_plotlyjs()
+    return _PLOTLY_JS
+
+
+def _plotly_version() -> str:
+    import plotly
+
+    return plotly.__version__
+
+
+__all__ = ["write_report", "load_study", "StudyData", "study_filename", "reason_key", "top_configs",
+           "speedups", "failure_table", "index_rows", "STATUS_COLORS"]
+
+
+def _json_default(o: Any) -> Any:  # pragma: no cover - kept for callers dumping index rows
+    if isinstance(o, _dt.datetime):
+        return o.isoformat()
+    raise TypeError(type(o))
+
+
+def index_json(studies: list[StudyData]) -> str:
+    """The index rows as JSON (for scripts)."""
+    return json.dumps(index_rows(studies), default=_json_default)
