@@ -1,0 +1,433 @@
+"""Spec of ``gemm_sm100a.cu``: the Blackwell (B200, sm_100a) FP8 GEMM megakernel.
+
+COMPILE-VERIFIED HERE, NOT YET RUN ON HARDWARE: nobody has launched this kernel on a B200.
+``launch()`` describes the launch the first B200 run needs (persistent grid of 2-CTA
+clusters, TMA maps, dynamic SMEM) so that run needs no new host code.
+
+C[M,N] (BF16) = A[M,K] (FP8 E4M3, K-major) x W[N,K]^T (FP8 E4M3, K-major) + epilogue:
+
+* ``BIAS_POS``      C = acc + combined[row % SEQ_LEN]   (combined = bias + pos_embed,
+  uploaded in the seed's blocked layout [ceil(S/32), N/32, 32, 32], experiment F13)
+* ``BIAS_GELU``     C = gelu_tanh(acc + bias)             (tanh-form GELU)
+* ``BIAS_RESIDUAL`` C = acc + bias + residual             (residual BF16 [M, N])
+
+Constraint model
+----------------
+``check()`` is the seed's ``is_valid()`` (``seeds/grid_search_design.md``) written for this
+kernel's real SMEM layout, which is the seed's offset chain exactly::
+
+    stages    N_STAGES * (128*128 + (TN/2)*128)      A box 128x128 B + this CTA's half of W
+    tmem addr 8
+    tma mbar  N_STAGES * 8
+    mma mbar  N_STAGES * 8
+    mainloop  2 * 8
+    epilogue  2 * 8
+    staging   align128, NUM_EPI_WARPS * 32 * (TN*2 + STAGING_ROW_PAD), total align128
+
+The kernel derives the same chain with ``#define``s and ``#error``s out if the spec's figure
+(passed as ``SPEC_SMEM_BYTES``) differs, so the model, the kernel and ``launch()`` agree for
+every config by construction.
+
+Differences from the seed's ``is_valid()``:
+
+* SMEM limit 232448 bytes (the B200 opt-in maximum per block, 227 KB), not 233472 (228 KB,
+  the per-SM capacity, which includes 1 KB the driver reserves per block). On the seed's
+  tier-1 grid this rejects nothing more: the largest accepted config uses 231552 bytes and
+  the smallest one rejected for SMEM 233600, above both limits (see
+  ``tests/test_gemm_sm100a.py``), so both models accept the same 69 of 108 configs (27
+  rejected for the split COLS_PER_THREAD of TN=128 with 5 warps, 12 for SMEM).
+* Row-group coverage is stated as the hardware rule: warp ``w`` may only read TMEM lanes
+  ``32*(w % 4)..+31``, epilogue warps are warps 2..; 4 or 5 of them cover the 4 lane groups
+  (the 5th shares group 2 with warp 2 and takes the upper half of the columns).
+* Extra rules the seed's problem never hit: M a multiple of 256 (2-CTA tile), K a multiple
+  of 128 (one swizzle atom per stage), N a multiple of 32 (blocked combined layout), the
+  identifiers of ``EPILOGUE`` / ``ADD_SOURCE`` and the value sets of tier-2 switches.
+
+Post-compile rules (registers <= 255, no spills) are the engine's.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from tuner.errors import UserError
+from tuner.numerics import E4M3_TO_F32, bf16_to_f32, f32_to_bf16, fp8_to_f32
+from tuner.spec import Buffer, DeviceInfo, KernelSpec, Launch, OutputSpec, Scalar, TensorMap
+
+# fixed by the design
+TM = 128  # rows per CTA = TMEM lanes
+TK = 128  # K bytes per stage = one 128-byte swizzle atom
+CTA_GROUP = 2
+MMA_M = TM * CTA_GROUP
+MMA_K = 32
+COMB_BLOCK = 32
+MAX_DYN_SMEM_B200 = 232448
+SEED_SMEM_LIMIT = 233472  # the seed's is_valid() limit (228 KB)
+
+EPILOGUES = ("BIAS_POS", "BIAS_GELU", "BIAS_RESIDUAL")
+ADD_SOURCES = ("BF16", "FP32")
+
+#: the seed's tier-1 axes and values (grid_search_design.md)
+SEED_TIER1 = {
+    "TN": (128, 256),
+    "N_STAGES": (3, 4, 5),
+    "NUM_EPI_WARPS": (4, 5),
+    "PHASE2_UNROLL": (4, 8, 16),
+    "STAGING_ROW_PAD": (0, 16, 32),
+}
+#: the seed's tier-2 switches with this kernel's spelling
+SEED_TIER2 = {
+    "SNAKE_ORDER": (0, 1),
+    "TMA_L2_PROMOTION": (0, 1),
+    "ADD_SOURCE": ADD_SOURCES,
+    "TMEM_LOAD_WIDTH": (16, 32),
+    "COMBINED_LOAD_VEC": (2, 4),
+}
+
+
+def _align(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def seed_is_valid(tn: int, n_stages: int, num_epi_warps: int, staging_pad: int) -> tuple[bool, str]:
+    """The seed's ``is_valid()`` verbatim in logic (patch_embed N=768), for comparison."""
+    tk, tm = 128, 128
+    threads = 32 * (2 + num_epi_warps)
+    if threads > 1024:
+        return False, "threads > 1024"
+    if num_epi_warps < 4:
+        return False, f"NUM_EPI_WARPS={num_epi_warps} < 4: row_group 3 never written"
+    stage_bytes = tk * tm + tk * (tn // 2)
+    off_tmem = n_stages * stage_bytes
+    off_tma_mbar = off_tmem + 8
+    off_mma_mbar = off_tma_mbar + n_stages * 8
+    off_mainloop_mbar = off_mma_mbar + n_stages * 8
+    off_epilogue_mbar = off_mainloop_mbar + 16
+    off_staging = (off_epilogue_mbar + 16 + 127) & ~127
+    staging_row_bytes = tn * 2 + staging_pad
+    staging_warp_bytes = 32 * staging_row_bytes
+    smem_total = (off_staging + num_epi_warps * staging_warp_bytes + 127) & ~127
+    if smem_total > SEED_SMEM_LIMIT:
+        return False, f"SMEM {smem_total} > 228KB"
+    if tn * 2 > 512:
+        return False, f"TMEM {tn * 2} > 512"
+    if 768 % tn != 0:
+        return False, "N_DIM % TN != 0"
+    cpt_full = tn // 32
+    if cpt_full not in (4, 8):
+        return False, f"COLS_PER_THREAD={cpt_full} invalid"
+    if num_epi_warps > 4:
+        cpt_split = (tn // 2) // 32
+        if cpt_split not in (4, 8):
+            return False, f"split COLS_PER_THREAD={cpt_split} invalid"
+    return True, "ok"
+
+
+def block_combined(comb: np.ndarray) -> np.ndarray:
+    """[S, N] -> the blocked layout [ceil(S/32), N/32, 32, 32] the kernel reads.
+
+    Padding rows S..ceil(S/32)*32-1 repeat rows ``r % S`` (the kernel never reads them:
+    it indexes ``row % S``).
+    """
+    s, n = comb.shape
+    rows = _align(s, COMB_BLOCK)
+    padded = comb[np.arange(rows) % s]
+    return np.ascontiguousarray(
+        padded.reshape(rows // COMB_BLOCK, COMB_BLOCK, n // COMB_BLOCK, COMB_BLOCK).transpose(0, 2, 1, 3)
+    )
+
+
+def blocked_index(r: int, c: int, n: int) -> int:
+    """Flat element index of (r, c) in the blocked layout: the kernel's address formula."""
+    return ((r // 32) * (n // 32) + c // 32) * 1024 + (r % 32) * 32 + (c % 32)
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+# byte -> FP8 code with |value| <= 1, never zero or NaN: a 256-entry table so that inputs
+# of hundreds of MB are drawn as uint8 at memory speed.
+def _fp8_table(max_abs: float = 1.0) -> np.ndarray:
+    finite = np.flatnonzero(np.abs(np.nan_to_num(E4M3_TO_F32, nan=np.inf)) <= max_abs)
+    finite = finite[E4M3_TO_F32[finite] != 0]
+    return finite[(np.arange(256) * finite.size) // 256].astype(np.uint8)
+
+
+_FP8_FROM_BYTE = _fp8_table()
+
+
+def _random_fp8_fast(rng: np.random.Generator, shape) -> np.ndarray:
+    return _FP8_FROM_BYTE[rng.integers(0, 256, size=shape, dtype=np.uint8)]
+
+
+def _random_bf16_fast(rng: np.random.Generator, shape, scale: float = 1.0) -> np.ndarray:
+    """BF16 bits drawn from 256 nonzero normal-quantile values (for [M, N] residuals)."""
+    q = (np.arange(256) + 0.5) / 256.0
+    # normal quantiles via a rational approximation is overkill: a logistic spread suffices
+    values = (np.log(q / (1.0 - q)) * (scale * 0.55)).astype(np.float32)
+    values[values == 0] = scale
+    table = f32_to_bf16(values)
+    return table[rng.integers(0, 256, size=shape, dtype=np.uint8)]
+
+
+class Spec(KernelSpec):
+    name = "gemm_sm100a"
+    source = "gemm_sm100a.cu"
+    kernel_name = "gemm_sm100a"
+    archs = ("sm_100a",)
+    params = {
+        # tier 1
+        "TN": 256,
+        "N_STAGES": 4,
+        "NUM_EPI_WARPS": 5,
+        "PHASE2_UNROLL": 8,
+        "STAGING_ROW_PAD": 16,
+        # tier 2
+        "SNAKE_ORDER": 1,
+        "TMA_L2_PROMOTION": 0,
+        "ADD_SOURCE": "BF16",
+        "TMEM_LOAD_WIDTH": 32,
+        "COMBINED_LOAD_VEC": 4,
+    }
+    problem_keys = ("M", "N", "K", "EPILOGUE", "SEQ_LEN")
+    compile_options = ("-std=c++17",)
+    rtol = 2e-2
+    atol = 2e-2
+
+    # -- helpers -------------------------------------------------------------------------
+    def _cfg(self, config: Mapping) -> dict:
+        merged = dict(self.params)
+        merged.update(config)
+        return merged
+
+    @staticmethod
+    def _prob(problem: Mapping) -> tuple[int, int, int, str, int]:
+        return (
+            int(problem["M"]),
+            int(problem["N"]),
+            int(problem["K"]),
+            str(problem.get("EPILOGUE", "BIAS_POS")),
+            int(problem.get("SEQ_LEN", 196)),
+        )
+
+    # -- constraint model ------------------------------------------------------------------
+    def derive(self, config, problem) -> dict[str, int]:
+        c = self._cfg(config)
+        m, n, k, _, seq = self._prob(problem)
+        tn = int(c["TN"])
+        stages = int(c["N_STAGES"])
+        epi = int(c["NUM_EPI_WARPS"])
+        pad = int(c["STAGING_ROW_PAD"])
+        b_rows = tn // CTA_GROUP
+        a_stage = TM * TK
+        b_stage = b_rows * TK
+        stage_bytes = a_stage + b_stage
+        off_tmem_addr = stages * stage_bytes
+        off_tma_mbar = off_tmem_addr + 8
+        off_mma_mbar = off_tma_mbar + stages * 8
+        off_mainloop_mbar = off_mma_mbar + stages * 8
+        off_epi_mbar = off_mainloop_mbar + 2 * 8
+        off_staging = _align(off_epi_mbar + 2 * 8, 128)
+        staging_row_bytes = tn * 2 + pad
+        staging_warp_bytes = 32 * staging_row_bytes
+        smem_bytes = _align(off_staging + epi * staging_warp_bytes, 128)
+        tiles_m = m // MMA_M
+        tiles_n = n // tn if tn else 0
+        return {
+            "threads": 32 * (2 + epi),
+            "tiles_m": tiles_m,
+            "tiles_n": tiles_n,
+            "total_tiles": tiles_m * tiles_n,
+            "k_iters": k // TK,
+            "mmas_per_tile": (k // TK) * (TK // MMA_K),
+            "a_stage_bytes": a_stage,
+            "b_stage_bytes": b_stage,
+            "stage_bytes": stage_bytes,
+            "tma_bytes": stage_bytes,
+            "tmem_cols": 2 * tn,
+            "idesc": (1 << 4) | ((tn >> 3) << 17) | ((MMA_M >> 4) << 24),
+            "box_a_rows": TM,
+            "box_w_rows": b_rows,
+            "off_tmem_addr": off_tmem_addr,
+            "off_tma_mbar": off_tma_mbar,
+            "off_mma_mbar": off_mma_mbar,
+            "off_mainloop_mbar": off_mainloop_mbar,
+            "off_epi_mbar": off_epi_mbar,
+            "off_staging": off_staging,
+            "staging_row_bytes": staging_row_bytes,
+            "staging_warp_bytes": staging_warp_bytes,
+            "smem_bytes": smem_bytes,
+            "cols_per_thread_full": tn // 32,
+            "cols_per_thread_split": (tn // 2) // 32 if epi == 5 else 0,
+            "comb_rows_padded": _align(seq, COMB_BLOCK),
+        }
+
+    def check(self, config, problem) -> str | None:
+        c = self._cfg(config)
+        unknown = sorted(set(config) - set(self.params))
+        if unknown:
+            return f"unknown parameter(s) {', '.join(unknown)} (this kernel has {', '.join(self.params)})"
+        try:
+            m, n, k, epilogue, seq = self._prob(problem)
+        except (KeyError, ValueError) as exc:
+            return f"problem needs integer M, N, K: {exc}"
+        if epilogue not in EPILOGUES:
+            return f"EPILOGUE={epilogue} not one of {', '.join(EPILOGUES)}"
+        for key in ("TN", "N_STAGES", "NUM_EPI_WARPS", "PHASE2_UNROLL", "STAGING_ROW_PAD",
+                    "SNAKE_ORDER", "TMA_L2_PROMOTION", "TMEM_LOAD_WIDTH", "COMBINED_LOAD_VEC"):
+            if isinstance(c[key], bool) or not isinstance(c[key], int):
+                return f"{key}={c[key]!r} must be an integer"
+        tn, stages, epi = c["TN"], c["N_STAGES"], c["NUM_EPI_WARPS"]
+        if tn not in (128, 256):
+            return f"TN={tn}: the MMA is M=256 x N=TN with TN in {{128, 256}} (TMEM 2*TN <= 512, TN/32 in {{4, 8}})"
+        if stages < 2:
+            return f"N_STAGES={stages} < 2: no overlap of TMA and MMA"
+        threads = 32 * (2 + epi)
+        if threads > 1024:
+            return f"threads {threads} > 1024"
+        if epi < 4:
+            return (f"NUM_EPI_WARPS={epi} < 4: warp w reads only TMEM lanes 32*(w%4).., "
+                    "lane group(s) never written")
+        if epi > 5:
+            return f"NUM_EPI_WARPS={epi} > 5: the kernel splits columns for a 5th warp only"
+        if c["ADD_SOURCE"] not in ADD_SOURCES:
+            return f"ADD_SOURCE={c['ADD_SOURCE']} not one of {', '.join(ADD_SOURCES)}"
+        if c["TMEM_LOAD_WIDTH"] not in (16, 32):
+            return f"TMEM_LOAD_WIDTH={c['TMEM_LOAD_WIDTH']} not 16 or 32"
+        if c["COMBINED_LOAD_VEC"] not in (2, 4):
+            return f"COMBINED_LOAD_VEC={c['COMBINED_LOAD_VEC']} not 2 (uint2) or 4 (uint4)"
+        if c["SNAKE_ORDER"] not in (0, 1) or c["TMA_L2_PROMOTION"] not in (0, 1):
+            return "SNAKE_ORDER and TMA_L2_PROMOTION are 0 or 1"
+        if not 1 <= c["PHASE2_UNROLL"] <= 32:
+            return f"PHASE2_UNROLL={c['PHASE2_UNROLL']} not in 1..32"
+        if c["STAGING_ROW_PAD"] < 0 or c["STAGING_ROW_PAD"] % 16:
+            return f"STAGING_ROW_PAD={c['STAGING_ROW_PAD']} must be a multiple of 16 bytes (v4 staging access)"
+        d = self.derive(config, problem)
+        if d["smem_bytes"] > MAX_DYN_SMEM_B200:
+            return f"SMEM {d['smem_bytes']} > {MAX_DYN_SMEM_B200} (227 KB)"
+        tmem = d["tmem_cols"]
+        if tmem > 512 or tmem & (tmem - 1) or tmem < 32:
+            return f"TMEM {tmem} columns: must be a power of two in 32..512"
+        if m <= 0 or m % MMA_M:
+            return f"M={m} not a multiple of {MMA_M} (the 2-CTA tile height)"
+        if n % tn:
+            return f"N={n} % TN={tn} != 0"
+        if n % COMB_BLOCK:
+            return f"N={n} not a multiple of 32"
+        if k <= 0 or k % TK:
+            return f"K={k} not a multiple of {TK}"
+        if d["cols_per_thread_full"] not in (4, 8):
+            return f"COLS_PER_THREAD={d['cols_per_thread_full']} invalid (needs 4 or 8)"
+        if epi == 5 and d["cols_per_thread_split"] not in (4, 8):
+            return (f"split COLS_PER_THREAD={d['cols_per_thread_split']} invalid (needs 4 or 8): "
+                    f"TN={tn} cannot use the 5th epilogue warp")
+        if epilogue == "BIAS_POS" and seq <= 0:
+            return f"SEQ_LEN={seq} must be positive"
+        return None
+
+    def defines(self, config, problem):
+        merged = super().defines(config, problem)
+        # the kernel #errors out if its own SMEM_BYTES differs from the model's
+        merged["SPEC_SMEM_BYTES"] = self.derive(config, problem)["smem_bytes"]
+        return merged
+
+    # -- run -------------------------------------------------------------------------------
+    def _add_buffer(self, config, problem) -> str:
+        c = self._cfg(config)
+        epilogue = self._prob(problem)[3]
+        kind = "comb" if epilogue == "BIAS_POS" else "bias"
+        return f"{kind}_{'bf16' if c['ADD_SOURCE'] == 'BF16' else 'f32'}"
+
+    def launch(self, config, problem, device: DeviceInfo) -> Launch:
+        if tuple(device.cc) != (10, 0):
+            raise UserError(
+                f"gemm_sm100a is an sm_100a kernel (B200/GB200, compute capability 10.0); "
+                f"{device.name or 'this device'} is {device.cc[0]}.{device.cc[1]}: it cannot run here. "
+                "Use `tuner check --compile` for the compile-only check."
+            )
+        reason = self.check(config, problem)
+        if reason:
+            raise UserError(f"gemm_sm100a: invalid config: {reason}")
+        c = self._cfg(config)
+        m, n, k, epilogue, _ = self._prob(problem)
+        d = self.derive(config, problem)
+        if d["smem_bytes"] > device.max_smem_per_block:
+            raise UserError(
+                f"gemm_sm100a needs {d['smem_bytes']} bytes of dynamic SMEM; "
+                f"{device.name} allows {device.max_smem_per_block}"
+            )
+        clusters = max(1, min(device.sm_count // CTA_GROUP, d["total_tiles"]))
+        l2 = 256 if c["TMA_L2_PROMOTION"] else 0
+        args = [
+            TensorMap("A", "uint8", (m, k), (TM, TK), swizzle=128, l2_promotion=l2),
+            TensorMap("W", "uint8", (n, k), (d["box_w_rows"], TK), swizzle=128, l2_promotion=l2),
+            Buffer("C"),
+            Buffer(self._add_buffer(config, problem)),
+            Buffer("residual") if epilogue == "BIAS_RESIDUAL" else Scalar("uint64", 0),
+        ]
+        return Launch(
+            grid=(CTA_GROUP * clusters, 1, 1),
+            block=(d["threads"], 1, 1),
+            args=args,
+            cluster=(CTA_GROUP, 1, 1),
+            smem_bytes=d["smem_bytes"],
+        )
+
+    def inputs(self, problem, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        m, n, k, epilogue, seq = self._prob(problem)
+        arrays: dict[str, np.ndarray] = {
+            "A": _random_fp8_fast(rng, (m, k)),
+            "W": _random_fp8_fast(rng, (n, k)),
+            "bias": f32_to_bf16(rng.standard_normal(n).astype(np.float32) * 0.5 + 0.25),
+        }
+        bias = bf16_to_f32(arrays["bias"])
+        if epilogue == "BIAS_POS":
+            arrays["pos_embed"] = f32_to_bf16(rng.standard_normal((seq, n)).astype(np.float32))
+            comb = bias[None, :] + bf16_to_f32(arrays["pos_embed"])
+            arrays["comb_f32"] = block_combined(comb.astype(np.float32)).reshape(-1)
+            arrays["comb_bf16"] = block_combined(f32_to_bf16(comb)).reshape(-1)
+        else:
+            arrays["bias_f32"] = bias.astype(np.float32)
+            arrays["bias_bf16"] = arrays["bias"]
+        if epilogue == "BIAS_RESIDUAL":
+            arrays["residual"] = _random_bf16_fast(rng, (m, n))
+        return arrays
+
+    def outputs(self, problem) -> dict[str, OutputSpec]:
+        m, n, _, _, _ = self._prob(problem)
+        return {"C": OutputSpec((m, n), "uint16", "bfloat16")}
+
+    def reference(self, inputs, problem, rows) -> np.ndarray:
+        m, n, k, epilogue, seq = self._prob(problem)
+        rows = np.asarray(rows, dtype=np.int64)
+        a = fp8_to_f32(inputs["A"][rows]).astype(np.float64)
+        w = fp8_to_f32(inputs["W"]).astype(np.float64)
+        acc = a @ w.T
+        bias = bf16_to_f32(inputs["bias"]).astype(np.float64)
+        if epilogue == "BIAS_POS":
+            pos = bf16_to_f32(inputs["pos_embed"]).astype(np.float64)
+            out = acc + bias[None, :] + pos[rows % seq]
+        elif epilogue == "BIAS_GELU":
+            out = gelu_tanh(acc + bias[None, :])
+        else:
+            res = bf16_to_f32(inputs["residual"][rows]).astype(np.float64)
+            out = acc + bias[None, :] + res
+        return out.astype(np.float32)
+
+    def check_rows(self, problem) -> int:
+        return 64
+
+    def flops(self, problem) -> float:
+        m, n, k, _, _ = self._prob(problem)
+        return 2.0 * m * n * k
+
+    def bytes_moved(self, problem) -> float:
+        m, n, k, epilogue, seq = self._prob(problem)
+        moved = m * k + n * k + 2 * m * n
+        moved += 2 * _align(seq, COMB_BLOCK) * n if epilogue == "BIAS_POS" else 2 * n
+        if epilogue == "BIAS_RESIDUAL":
+            moved += 2 * m * n
+        return float(moved)
