@@ -187,24 +187,43 @@ def load_study(storage: BaseStorage, frozen) -> StudyData:
     )
 
 
-def _memory_study(data: StudyData) -> optuna.Study:
-    """An in-memory copy of the study's trials (Optuna's figures plot the COMPLETE ones).
+class _SnapshotStorage(InMemoryStorage):
+    """A read-only in-memory view over already loaded trials, for Optuna's figures.
 
-    Optuna's figures re-read ``study.get_trials()`` each time; from an RDB that is a full
-    reload per figure, from memory it is free.
+    Optuna's figures call ``study.trials`` (a deep copy of every trial) once per figure and
+    even once per parameter; over an RDB that is also a full reload. Serving the loaded
+    list as is keeps a 10,000-trial study at a fraction of a second per figure. The
+    figures only read trials, never modify them.
     """
-    study = optuna.create_study(storage=InMemoryStorage(), direction=data.direction)
+
+    def __init__(self, trials: list[FrozenTrial]) -> None:
+        super().__init__()
+        self._snapshot = sorted(trials, key=lambda t: t.number)
+
+    def get_all_trials(self, study_id, deepcopy=True, states=None):  # noqa: ARG002
+        if states is None:
+            return list(self._snapshot)
+        return [t for t in self._snapshot if t.state in states]
+
+    def get_n_trials(self, study_id, state=None):  # noqa: ARG002
+        if state is None:
+            return len(self._snapshot)
+        states = state if isinstance(state, tuple) else (state,)
+        return sum(1 for t in self._snapshot if t.state in states)
+
+    def get_best_trial(self, study_id):
+        done = [t for t in self._snapshot if t.state == TrialState.COMPLETE and t.values is not None]
+        if not done:
+            raise ValueError("No trials are completed yet.")
+        maximize = self.get_study_directions(study_id)[0] == StudyDirection.MAXIMIZE
+        return (max if maximize else min)(done, key=lambda t: t.value)
+
+
+def _memory_study(data: StudyData) -> optuna.Study:
+    """The study as Optuna's figures see it: every stored trial, numbers as stored."""
+    storage = _SnapshotStorage(data.trials)
+    study = optuna.create_study(storage=storage, direction=data.direction, study_name=data.name)
     study.set_metric_names([data.metric])
-    # every trial, in order, so trial numbers on the x axes are the stored ones; unfinished
-    # trials become FAIL here (Optuna's figures skip them; an in-memory copy can't be RUNNING)
-    copies = []
-    for t in sorted(data.trials, key=lambda t: t.number):
-        if t.state == TrialState.COMPLETE and t.values is None or not t.state.is_finished():
-            t = copy.copy(t)
-            t.state, t.values = TrialState.FAIL, None
-            t.datetime_complete = t.datetime_complete or t.datetime_start
-        copies.append(t)
-    study.add_trials(copies)
     return study
 
 

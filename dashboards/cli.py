@@ -1,0 +1,119 @@
+"""``tuner report`` and ``tuner dashboard``: the two views over a tuner storage.
+
+The tuner's CLI calls :func:`register` with its subparsers; ``python -m dashboards``
+runs the same two commands on their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_STORAGE = "sqlite:///tuner.db"
+
+
+def _resolve(url: str | None) -> str:
+    try:
+        from tuner.storage import resolve_url
+    except ImportError:
+        return url or os.environ.get("TUNER_STORAGE") or DEFAULT_STORAGE
+    return resolve_url(url)
+
+
+def _check_exists(url: str) -> None:
+    """Viewing must not create an empty database: a missing file is a clear error."""
+    from tuner.errors import UserError
+
+    from dashboards._storage import redact
+
+    path = None
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):]
+    elif url.startswith("journal:"):
+        path = url[len("journal:"):]
+    elif "://" not in url:
+        path = url
+    if path and path != ":memory:" and not Path(path).exists():
+        raise UserError(f"no storage at {redact(path)}: pass --storage URL (default {DEFAULT_STORAGE}, "
+                        "or $TUNER_STORAGE), or run `tuner run` here first")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from dashboards._storage import redact
+    from dashboards.report import write_report
+
+    url = _resolve(args.storage)
+    _check_exists(url)
+    names = args.studies if args.studies else None
+    paths = write_report(url, args.out, study_names=names)
+    print(f"wrote {len(paths)} pages to {args.out}/ from {redact(url)}; open {paths[0]}")
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from dashboards._storage import open_storage
+    from dashboards.serve import run_dashboard, write_study_note
+    import optuna
+
+    url = _resolve(args.storage)
+    _check_exists(url)
+    if args.notes:
+        storage = open_storage(url)
+        for frozen in storage.get_all_studies():
+            write_study_note(optuna.load_study(study_name=frozen.study_name, storage=storage), url)
+    if args.port < 0 or args.port > 65535:
+        from tuner.errors import UserError
+
+        raise UserError(f"--port {args.port} is not a TCP port (0-65535)")
+    run_dashboard(url, host=args.host, port=args.port, artifact_dir=args.artifacts)
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``report`` and ``dashboard`` to the tuner CLI's ``add_subparsers()`` object."""
+    storage_help = (f"storage URL: sqlite:///FILE.db, postgresql+psycopg://USER@HOST/DB or a journal "
+                    f"FILE.log (default: $TUNER_STORAGE or {DEFAULT_STORAGE})")
+    rep = subparsers.add_parser(
+        "report", help="write self-contained Plotly HTML reports of studies",
+        description="Write index.html (all studies, shapes side by side) and one page per study "
+                    "into DIR; plotly.js is embedded, so the pages open offline.")
+    rep.add_argument("--storage", metavar="URL", help=storage_help)
+    which = rep.add_mutually_exclusive_group()
+    which.add_argument("--study", dest="studies", action="append", metavar="NAME",
+                       help="report this study (repeatable); default: all studies")
+    which.add_argument("--all", action="store_true", help="report every study (the default)")
+    rep.add_argument("-o", "--out", metavar="DIR", required=True, help="output folder (created)")
+    rep.set_defaults(func=cmd_report)
+
+    dash = subparsers.add_parser(
+        "dashboard", help="serve optuna-dashboard on the tuner's storage",
+        description="Start optuna-dashboard on the same storage the tuner writes; Ctrl-C stops it.")
+    dash.add_argument("--storage", metavar="URL", help=storage_help)
+    dash.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    dash.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
+    dash.add_argument("--artifacts", metavar="DIR",
+                      help="artifact folder (compile logs, ptxas output) to show with the trials")
+    dash.add_argument("--notes", action="store_true",
+                      help="(re)write every study's note (problem, device, best flags) before serving")
+    dash.set_defaults(func=cmd_dashboard)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dashboards report|dashboard ...`` (the same commands as ``tuner``)."""
+    from tuner.errors import UserError
+
+    parser = argparse.ArgumentParser(prog="python -m dashboards", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_code", 2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
