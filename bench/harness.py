@@ -1,0 +1,381 @@
+"""Standalone device harness for kernel/gemm_sm90a.cu (runs before / without tuner/worker.py).
+
+One process: builds (NVRTC, or cubins precompiled under bench/_cubins/), checks and times
+configs of the spec against cuBLAS FP8 (torch._scaled_mm, BF16 out) and cuBLAS + a separate
+torch epilogue. Uses the spec's launch()/reference() and its input distributions (drawn on the
+GPU here: numpy needs minutes for the GB-sized inputs).
+
+  python3 bench/harness.py bench/plan_<name>.json  > results
+
+Checks (per config): output poisoned with a BF16 NaN, fresh random inputs, sampled rows x all
+columns against the FP32/FP64 reference; exact small-integer inputs (bit-exact for BIAS_POS and
+BIAS_RESIDUAL); configs with BUG_POS_OFF_BY_ONE=1 must FAIL (reported as 'caught').
+"""
+from __future__ import annotations
+
+import ctypes
+import datetime
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from tuner.numerics import bf16_to_f32, POISON_BF16  # noqa: E402
+from tuner.spec import Buffer, DeviceInfo, TensorMap, load_spec  # noqa: E402
+
+SPEC = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
+CUBIN_DIR = ROOT / "bench" / "_cubins"
+
+
+def cubin_key(defines: dict) -> str:
+    text = SPEC.source_text() + json.dumps(sorted((k, str(v)) for k, v in defines.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def build(config, problem):
+    defines = SPEC.defines(config, problem)
+    defines = {k: v for k, v in defines.items()}
+    path = CUBIN_DIR / f"{cubin_key(defines)}.cubin"
+    meta = path.with_suffix(".json")
+    if path.is_file() and meta.is_file():
+        return path.read_bytes(), json.loads(meta.read_text())
+    from nvrtc_build import nvrtc_compile
+
+    ok, log, cubin, stats = nvrtc_compile(defines)
+    if not ok:
+        raise RuntimeError("compile failed:\n" + log[-3000:])
+    CUBIN_DIR.mkdir(exist_ok=True)
+    path.write_bytes(cubin)
+    meta.write_text(json.dumps(stats))
+    return cubin, stats
+
+
+# ------------------------------------------------------------------------------ driver
+def _drv():
+    from cuda.bindings import driver
+    return driver
+
+
+def ck(res):
+    drv = _drv()
+    err = res[0] if isinstance(res, tuple) else res
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"CUDA driver error {err}")
+    if isinstance(res, tuple):
+        return res[1] if len(res) == 2 else res[1:]
+    return None
+
+
+DT = {"uint8": ("CU_TENSOR_MAP_DATA_TYPE_UINT8", 1), "bfloat16": ("CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2),
+      "float32": ("CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 4)}
+SWZ = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B", 64: "CU_TENSOR_MAP_SWIZZLE_64B",
+       128: "CU_TENSOR_MAP_SWIZZLE_128B"}
+L2P = {0: "CU_TENSOR_MAP_L2_PROMOTION_NONE", 64: "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
+       128: "CU_TENSOR_MAP_L2_PROMOTION_L2_128B", 256: "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"}
+
+
+def encode_map(tm: TensorMap, ptr: int) -> bytes:
+    drv = _drv()
+    dt, es = DT[tm.dtype]
+    rows, cols = tm.shape
+    brows, bcols = tm.box
+    m = ck(drv.cuTensorMapEncodeTiled(
+        getattr(drv.CUtensorMapDataType, dt), 2, ptr,
+        [drv.cuuint64_t(cols), drv.cuuint64_t(rows)], [drv.cuuint64_t(cols * es)],
+        [drv.cuuint32_t(bcols), drv.cuuint32_t(brows)], [drv.cuuint32_t(1), drv.cuuint32_t(1)],
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, getattr(drv.CUtensorMapSwizzle, SWZ[tm.swizzle]),
+        getattr(drv.CUtensorMapL2promotion, L2P[tm.l2_promotion]),
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
+    return ctypes.string_at(m.getPtr(), 128)
+
+
+class Kernel:
+    def __init__(self, cubin: bytes, launch, dev_tensors):
+        drv = _drv()
+        self.mod = ck(drv.cuModuleLoadData(cubin))
+        self.fn = ck(drv.cuModuleGetFunction(self.mod, SPEC.kernel_name.encode()))
+        ck(drv.cuFuncSetAttribute(self.fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  launch.smem_bytes))
+        self.launch = launch
+        self.holders = []
+        for a in launch.args:
+            if isinstance(a, TensorMap):
+                buf = (ctypes.c_ubyte * 128).from_buffer_copy(encode_map(a, dev_tensors[a.buffer].data_ptr()))
+            elif isinstance(a, Buffer):
+                buf = ctypes.c_uint64(dev_tensors[a.name].data_ptr())
+            else:
+                raise TypeError(a)
+            self.holders.append(buf)
+        self.ptrs = (ctypes.c_void_p * len(self.holders))(*[ctypes.addressof(h) for h in self.holders])
+
+    def __call__(self, stream=0):
+        drv = _drv()
+        L = self.launch
+        ck(drv.cuLaunchKernel(self.fn, *L.grid, *L.block, L.smem_bytes, stream, ctypes.addressof(self.ptrs), 0))
+
+    def close(self):
+        _drv().cuModuleUnload(self.mod)
+
+
+# ------------------------------------------------------------------------------ checks
+def compare(spec, problem, inputs, out_host, rows, exact):
+    ref = spec.reference(inputs, problem, rows)
+    got = bf16_to_f32(out_host)
+    if np.isnan(got).any():
+        return False, f"NaN/unwritten: {int(np.isnan(got).sum())} elems"
+    if exact:
+        bad = got != ref
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            return False, f"inexact: {int(bad.sum())} elems, first row {rows[i]} col {j}: {got[i, j]} vs {ref[i, j]}"
+        return True, "exact"
+    err = np.abs(got - ref)
+    scale = float(np.sqrt(np.mean(ref.astype(np.float64) ** 2)))
+    tol = spec.atol * scale + spec.rtol * np.abs(ref)
+    rel = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
+    nbad = int((err > tol).sum())
+    if nbad or rel > 1e-2:
+        i, j = np.unravel_index(np.argmax(err - tol), err.shape)
+        return False, f"{nbad} elems out of tol, rel={rel:.2e}, worst row {rows[i]} col {j}: {got[i, j]} vs {ref[i, j]}"
+    return True, f"rel={rel:.1e}"
+
+
+class RowsView:
+    """Host stand-in for a big device array: the reference indexes only sampled rows."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __getitem__(self, rows):
+        import torch
+        idx = torch.as_tensor(np.asarray(rows), device=self.t.device)
+        v = self.t.index_select(0, idx.reshape(-1)).cpu().numpy()
+        return v.reshape(np.shape(rows) + v.shape[1:])
+
+
+def gpu_inputs(torch, problem, kind):
+    """The spec's input distributions, drawn on the GPU (numpy takes minutes for GBs)."""
+    import sys as _s
+    mod = _s.modules[type(SPEC).__module__]
+    M, N, K, epi, seq = SPEC._prob(problem)
+    g = torch.Generator(device="cuda")
+    g.manual_seed(int(time.time() * 1e6) % (1 << 62))
+
+    def from_table(table, shape, dtype=torch.uint8):
+        tab = torch.as_tensor(table, device="cuda")
+        out = torch.empty(shape, dtype=tab.dtype, device="cuda")
+        flat = out.view(-1)
+        step = 1 << 28
+        for i in range(0, flat.numel(), step):
+            n = min(step, flat.numel() - i)
+            idx = torch.randint(0, len(table), (n,), device="cuda", generator=g)
+            flat[i:i + n] = tab[idx]
+        return out
+
+    small = kind == "small_int"
+    if small:
+        t8 = np.zeros(256, dtype=np.uint8); t8[0::8] = 0x38; t8[1::8] = 0xB8
+        ta, tw = t8, t8
+    else:
+        ca, cw = mod._codes_upto(1.0), mod._codes_upto(0.25)
+        ta, tw = ca[np.arange(256) % ca.size], cw[np.arange(256) % cw.size]
+    d = {"A": from_table(ta, (M, K)), "W": from_table(tw, (N, K))}
+    # bf16 random table: 2^16 patterns of the spec's _random_bf16_fast distribution
+    allbits = np.arange(1 << 16, dtype=np.uint16)
+    exp = np.array([123, 124, 125, 126, 127] * 52 + [127] * 4, dtype=np.uint16)[allbits >> np.uint16(8)]
+    bf_table = ((allbits & np.uint16(0x807F)) | (exp << np.uint16(7))).astype(np.int16)
+    host = {}
+    if epi == "BIAS_POS":
+        if small:
+            r = np.arange(seq)[:, None]; cc = np.arange(N)[None, :]
+            comb = mod.f32_to_bf16((((r * 7 + cc * 3) % 17) - 8).astype(np.float32))
+        else:
+            comb = from_table(bf_table, (seq, N), torch.int16).cpu().numpy().view(np.uint16)
+        reps = -(-(seq + mod.COMBINED_EXT_PAD) // seq)
+        ext = np.ascontiguousarray(np.tile(comb, (reps, 1))[: seq + mod.COMBINED_EXT_PAD])
+        host["combined"] = comb
+        d["combined"] = torch.from_numpy(comb.view(np.int16)).cuda()
+        d["combined_ext"] = torch.from_numpy(ext.view(np.int16)).cuda()
+    else:
+        if small:
+            b = mod.f32_to_bf16(((np.arange(N) % 9) - 4).astype(np.float32))
+        else:
+            b = from_table(bf_table, (N,), torch.int16).cpu().numpy().view(np.uint16)
+        host["bias"] = b
+        d["bias"] = torch.from_numpy(b.view(np.int16)).cuda()
+    if epi == "BIAS_RESIDUAL":
+        if small:
+            rt = mod.f32_to_bf16(np.arange(-8, 9, dtype=np.float32)).view(np.int16)
+            d["residual"] = from_table(rt, (M, N), torch.int16)
+        else:
+            d["residual"] = from_table(bf_table, (M, N), torch.int16)
+        host["residual"] = _U16Rows(d["residual"])
+    host["A"] = RowsView(d["A"])
+    host["W"] = d["W"].cpu().numpy()
+    return d, host
+
+
+class _U16Rows(RowsView):
+    def __getitem__(self, rows):
+        return super().__getitem__(rows).view(np.uint16)
+
+
+def sample_rows(M, n, rng):
+    r = set(rng.choice(M, size=min(n, M), replace=False).tolist())
+    r |= {0, 1, 63, 64, 127, 128, 195, 196, 197, M - 1}
+    return np.array(sorted(x for x in r if x < M))
+
+
+def run_problem(torch, pname, problem, jobs, timing, rng, log):
+    """jobs: list of {"config": {...}, "time": bool, "expect_fail": bool}."""
+    dev = DeviceInfo(name=torch.cuda.get_device_name(), sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
+    results = []
+    for kind in ("small_int", "random"):
+        prob = dict(problem, INPUT_KIND=kind)
+        t0 = time.time()
+        d_in, inputs = gpu_inputs(torch, prob, kind)
+        outs = SPEC.outputs(problem)
+        for k, o in outs.items():
+            d_in[k] = torch.empty(o.shape, dtype=torch.int16, device="cuda")
+        log(f"[{pname}] inputs {kind}: {time.time() - t0:.1f}s")
+        rows = sample_rows(int(problem["M"]), 256, rng)
+        rows_t = torch.from_numpy(rows).cuda()
+        exact = kind == "small_int" and problem["EPILOGUE"] != "BIAS_GELU"
+        for ji, job in enumerate(jobs):
+            cfg = job["config"]
+            rec = results[ji] if kind == "random" else {"problem": pname, "config": cfg, "expect_fail": job.get("expect_fail", False)}
+            if kind == "small_int":
+                results.append(rec)
+            reason = SPEC.check(cfg, problem, dev)
+            if reason:
+                rec["status"] = "invalid"; rec["reason"] = reason
+                continue
+            if rec.get("status") in ("compile_error",):
+                continue
+            try:
+                cubin, stats = build(cfg, problem)
+                rec.update(regs=stats["regs"], spills=(stats["spill_stores"] or 0) + (stats["spill_loads"] or 0))
+            except Exception as e:  # noqa: BLE001
+                rec["status"] = "compile_error"; rec["reason"] = str(e)[-400:]
+                continue
+            launch = SPEC.launch(cfg, problem, dev)
+            kern = Kernel(cubin, launch, d_in)
+            d_in["C"].fill_(np.int16(POISON_BF16 - 65536) if POISON_BF16 > 32767 else POISON_BF16)
+            torch.cuda.synchronize()
+            kern()
+            ev = torch.cuda.Event(); ev.record(); t1 = time.time()
+            while not ev.query():
+                if time.time() - t1 > 20:
+                    log(f"[{pname}] HANG (>20 s) {cfg}: giving up the process")
+                    os._exit(3)
+                time.sleep(0.001)
+            torch.cuda.synchronize()
+            out_host = d_in["C"].index_select(0, rows_t).cpu().numpy().view(np.uint16)
+            ok, msg = compare(SPEC, problem, inputs, out_host, rows, exact)
+            rec[f"check_{kind}"] = ("ok " if ok else "FAIL ") + msg
+            rec.setdefault("ok", True)
+            rec["ok"] = rec["ok"] and ok
+            if kind == "random" and job.get("time") and ok:
+                rec["ms"] = time_fn(torch, kern, timing)
+                rec["tflops"] = SPEC.flops(problem) / rec["ms"] / 1e9
+            kern.close()
+            log(f"[{pname}] {kind} {cfg} -> {rec.get(f'check_{kind}')} {rec.get('ms', '')}")
+        if kind == "random" and timing.get("cublas", True):
+            results.append(time_cublas(torch, pname, problem, d_in, timing))
+        del d_in
+        torch.cuda.empty_cache()
+    return results
+
+
+def time_fn(torch, fn, timing):
+    for _ in range(timing.get("warmup", 5)):
+        fn()
+    n = timing.get("repeats", 30)
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for s, e in ev:
+        s.record(); fn(); e.record()
+    torch.cuda.synchronize()
+    return float(np.median([s.elapsed_time(e) for s, e in ev]))
+
+
+def time_cublas(torch, pname, problem, d, timing):
+    M, N, K = int(problem["M"]), int(problem["N"]), int(problem["K"])
+    a = d["A"].view(torch.float8_e4m3fn)
+    w = d["W"].view(torch.float8_e4m3fn)
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    epi = problem["EPILOGUE"]
+
+    def gemm():
+        return torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    if epi == "BIAS_POS":
+        comb = d["combined"].view(torch.bfloat16)
+        seq = int(problem["SEQ_LEN"])
+
+        def full():
+            c = gemm()
+            return (c.view(M // seq, seq, N) + comb).view(M, N)
+    elif epi == "BIAS_GELU":
+        bias = d["bias"].view(torch.bfloat16)
+
+        def full():
+            return torch.nn.functional.gelu(gemm() + bias, approximate="tanh")
+    else:
+        bias = d["bias"].view(torch.bfloat16)
+        res = d["residual"].view(torch.bfloat16)
+
+        def full():
+            return gemm() + bias + res
+    return {"problem": pname, "config": "cuBLAS", "ms_gemm": time_fn(torch, gemm, timing),
+            "ms_unfused": time_fn(torch, full, timing)}
+
+
+def main():
+    import torch
+
+    plan = json.loads(Path(sys.argv[1]).read_text())
+    out_dir = Path(os.environ.get("OUT", "/tmp"))
+    logf = open(out_dir / "harness.log", "a")
+
+    def log(msg):
+        print(msg, flush=True)
+        logf.write(msg + "\n"); logf.flush()
+
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    name = torch.cuda.get_device_name()
+    log(f"device {name}, torch {torch.__version__}, {datetime.datetime.now().isoformat(timespec='seconds')}")
+    rng = np.random.default_rng(int(time.time()))
+    allres = []
+    for pname, p in plan["problems"].items():
+        allres += run_problem(torch, pname, p["problem"], p["jobs"], plan.get("timing", {}), rng, log)
+        (out_dir / "results.json").write_text(json.dumps({"device": name, "results": allres}, indent=1))
+    # summary table
+    log("\n=== summary (" + name + ") ===")
+    cub = {r["problem"]: r for r in allres if r.get("config") == "cuBLAS"}
+    for r in allres:
+        if r.get("config") == "cuBLAS":
+            continue
+        cfg = " ".join(f"{k}={v}" for k, v in r["config"].items())
+        st = r.get("status") or ("ok" if r.get("ok") else "MISMATCH")
+        if r.get("expect_fail"):
+            st = "caught" if st == "MISMATCH" else "NOT CAUGHT!"
+        ms = r.get("ms")
+        ratio = f"{ms / cub[r['problem']]['ms_gemm']:.3f}" if ms and r["problem"] in cub else ""
+        log(f"{r['problem']:12s} {st:10s} regs={r.get('regs')} sp={r.get('spills')} ms={ms if ms is None else round(ms, 4)} "
+            f"tflops={round(r['tflops']) if ms else ''} x_cublas={ratio} | {cfg} | {r.get('reason', '')}"
+            + ("" if r.get("ok", True) else f" | {r.get('check_small_int')} | {r.get('check_random')}"))
+    for p, c in cub.items():
+        log(f"{p:12s} cuBLAS gemm-only {c['ms_gemm']:.4f} ms, cuBLAS+epilogue {c['ms_unfused']:.4f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Writes device plans (JSON) for bench/harness.py and precompiles their cubins here.
+
+  python bench/plans.py <plan-name>      -> bench/plan_<plan-name>.json + bench/_cubins/*
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT / "bench"))
+
+PATCH = {"M": 928256, "N": 768, "K": 768, "EPILOGUE": "BIAS_POS", "SEQ_LEN": 196}
+FC1 = {"M": 928256, "N": 3072, "K": 768, "EPILOGUE": "BIAS_GELU", "SEQ_LEN": 196}
+FC2 = {"M": 928256, "N": 768, "K": 3072, "EPILOGUE": "BIAS_RESIDUAL", "SEQ_LEN": 196}
+
+
+def J(cfg, time=True, expect_fail=False):
+    return {"config": cfg, "time": time, "expect_fail": expect_fail}
+
+
+PLANS = {
+    "first": {
+        "timing": {"warmup": 3, "repeats": 20},
+        "problems": {
+            "patch_embed": {"problem": PATCH, "jobs": [
+                J({}),
+                J({"STORE_TMA": 0, "N_STAGES": 4}),
+                J({"EXTRA_TMA": 1}),
+                J({"PINGPONG": 1, "BLOCK_M": 128, "BLOCK_N": 128, "N_STAGES": 4}),
+                J({"MMA_INFLIGHT": 1}),
+                J({"NUM_CONSUMERS": 1, "BLOCK_M": 64, "BLOCK_N": 256, "N_STAGES": 4}),
+                J({"BLOCK_N": 192, "N_STAGES": 4}),
+                J({"BLOCK_N": 96, "STORE_TMA": 0, "N_STAGES": 5}),
+                J({"BLOCK_M": 256, "BLOCK_N": 128, "STORE_TMA": 0, "N_STAGES": 4}),
+                J({"PINGPONG": 1, "BLOCK_M": 64, "BLOCK_N": 256, "N_STAGES": 4}),
+                J({"PINGPONG": 1, "BLOCK_M": 64, "BLOCK_N": 256, "N_STAGES": 4, "EXTRA_TMA": 1}),
+                J({"PINGPONG": 1, "BLOCK_M": 128, "BLOCK_N": 192, "N_STAGES": 3}),
+                J({"MMA_INFLIGHT": 1, "EXTRA_TMA": 1}),
+                J({"BUG_POS_OFF_BY_ONE": 1, "PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 4, "EXTRA_TMA": 1}, time=False, expect_fail=True),
+                J({"BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+                J({"BUG_POS_OFF_BY_ONE": 1, "EXTRA_TMA": 1}, time=False, expect_fail=True),
+                J({"BUG_POS_OFF_BY_ONE": 1, "STORE_TMA": 0}, time=False, expect_fail=True),
+            ]},
+            "fc1": {"problem": FC1, "jobs": [
+                J({}),
+                J({"PINGPONG": 1, "BLOCK_M": 128, "BLOCK_N": 128, "N_STAGES": 4}),
+                J({"PINGPONG": 1, "BLOCK_M": 64, "BLOCK_N": 256, "N_STAGES": 4}),
+                J({"STORE_TMA": 0, "N_STAGES": 4}),
+            ]},
+            "fc2": {"problem": FC2, "jobs": [
+                J({}),
+                J({"EXTRA_TMA": 1}),
+                J({"PINGPONG": 1, "BLOCK_M": 128, "BLOCK_N": 128, "N_STAGES": 4, "EXTRA_TMA": 1}),
+                J({"STORE_TMA": 0, "N_STAGES": 4}),
+                J({"PINGPONG": 1, "BLOCK_M": 64, "BLOCK_N": 256, "N_STAGES": 4, "EXTRA_TMA": 1}),
+            ]},
+        },
+    },
+}
+
+
+def main(name):
+    from harness import build, SPEC
+    plan = PLANS[name]
+    for p in plan["problems"].values():
+        for job in p["jobs"]:
+            reason = SPEC.check(job["config"], p["problem"])
+            if reason:
+                print("INVALID", job["config"], reason)
+                continue
+            _, stats = build(job["config"], p["problem"])
+            print(job["config"], stats)
+    out = ROOT / "bench" / f"plan_{name}.json"
+    out.write_text(json.dumps(plan, indent=1))
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,589 @@
+// Hopper (sm_90a) FP8 E4M3 GEMM with fused epilogues, compiled by NVRTC.
+//
+//   C[M,N] (BF16, row-major) = A[M,K] (E4M3, K-major) x W[N,K]^T (E4M3, K-major), FP32 accumulate,
+//   then the epilogue selected by EPILOGUE:
+//     BIAS_POS      C = acc + combined[row % SEQ_LEN, col]          (combined = bias + pos_embed, BF16)
+//     BIAS_GELU     C = gelu_tanh(acc + bias[col])                   (tanh approximation of GELU)
+//     BIAS_RESIDUAL C = acc + bias[col] + residual[row, col]        (residual BF16 [M,N])
+//
+// Structure: persistent grid (one CTA per SM), warp-specialised. Warpgroup 0 is the producer
+// (setmaxnreg down; one thread issues TMA loads of A and W tiles into an N_STAGES ring completing
+// on mbarriers). Warpgroups 1..NUM_CONSUMERS are consumers (setmaxnreg up) issuing
+// wgmma.m64nBLOCK_Nk32.f32.e4m3.e4m3 from shared memory. PINGPONG=0: the consumers split each
+// BLOCK_M x BLOCK_N tile by rows; PINGPONG=1: consumers take alternate tiles, so one consumer's
+// epilogue overlaps the other's main loop. The epilogue adds in FP32 registers, then either
+// writes BF16 into a 128B-swizzled staging tile and TMA-stores it (STORE_TMA=1, asynchronous:
+// the store drains while the next tile's main loop runs) or stores bf16x2 straight from the
+// accumulator fragments (STORE_TMA=0). EXTRA_TMA=1 TMA-loads the combined rows (from a
+// host-side extended table, rows SEQ_LEN + WG_M) or the residual tile into the staging buffer
+// at the start of the tile's main loop, so that operand is on chip by the epilogue.
+//
+// No headers: NVRTC compiles this file alone; every PTX instruction is inline asm.
+
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef unsigned short uint16_t;
+
+// ---------------------------------------------------------------- epilogue identifiers
+#ifndef BIAS_POS
+#define BIAS_POS 0
+#endif
+#ifndef BIAS_GELU
+#define BIAS_GELU 1
+#endif
+#ifndef BIAS_RESIDUAL
+#define BIAS_RESIDUAL 2
+#endif
+
+// ---------------------------------------------------------------- problem (from the study)
+#ifndef M
+#define M 928256
+#endif
+#ifndef N
+#define N 768
+#endif
+#ifndef K
+#define K 768
+#endif
+#ifndef EPILOGUE
+#define EPILOGUE BIAS_POS
+#endif
+#ifndef SEQ_LEN
+#define SEQ_LEN 196
+#endif
+
+// ---------------------------------------------------------------- tier 1 (numbers)
+#ifndef BLOCK_M
+#define BLOCK_M 128        // rows of a CTA tile (PINGPONG=1: rows of one consumer's tile)
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 256        // columns of a tile = wgmma N (64, 96, 128, 192, 256)
+#endif
+#ifndef N_STAGES
+#define N_STAGES 3         // depth of the TMA -> wgmma shared-memory ring
+#endif
+#ifndef NUM_CONSUMERS
+#define NUM_CONSUMERS 2    // consumer warpgroups (1 or 2)
+#endif
+#ifndef GROUP_M
+#define GROUP_M 8          // raster: tiles walk GROUP_M row blocks before the next column block
+#endif
+#ifndef MMA_INFLIGHT
+#define MMA_INFLIGHT 0     // wgmma groups left in flight before a stage is released (0 or 1)
+#endif
+#ifndef CONSUMER_REGS
+#define CONSUMER_REGS 232  // setmaxnreg.inc for consumers
+#endif
+#ifndef PRODUCER_REGS
+#define PRODUCER_REGS 40   // setmaxnreg.dec for the producer warpgroup
+#endif
+
+// ---------------------------------------------------------------- tier 2 (code paths)
+#ifndef PINGPONG
+#define PINGPONG 0         // 0: consumers split a tile by rows; 1: consumers alternate tiles
+#endif
+#ifndef STORE_TMA
+#define STORE_TMA 1        // 1: swizzled smem staging + TMA store; 0: bf16x2 stores from registers
+#endif
+#ifndef EXTRA_TMA
+#define EXTRA_TMA 0        // 1: combined rows / residual tile TMA-loaded into staging (needs STORE_TMA)
+#endif
+#ifndef SNAKE_ORDER
+#define SNAKE_ORDER 0      // 1: reverse the column-block order in every other raster group
+#endif
+#ifndef L2_PROMO
+#define L2_PROMO 0         // TMA L2 promotion of the A/W maps (bytes; used by the host launch only)
+#endif
+
+// ---------------------------------------------------------------- test hooks
+#ifndef BUG_POS_OFF_BY_ONE
+#define BUG_POS_OFF_BY_ONE 0   // 1: deliberately wrong row % SEQ_LEN (must be caught as mismatch)
+#endif
+
+// ---------------------------------------------------------------- derived constants
+#define BLOCK_K 128                                   // one 128-byte swizzle atom of FP8
+#define K_ITERS (K / BLOCK_K)
+#define MMA_K 32                                      // K of one wgmma (bytes of FP8)
+#define TILES_M (M / BLOCK_M)
+#define TILES_N (N / BLOCK_N)
+#define TOTAL_TILES (TILES_M * TILES_N)
+#define THREADS (128 * (NUM_CONSUMERS + 1))
+#if PINGPONG
+#define WG_M BLOCK_M                                  // rows one consumer owns per tile
+#define STAGE_CONSUMERS 1                             // consumers that read each stage
+#else
+#define WG_M (BLOCK_M / NUM_CONSUMERS)
+#define STAGE_CONSUMERS NUM_CONSUMERS
+#endif
+#define WG_M_TILES (WG_M / 64)
+#define ACC_N (BLOCK_N / 2)                           // FP32 accumulators per thread per m64 block
+#define A_STAGE_BYTES (BLOCK_M * BLOCK_K)
+#define B_STAGE_BYTES (BLOCK_N * BLOCK_K)
+#define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)
+#define STAGE_TX_BYTES (BLOCK_M * BLOCK_K + BLOCK_N * BLOCK_K)   // = the two TMA boxes
+#define EPI_SLAB_COLS 64                              // BF16 columns per 128-byte swizzled slab
+#define EPI_SLABS (BLOCK_N / EPI_SLAB_COLS)
+#define STAGING_BYTES_PER_WG (WG_M * BLOCK_N * 2)
+#if STORE_TMA || EXTRA_TMA
+#define STAGING_BYTES (NUM_CONSUMERS * STAGING_BYTES_PER_WG)
+#else
+#define STAGING_BYTES 0
+#endif
+#define EXTRA_TX_BYTES (WG_M * EPI_SLAB_COLS * 2 * EPI_SLABS)
+#define BARRIER_BYTES (8 * (2 * N_STAGES + 2 * NUM_CONSUMERS))
+#define SMEM_ALIGN 1024
+#define SMEM_BYTES (SMEM_ALIGN + N_STAGES * STAGE_BYTES + STAGING_BYTES + BARRIER_BYTES)
+
+// ---------------------------------------------------------------- compile-time checks
+static_assert(K % BLOCK_K == 0, "K must be a multiple of BLOCK_K");
+static_assert(M % BLOCK_M == 0, "M must be a multiple of BLOCK_M");
+static_assert(N % BLOCK_N == 0, "N must be a multiple of BLOCK_N");
+static_assert(BLOCK_N % 32 == 0 && BLOCK_N >= 64 && BLOCK_N <= 256, "BLOCK_N: 64..256, multiple of 32");
+static_assert(NUM_CONSUMERS == 1 || NUM_CONSUMERS == 2, "NUM_CONSUMERS is 1 or 2");
+static_assert(WG_M % 64 == 0 && WG_M_TILES >= 1, "rows per consumer must be a multiple of 64");
+static_assert(BLOCK_M <= 256 && BLOCK_N <= 256, "TMA box dims are at most 256");
+static_assert(N_STAGES >= 2, "at least two stages");
+static_assert(!PINGPONG || N_STAGES <= K_ITERS, "PINGPONG needs N_STAGES <= K_ITERS (mbarrier parity)");
+static_assert(MMA_INFLIGHT == 0 || MMA_INFLIGHT == 1, "MMA_INFLIGHT is 0 or 1");
+static_assert(!STORE_TMA || BLOCK_N % EPI_SLAB_COLS == 0, "TMA store needs BLOCK_N % 64 == 0");
+static_assert(!EXTRA_TMA || STORE_TMA, "EXTRA_TMA needs STORE_TMA");
+static_assert(CONSUMER_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * NUM_CONSUMERS <= 65536, "register file");
+static_assert(SMEM_BYTES <= 232448, "dynamic shared memory limit of sm_90");
+#ifdef EXPECT_SMEM_BYTES   // the spec's model, passed in by tests: must equal what the kernel lays out
+static_assert(SMEM_BYTES == EXPECT_SMEM_BYTES, "spec smem model disagrees with the kernel");
+#endif
+static_assert(EPILOGUE == BIAS_POS || EPILOGUE == BIAS_GELU || EPILOGUE == BIAS_RESIDUAL, "EPILOGUE");
+
+// ---------------------------------------------------------------- tiny types
+struct __align__(64) TmaDesc { uint64_t opaque[16]; };   // CUtensorMap, 128 bytes
+
+// ---------------------------------------------------------------- PTX helpers
+static __device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  uint32_t r;
+  asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+  return r;
+}
+static __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaDesc* map, uint32_t bar, int c_inner, int c_outer) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+               :: "r"(dst), "l"(map), "r"(bar), "r"(c_inner), "r"(c_outer) : "memory");
+}
+static __device__ __forceinline__ void tma_store_2d(const TmaDesc* map, uint32_t src, int c_inner, int c_outer) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+               :: "l"(map), "r"(src), "r"(c_inner), "r"(c_outer) : "memory");
+}
+static __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+static __device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+static __device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+static __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+static __device__ __forceinline__ void named_bar(uint32_t id, uint32_t n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
+static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+static __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int Pending> static __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(Pending) : "memory");
+}
+// SM90 shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row core groups 1024 B apart.
+static __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+static __device__ __forceinline__ float bf16_lo(uint32_t v) { float f; asm("mov.b32 %0, %1;" : "=f"(f) : "r"(v << 16)); return f; }
+static __device__ __forceinline__ float bf16_hi(uint32_t v) { float f; asm("mov.b32 %0, %1;" : "=f"(f) : "r"(v & 0xFFFF0000u)); return f; }
+static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+static __device__ __forceinline__ uint32_t ld_global_u32(const void* p) {
+  uint32_t v;
+  asm("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+static __device__ __forceinline__ __attribute__((unused)) void st_global_u32(void* p, uint32_t v) {
+  asm volatile("st.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+static __device__ __forceinline__ uint32_t ld_shared_u32(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+  return v;
+}
+static __device__ __forceinline__ void st_shared_u32(uint32_t a, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" :: "r"(a), "r"(v) : "memory");
+}
+static __device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+static __device__ __forceinline__ float gelu_tanh(float x) {
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + tanh_approx(u));
+}
+
+// ---------------------------------------------------------------- wgmma m64nNk32 e4m3 x e4m3 -> f32
+// (specialisations generated once by a script and pasted; one per supported BLOCK_N)
+template <int BN> struct Wgmma;
+template <> struct Wgmma<64> {
+  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t da, uint64_t db, uint32_t acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(acc));
+  }
+};
+template <> struct Wgmma<96> {
+  static __device__ __forceinline__ void mma(float (&d)[48], uint64_t da, uint64_t db, uint32_t acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+        "}, %48, %49, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        : "l"(da), "l"(db), "r"(acc));
+  }
+};
+template <> struct Wgmma<128> {
+  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t da, uint64_t db, uint32_t acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(acc));
+  }
+};
+template <> struct Wgmma<192> {
+  static __device__ __forceinline__ void mma(float (&d)[96], uint64_t da, uint64_t db, uint32_t acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(da), "l"(db), "r"(acc));
+  }
+};
+template <> struct Wgmma<256> {
+  static __device__ __forceinline__ void mma(float (&d)[128], uint64_t da, uint64_t db, uint32_t acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(acc));
+  }
+};
+
+// ---------------------------------------------------------------- tile scheduler
+// Persistent CTAs walk tiles blockIdx.x, blockIdx.x + gridDim.x, ... Tile t maps to a
+// (row block, column block) in raster groups of GROUP_M row blocks.
+static __device__ __forceinline__ void tile_coords(int t, int& m_blk, int& n_blk) {
+  const int group_tiles = GROUP_M * TILES_N;
+  const int g = t / group_tiles;
+  const int first_m = g * GROUP_M;
+  const int gm = (TILES_M - first_m) < GROUP_M ? (TILES_M - first_m) : GROUP_M;
+  const int local = t - g * group_tiles;
+  m_blk = first_m + local % gm;
+  n_blk = local / gm;
+#if SNAKE_ORDER
+  if (g & 1) n_blk = TILES_N - 1 - n_blk;
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_M, BLOCK_K)
+           const __grid_constant__ TmaDesc tm_b,   // W [N, K] E4M3, box (BLOCK_N, BLOCK_K)
+           const __grid_constant__ TmaDesc tm_c,   // C [M, N] BF16, box (WG_M, 64), 128B swizzle
+           const __grid_constant__ TmaDesc tm_x,   // combined_ext / residual BF16, box (WG_M, 64)
+           const uint16_t* __restrict__ extra,     // combined [SEQ_LEN, N] / residual [M, N] / bias
+           const uint16_t* __restrict__ bias,      // bias [N] (BIAS_GELU, BIAS_RESIDUAL)
+           uint16_t* __restrict__ out)             // C [M, N] BF16 (STORE_TMA=0)
+{
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + SMEM_ALIGN - 1) & ~(uint32_t)(SMEM_ALIGN - 1);
+  const uint32_t stages = base;
+  const uint32_t staging_all = base + N_STAGES * STAGE_BYTES;
+  const uint32_t bars = staging_all + STAGING_BYTES;
+#define FULL_BAR(s) (bars + 8 * (s))
+#define EMPTY_BAR(s) (bars + 8 * (N_STAGES + (s)))
+#define EXTRA_BAR(c) (bars + 8 * (2 * N_STAGES + (c)))
+#define ORDER_BAR(c) (bars + 8 * (2 * N_STAGES + NUM_CONSUMERS + (c)))
+
+  const int wg = threadIdx.x / 128;
+  const int tid = threadIdx.x % 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < N_STAGES; ++s) {
+      mbar_init(FULL_BAR(s), 1);
+      mbar_init(EMPTY_BAR(s), STAGE_CONSUMERS);
+    }
+    for (int c = 0; c < NUM_CONSUMERS; ++c) {
+      mbar_init(EXTRA_BAR(c), 1);
+      mbar_init(ORDER_BAR(c), 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fence_async_smem();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ------------------------------------------------------------ producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(PRODUCER_REGS));
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];" :: "l"(&tm_a) : "memory");
+      asm volatile("prefetch.tensormap [%0];" :: "l"(&tm_b) : "memory");
+      uint32_t s = 0, ph = 0;
+      for (int t = blockIdx.x; t < TOTAL_TILES; t += gridDim.x) {
+        int mb, nb;
+        tile_coords(t, mb, nb);
+        for (int k = 0; k < K_ITERS; ++k) {
+          mbar_wait(EMPTY_BAR(s), ph ^ 1);
+          mbar_expect_tx(FULL_BAR(s), STAGE_TX_BYTES);
+          const uint32_t a = stages + s * STAGE_BYTES;
+          tma_load_2d(a, &tm_a, FULL_BAR(s), k * BLOCK_K, mb * BLOCK_M);
+          tma_load_2d(a + A_STAGE_BYTES, &tm_b, FULL_BAR(s), k * BLOCK_K, nb * BLOCK_N);
+          if (++s == N_STAGES) { s = 0; ph ^= 1; }
+        }
+      }
+    }
+  } else {
+    // ------------------------------------------------------------ consumer warpgroups
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(CONSUMER_REGS));
+    const int c = wg - 1;
+    const int warp = tid / 32, lane = tid % 32;
+    const int r_lo = warp * 16 + lane / 4;     // fragment row within a 64-row block (+8: 2nd row)
+    const int cq = 2 * (lane % 4);             // fragment column within an 8-column group
+    const uint32_t swz = (uint32_t)(lane / 4); // row % 8 of both fragment rows
+    const uint32_t staging = staging_all + c * STAGING_BYTES_PER_WG;
+    (void)staging; (void)extra; (void)bias; (void)out; (void)swz;
+    (void)tma_store_2d; (void)ld_shared_u32; (void)st_shared_u32; (void)st_global_u32; (void)gelu_tanh;
+#if EXTRA_TMA
+    uint32_t xphase = 0;
+#endif
+#if PINGPONG
+    // A consumer waits on a stage's full barrier with parity (fill index & 1); that is only
+    // unambiguous once the previous fill of that stage has completed. The other consumer
+    // signals ORDER_BAR after it has received every stage of its tile, and this consumer
+    // waits for that before its own main loop (this also orders the two main loops).
+    uint32_t order_phase = 0;
+#endif
+    float acc[WG_M_TILES][ACC_N];
+    int it = 0;
+    for (int t = blockIdx.x; t < TOTAL_TILES; t += gridDim.x, ++it) {
+#if PINGPONG
+      if (it % NUM_CONSUMERS != c) continue;
+      const int row_off = 0;
+#else
+      const int row_off = c * WG_M;
+#endif
+      int mb, nb;
+      tile_coords(t, mb, nb);
+      const int m0 = mb * BLOCK_M + row_off;
+      const int n0 = nb * BLOCK_N;
+
+#if EXTRA_TMA
+      if (tid == 0) {
+        tma_store_wait_read();   // this consumer's previous stores have left the staging tile
+        mbar_expect_tx(EXTRA_BAR(c), EXTRA_TX_BYTES);
+#if EPILOGUE == BIAS_POS
+        const int xrow = (m0 + BUG_POS_OFF_BY_ONE) % SEQ_LEN;   // combined_ext has SEQ_LEN + 256 rows
+#else
+        const int xrow = m0;
+#endif
+#pragma unroll
+        for (int sl = 0; sl < EPI_SLABS; ++sl)
+          tma_load_2d(staging + sl * WG_M * 128, &tm_x, EXTRA_BAR(c), n0 + sl * EPI_SLAB_COLS, xrow);
+      }
+#endif
+
+      // ---------------------------------------------------------- main loop
+#if PINGPONG
+      if (it > 0) {
+        mbar_wait(ORDER_BAR(1 - c), order_phase);
+        order_phase ^= 1;
+      }
+#endif
+      const uint32_t pos = (uint32_t)it * K_ITERS;
+      uint32_t s = pos % N_STAGES, ph = (pos / N_STAGES) & 1, prev_s = 0;
+      (void)prev_s;
+      for (int k = 0; k < K_ITERS; ++k) {
+        mbar_wait(FULL_BAR(s), ph);
+#if PINGPONG
+        if (k == K_ITERS - 1 && tid == 0) mbar_arrive(ORDER_BAR(c));   // all my fills landed
+#endif
+        wgmma_fence();
+        const uint32_t a = stages + s * STAGE_BYTES + row_off * BLOCK_K;
+        const uint32_t b = stages + s * STAGE_BYTES + A_STAGE_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_K / MMA_K; ++kk) {
+#pragma unroll
+          for (int mi = 0; mi < WG_M_TILES; ++mi)
+            Wgmma<BLOCK_N>::mma(acc[mi], smem_desc(a + mi * 64 * BLOCK_K + kk * MMA_K),
+                                smem_desc(b + kk * MMA_K), (k > 0 || kk > 0) ? 1u : 0u);
+        }
+        wgmma_commit();
+#if MMA_INFLIGHT
+        wgmma_wait<1>();
+        if (k > 0 && tid == 0) mbar_arrive(EMPTY_BAR(prev_s));
+#else
+        wgmma_wait<0>();
+        if (tid == 0) mbar_arrive(EMPTY_BAR(s));
+#endif
+        prev_s = s;
+        if (++s == N_STAGES) { s = 0; ph ^= 1; }
+      }
+#if MMA_INFLIGHT
+      wgmma_wait<0>();
+      if (tid == 0) mbar_arrive(EMPTY_BAR(prev_s));
+#endif
+
+      // ---------------------------------------------------------- epilogue
+#if STORE_TMA && !EXTRA_TMA
+      if (tid == 0) tma_store_wait_read();
+      named_bar(1 + c, 128);
+#endif
+#if EXTRA_TMA
+      mbar_wait(EXTRA_BAR(c), xphase);
+      xphase ^= 1;
+#endif
+#pragma unroll
+      for (int mi = 0; mi < WG_M_TILES; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = mi * 64 + r_lo + 8 * h;
+          const uint64_t grow = (uint64_t)(m0 + r);
+#if !EXTRA_TMA && EPILOGUE == BIAS_POS
+          const uint16_t* xrow = extra + (uint64_t)((m0 + r + BUG_POS_OFF_BY_ONE) % SEQ_LEN) * N + n0 + cq;
+#elif !EXTRA_TMA && EPILOGUE == BIAS_RESIDUAL
+          const uint16_t* xrow = extra + grow * N + n0 + cq;
+#endif
+          (void)grow;
+#pragma unroll
+          for (int j = 0; j < BLOCK_N / 8; ++j) {
+            float v0 = acc[mi][4 * j + 2 * h];
+            float v1 = acc[mi][4 * j + 2 * h + 1];
+#if STORE_TMA
+            const uint32_t sa = staging + (j / 8) * (WG_M * 128) + r * 128 + ((((uint32_t)j % 8) ^ swz) << 4) + 4 * (lane % 4);
+#endif
+#if EPILOGUE == BIAS_GELU || EPILOGUE == BIAS_RESIDUAL
+            const uint32_t bb = ld_global_u32(bias + n0 + cq + 8 * j);
+            v0 += bf16_lo(bb);
+            v1 += bf16_hi(bb);
+#endif
+#if EPILOGUE == BIAS_POS || EPILOGUE == BIAS_RESIDUAL
+#if EXTRA_TMA
+            const uint32_t xx = ld_shared_u32(sa);
+#else
+            const uint32_t xx = ld_global_u32(xrow + 8 * j);
+#endif
+            v0 += bf16_lo(xx);
+            v1 += bf16_hi(xx);
+#endif
+#if EPILOGUE == BIAS_GELU
+            v0 = gelu_tanh(v0);
+            v1 = gelu_tanh(v1);
+#endif
+#if STORE_TMA
+            st_shared_u32(sa, pack_bf16x2(v0, v1));
+#else
+            st_global_u32(out + grow * N + n0 + cq + 8 * j, pack_bf16x2(v0, v1));
+#endif
+          }
+        }
+      }
+#if STORE_TMA
+      fence_async_smem();
+      named_bar(1 + c, 128);
+      if (tid == 0) {
+#pragma unroll
+        for (int sl = 0; sl < EPI_SLABS; ++sl)
+          tma_store_2d(&tm_c, staging + sl * WG_M * 128, n0 + sl * EPI_SLAB_COLS, m0);
+        tma_store_commit();
+      }
+#endif
+    }
+#if STORE_TMA
+    if (tid == 0) tma_store_wait_all();
+#endif
+  }
+}

@@ -1,0 +1,314 @@
+"""Spec of kernel/gemm_sm90a.cu: Hopper FP8 GEMM with fused epilogues (tuner contract).
+
+C[M,N] (BF16) = A[M,K] (E4M3) x W[N,K]^T (E4M3), FP32 accumulate, then EPILOGUE:
+  BIAS_POS       + combined[row % SEQ_LEN, col]         (combined = bias + pos_embed, BF16)
+  BIAS_GELU      gelu_tanh(acc + bias[col])
+  BIAS_RESIDUAL  acc + bias[col] + residual[row, col]
+
+The constraint model below mirrors the kernel's derived constants one for one
+(``SMEM_BYTES`` etc.); tests compile with ``-DEXPECT_SMEM_BYTES=<model>`` so any
+disagreement is a compile error, not a silent wrong launch.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from tuner.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32, E4M3_TO_F32
+from tuner.spec import (
+    Buffer,
+    DeviceInfo,
+    KernelSpec,
+    Launch,
+    OutputSpec,
+    Scalar,  # noqa: F401  (part of the contract; no scalars needed here)
+    TensorMap,
+)
+
+EPILOGUES = ("BIAS_POS", "BIAS_GELU", "BIAS_RESIDUAL")
+BLOCK_K = 128               # one 128-byte swizzle atom of FP8; fixed by the kernel
+SMEM_ALIGN = 1024
+EPI_SLAB_COLS = 64          # BF16 columns per 128-byte swizzled staging slab / TMA store box
+WGMMA_N = (64, 96, 128, 192, 256)   # wgmma wrappers the kernel carries
+ACC_REG_HEADROOM = 40       # registers a consumer needs beyond its accumulators (ptxas-checked)
+COMBINED_EXT_PAD = 256      # combined_ext rows = SEQ_LEN + this (>= any WG_M)
+REGFILE = 65536
+
+
+def _i(config, key, default):
+    v = config.get(key, default)
+    return int(v)
+
+
+class Spec(KernelSpec):
+    name = "gemm_sm90a"
+    source = "gemm_sm90a.cu"
+    kernel_name = "gemm_sm90a"
+    archs = ("sm_90a",)
+    params = {
+        # tier 1
+        "BLOCK_M": 128,
+        "BLOCK_N": 256,
+        "N_STAGES": 3,
+        "NUM_CONSUMERS": 2,
+        "GROUP_M": 8,
+        "MMA_INFLIGHT": 0,
+        "CONSUMER_REGS": 232,
+        "PRODUCER_REGS": 40,
+        # tier 2
+        "PINGPONG": 0,
+        "STORE_TMA": 1,
+        "EXTRA_TMA": 0,
+        "SNAKE_ORDER": 0,
+        "L2_PROMO": 0,
+        # test hook (never in a study's space)
+        "BUG_POS_OFF_BY_ONE": 0,
+    }
+    problem_keys = ("M", "N", "K", "EPILOGUE", "SEQ_LEN")
+    compile_options = ("-std=c++17",)
+    rtol = 2e-2
+    atol = 2e-2
+
+    # -- helpers ------------------------------------------------------------------------
+    def _cfg(self, config):
+        c = dict(self.params)
+        c.update(config)
+        return c
+
+    @staticmethod
+    def _prob(problem):
+        M, N, K = int(problem["M"]), int(problem["N"]), int(problem["K"])
+        epi = str(problem.get("EPILOGUE", "BIAS_POS"))
+        seq = int(problem.get("SEQ_LEN", 196))
+        return M, N, K, epi, seq
+
+    # -- constraint model ---------------------------------------------------------------
+    def derive(self, config, problem):
+        c = self._cfg(config)
+        M, N, K, epi, seq = self._prob(problem)
+        bm, bn, st, nc = (_i(c, k, 0) for k in ("BLOCK_M", "BLOCK_N", "N_STAGES", "NUM_CONSUMERS"))
+        pp, store_tma, extra_tma = _i(c, "PINGPONG", 0), _i(c, "STORE_TMA", 1), _i(c, "EXTRA_TMA", 0)
+        wg_m = bm if pp else (bm // nc if nc else 0)
+        stage_bytes = (bm + bn) * BLOCK_K
+        staging_per_wg = wg_m * bn * 2
+        staging = nc * staging_per_wg if (store_tma or extra_tma) else 0
+        barrier_bytes = 8 * (2 * st + 2 * nc)
+        smem = SMEM_ALIGN + st * stage_bytes + staging + barrier_bytes
+        tiles_m = M // bm if bm else 0
+        tiles_n = N // bn if bn else 0
+        return {
+            "threads": 128 * (nc + 1),
+            "wg_m": wg_m,
+            "wg_m_tiles": wg_m // 64,
+            "acc_regs": (wg_m // 64) * (bn // 2),
+            "k_iters": K // BLOCK_K,
+            "stage_bytes": stage_bytes,
+            "stage_tx_bytes": (bm + bn) * BLOCK_K,
+            "staging_bytes": staging,
+            "smem_bytes": smem,
+            "tiles_m": tiles_m,
+            "tiles_n": tiles_n,
+            "total_tiles": tiles_m * tiles_n,
+            "regfile": _i(c, "PRODUCER_REGS", 40) * 128 + _i(c, "CONSUMER_REGS", 232) * 128 * nc,
+        }
+
+    def check(self, config, problem, device: DeviceInfo | None = None):
+        c = self._cfg(config)
+        M, N, K, epi, seq = self._prob(problem)
+        dev = device or DeviceInfo()
+        unknown = sorted(set(config) - set(self.params))
+        if unknown:
+            return f"unknown parameter(s) {unknown}"
+        if epi not in EPILOGUES:
+            return f"EPILOGUE {epi} not one of {EPILOGUES}"
+        bm, bn, st, nc = (_i(c, k, 0) for k in ("BLOCK_M", "BLOCK_N", "N_STAGES", "NUM_CONSUMERS"))
+        pp, store_tma, extra_tma = _i(c, "PINGPONG", 0), _i(c, "STORE_TMA", 1), _i(c, "EXTRA_TMA", 0)
+        creg, preg = _i(c, "CONSUMER_REGS", 232), _i(c, "PRODUCER_REGS", 40)
+        for flag in ("PINGPONG", "STORE_TMA", "EXTRA_TMA", "SNAKE_ORDER", "MMA_INFLIGHT", "BUG_POS_OFF_BY_ONE"):
+            if _i(c, flag, 0) not in (0, 1):
+                return f"{flag} must be 0 or 1"
+        if K % BLOCK_K:
+            return f"K={K} not a multiple of BLOCK_K={BLOCK_K}"
+        if bn not in WGMMA_N:
+            return f"BLOCK_N={bn} not a wgmma N the kernel carries {WGMMA_N}"
+        if N % bn:
+            return f"N={N} not a multiple of BLOCK_N={bn}"
+        if nc not in (1, 2):
+            return "NUM_CONSUMERS must be 1 or 2"
+        if pp and nc == 1:
+            return "PINGPONG=1 with one consumer is the same kernel as PINGPONG=0"
+        if bm <= 0 or bm % 64 or bm > 256:
+            return f"BLOCK_M={bm}: multiple of 64, at most 256 (TMA box limit)"
+        if M % bm:
+            return f"M={M} not a multiple of BLOCK_M={bm}"
+        d = self.derive(c, problem)
+        if d["wg_m"] % 64 or d["wg_m"] < 64:
+            return f"rows per consumer {d['wg_m']} must be a multiple of 64 (wgmma M)"
+        if st < 2:
+            return "N_STAGES must be >= 2"
+        if pp and st > K // BLOCK_K:
+            return f"PINGPONG needs N_STAGES <= K/BLOCK_K = {K // BLOCK_K} (mbarrier parity)"
+        if _i(c, "GROUP_M", 1) < 1:
+            return "GROUP_M must be >= 1"
+        if not (24 <= preg <= 256 and preg % 8 == 0 and 24 <= creg <= 256 and creg % 8 == 0):
+            return "setmaxnreg values must be multiples of 8 in [24, 256]"
+        if d["regfile"] > REGFILE:
+            return f"registers after setmaxnreg {d['regfile']} > {REGFILE}"
+        if d["acc_regs"] > creg - ACC_REG_HEADROOM:
+            return (f"{d['acc_regs']} accumulator registers per thread leave less than "
+                    f"{ACC_REG_HEADROOM} of CONSUMER_REGS={creg} (ptxas spills)")
+        if store_tma and bn % EPI_SLAB_COLS:
+            return f"STORE_TMA=1 needs BLOCK_N % {EPI_SLAB_COLS} == 0 (128-byte swizzled store boxes)"
+        if extra_tma and not store_tma:
+            return "EXTRA_TMA=1 needs STORE_TMA=1 (the operand lands in the staging tile)"
+        if extra_tma and epi == "BIAS_GELU":
+            return "EXTRA_TMA has no operand to load for BIAS_GELU"
+        if epi == "BIAS_POS" and d["wg_m"] > COMBINED_EXT_PAD:
+            return "combined_ext too short for WG_M"
+        if _i(c, "L2_PROMO", 0) not in (0, 64, 128, 256):
+            return "L2_PROMO must be 0, 64, 128 or 256"
+        if d["smem_bytes"] > dev.max_smem_per_block:
+            return f"shared memory {d['smem_bytes']} B > {dev.max_smem_per_block} B"
+        if d["total_tiles"] < 1:
+            return "no tiles"
+        return None
+
+    # -- launch -------------------------------------------------------------------------
+    def launch(self, config, problem, device: DeviceInfo):
+        c = self._cfg(config)
+        M, N, K, epi, seq = self._prob(problem)
+        d = self.derive(c, problem)
+        bm, bn, wg_m = _i(c, "BLOCK_M", 0), _i(c, "BLOCK_N", 0), d["wg_m"]
+        l2 = _i(c, "L2_PROMO", 0)
+        tm_a = TensorMap("A", "uint8", (M, K), (bm, BLOCK_K), 128, l2)
+        tm_b = TensorMap("W", "uint8", (N, K), (bn, BLOCK_K), 128, l2)
+        tm_c = TensorMap("C", "bfloat16", (M, N), (wg_m, EPI_SLAB_COLS), 128, 0)
+        if epi == "BIAS_POS":
+            tm_x = TensorMap("combined_ext", "bfloat16", (seq + COMBINED_EXT_PAD, N), (wg_m, EPI_SLAB_COLS), 128, 0)
+            extra, bias = Buffer("combined"), Buffer("combined")
+        elif epi == "BIAS_RESIDUAL":
+            tm_x = TensorMap("residual", "bfloat16", (M, N), (wg_m, EPI_SLAB_COLS), 128, 0)
+            extra, bias = Buffer("residual"), Buffer("bias")
+        else:
+            tm_x = tm_c  # unused by BIAS_GELU
+            extra, bias = Buffer("bias"), Buffer("bias")
+        grid = min(device.sm_count, d["total_tiles"])
+        return Launch(
+            grid=(grid, 1, 1),
+            block=(d["threads"], 1, 1),
+            args=[tm_a, tm_b, tm_c, tm_x, extra, bias, Buffer("C")],
+            cluster=(1, 1, 1),
+            smem_bytes=d["smem_bytes"],
+        )
+
+    # -- data ---------------------------------------------------------------------------
+    def inputs(self, problem, rng: np.random.Generator):
+        """Fresh inputs. problem["INPUT_KIND"] == "small_int" gives exact small integers
+        (A, W in {-1, 0, 1}, sparse; bias/combined/residual small integers) so the output is
+        exact in BF16 and any indexing mistake is a hard mismatch."""
+        M, N, K, epi, seq = self._prob(problem)
+        small = problem.get("INPUT_KIND", "random") == "small_int"
+        if small:
+            a = _small_int_fp8(rng, (M, K))
+            w = _small_int_fp8(rng, (N, K))
+        else:
+            a = _uniform_fp8(rng, (M, K), 1.0)
+            w = _uniform_fp8(rng, (N, K), 0.25)
+        out = {"A": a, "W": w}
+        if epi == "BIAS_POS":
+            if small:
+                r = np.arange(seq)[:, None]
+                cc = np.arange(N)[None, :]
+                comb = f32_to_bf16((((r * 7 + cc * 3) % 17) - 8).astype(np.float32))
+            else:
+                comb = _random_bf16_fast(rng, (seq, N))
+            out["combined"] = comb
+            reps = -(-(seq + COMBINED_EXT_PAD) // seq)
+            out["combined_ext"] = np.ascontiguousarray(np.tile(comb, (reps, 1))[: seq + COMBINED_EXT_PAD])
+        else:
+            if small:
+                out["bias"] = f32_to_bf16(((np.arange(N) % 9) - 4).astype(np.float32))
+            else:
+                out["bias"] = _random_bf16_fast(rng, (N,))
+        if epi == "BIAS_RESIDUAL":
+            if small:
+                table = f32_to_bf16(np.arange(-8, 9, dtype=np.float32))
+                out["residual"] = table[rng.integers(0, 17, size=(M, N), dtype=np.uint8)]
+            else:
+                out["residual"] = _random_bf16_fast(rng, (M, N))
+        return out
+
+    def outputs(self, problem):
+        M, N, K, epi, seq = self._prob(problem)
+        return {"C": OutputSpec((M, N), "uint16", "bfloat16")}
+
+    def reference(self, inputs: Mapping[str, np.ndarray], problem, rows):
+        M, N, K, epi, seq = self._prob(problem)
+        rows = np.asarray(rows, dtype=np.int64)
+        a = fp8_to_f32(inputs["A"][rows]).astype(np.float64)
+        w = fp8_to_f32(inputs["W"]).astype(np.float64)
+        acc = a @ w.T
+        if epi == "BIAS_POS":
+            acc = acc + bf16_to_f32(inputs["combined"][rows % seq]).astype(np.float64)
+        elif epi == "BIAS_GELU":
+            x = acc + bf16_to_f32(inputs["bias"]).astype(np.float64)[None, :]
+            acc = 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+        else:
+            acc = (acc + bf16_to_f32(inputs["bias"]).astype(np.float64)[None, :]
+                   + bf16_to_f32(inputs["residual"][rows]).astype(np.float64))
+        return acc.astype(np.float32)
+
+    def check_rows(self, problem):
+        return 256
+
+    def flops(self, problem):
+        M, N, K, epi, seq = self._prob(problem)
+        return 2.0 * M * N * K
+
+    def bytes_moved(self, problem):
+        M, N, K, epi, seq = self._prob(problem)
+        b = M * K + N * K + 2 * M * N
+        if epi == "BIAS_POS":
+            b += 2 * seq * N
+        else:
+            b += 2 * N
+        if epi == "BIAS_RESIDUAL":
+            b += 2 * M * N
+        return float(b)
+
+
+# ---------------------------------------------------------------- input generators
+def _codes_upto(max_abs: float) -> np.ndarray:
+    vals = np.nan_to_num(E4M3_TO_F32, nan=np.inf)
+    ok = np.flatnonzero((np.abs(vals) <= max_abs) & (vals != 0))
+    return ok.astype(np.uint8)
+
+
+def _random_bytes(rng, shape, dtype=np.uint8):
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return np.frombuffer(rng.bytes(n), dtype=dtype).reshape(shape)
+
+
+def _uniform_fp8(rng, shape, max_abs):
+    """Random nonzero E4M3 codes with |v| <= max_abs: random bytes through a 256-entry table
+    (about 1 GB/s; full-size inputs are GBs)."""
+    codes = _codes_upto(max_abs)
+    table = codes[np.arange(256) % codes.size]
+    return table[_random_bytes(rng, shape)]
+
+
+def _small_int_fp8(rng, shape):
+    """E4M3 codes of -1, 0, +1 with P(nonzero) = 1/4 (sums stay well inside BF16's exact range)."""
+    table = np.zeros(256, dtype=np.uint8)
+    table[0::8] = 0x38   # +1
+    table[1::8] = 0xB8   # -1
+    return table[_random_bytes(rng, shape)]
+
+
+def _random_bf16_fast(rng, shape):
+    """Random BF16 bit patterns, |v| in [2^-4, 2), random sign, never zero."""
+    bits = _random_bytes(rng, shape, np.uint16)
+    exp = np.array([123, 124, 125, 126, 127] * 52 + [127] * 4, dtype=np.uint16)[bits >> np.uint16(8)]
+    return (bits & np.uint16(0x807F)) | (exp << np.uint16(7))
