@@ -116,10 +116,28 @@ class Kernel:
             self.holders.append(buf)
         self.ptrs = (ctypes.c_void_p * len(self.holders))(*[ctypes.addressof(h) for h in self.holders])
 
+        L = launch
+        cfg = drv.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = L.grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = L.block
+        cfg.sharedMemBytes = L.smem_bytes
+        cfg.hStream = 0
+        attrs = []
+        if tuple(L.cluster) != (1, 1, 1):
+            at = drv.CUlaunchAttribute()
+            at.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = L.cluster
+            attrs.append(at)
+        cfg.attrs = attrs
+        cfg.numAttrs = len(attrs)
+        self.cfg = cfg
+        self.max_clusters = None
+        if attrs:
+            self.max_clusters = ck(drv.cuOccupancyMaxActiveClusters(self.fn, cfg))
+
     def __call__(self, stream=0):
         drv = _drv()
-        L = self.launch
-        ck(drv.cuLaunchKernel(self.fn, *L.grid, *L.block, L.smem_bytes, stream, ctypes.addressof(self.ptrs), 0))
+        ck(drv.cuLaunchKernelEx(self.cfg, self.fn, ctypes.addressof(self.ptrs), 0))
 
     def close(self):
         _drv().cuModuleUnload(self.mod)
@@ -268,6 +286,8 @@ def run_problem(torch, pname, problem, jobs, timing, rng, log):
                 continue
             launch = SPEC.launch(cfg, problem, dev)
             kern = Kernel(cubin, launch, d_in)
+            if kern.max_clusters is not None:
+                rec["max_active_clusters"] = kern.max_clusters
             d_in["C"].fill_(np.int16(POISON_BF16 - 65536) if POISON_BF16 > 32767 else POISON_BF16)
             torch.cuda.synchronize()
             kern()
@@ -372,6 +392,7 @@ def main():
         ratio = f"{ms / cub[r['problem']]['ms_gemm']:.3f}" if ms and r["problem"] in cub else ""
         log(f"{r['problem']:12s} {st:10s} regs={r.get('regs')} sp={r.get('spills')} ms={ms if ms is None else round(ms, 4)} "
             f"tflops={round(r['tflops']) if ms else ''} x_cublas={ratio} | {cfg} | {r.get('reason', '')}"
+            + (f" maxclusters={r['max_active_clusters']}" if r.get("max_active_clusters") else "")
             + ("" if r.get("ok", True) else f" | {r.get('check_small_int')} | {r.get('check_random')}"))
     for p, c in cub.items():
         log(f"{p:12s} cuBLAS gemm-only {c['ms_gemm']:.4f} ms, cuBLAS+epilogue {c['ms_unfused']:.4f} ms")

@@ -61,6 +61,74 @@ PLANS = {
 }
 
 
+E = {"EXTRA_TMA": 1}
+C2 = {"CLUSTER_M": 2}
+PLANS["cluster"] = {
+    "timing": {"warmup": 3, "repeats": 20},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            J(E),
+            J({**E, **C2}),
+            J(C2),
+            J({**E, **C2, "MMA_INFLIGHT": 1}),
+            J({**E, **C2, "PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 4}),
+            J({**E, **C2, "BLOCK_N": 192, "N_STAGES": 4}),
+            J({**E, **C2, "GROUP_M": 1}),
+            J({**E, **C2, "GROUP_M": 32}),
+            J({**E, **C2, "L2_PROMO": 256}),
+            J({**C2, "BLOCK_M": 256, "BLOCK_N": 192, "STORE_TMA": 0, "N_STAGES": 4}),
+            J({**E, **C2, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+        ]},
+        "fc1": {"problem": FC1, "jobs": [
+            J(C2),
+            J({**C2, "BLOCK_N": 192, "N_STAGES": 4}),
+            J({**C2, "PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 4}),
+            J({**C2, "MMA_INFLIGHT": 1}),
+        ]},
+        "fc2": {"problem": FC2, "jobs": [
+            J(C2),
+            J({**C2, **E}),
+            J({**C2, "PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 4}),
+            J({**C2, "BLOCK_N": 192, "N_STAGES": 4}),
+        ]},
+    },
+}
+
+
+PLANS["sweep"] = {
+    "timing": {"warmup": 3, "repeats": 20},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            J(E),
+            J({**E, "BLOCK_N": 128, "N_STAGES": 6}),
+            J({**E, "BLOCK_N": 128, "N_STAGES": 5}),
+            J({**E, "BLOCK_M": 256, "BLOCK_N": 128, "N_STAGES": 3}),
+            J({**E, "GROUP_M": 1}),
+            J({**E, "GROUP_M": 32}),
+            J({**E, "L2_PROMO": 256}),
+            J({**E, "SNAKE_ORDER": 1}),
+            J({**E, "CONSUMER_REGS": 240, "PRODUCER_REGS": 24}),
+            J({**E, "BLOCK_N": 128, "N_STAGES": 6, "L2_PROMO": 256}),
+        ]},
+        "fc1": {"problem": FC1, "jobs": [
+            J({}),
+            J({"BLOCK_N": 128, "N_STAGES": 6}),
+            J({"L2_PROMO": 256}),
+            J({"GROUP_M": 1}),
+            J({"BLOCK_M": 256, "BLOCK_N": 128, "N_STAGES": 3}),
+        ]},
+        "fc2": {"problem": FC2, "jobs": [
+            J({}),
+            J({"BLOCK_N": 128, "N_STAGES": 6}),
+            J({**E, "BLOCK_N": 128, "N_STAGES": 6}),
+            J({"L2_PROMO": 256}),
+            J({"GROUP_M": 1}),
+            J({"BLOCK_M": 256, "BLOCK_N": 128, "N_STAGES": 3}),
+        ]},
+    },
+}
+
+
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]

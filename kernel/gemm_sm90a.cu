@@ -65,6 +65,9 @@ typedef unsigned short uint16_t;
 #ifndef NUM_CONSUMERS
 #define NUM_CONSUMERS 2    // consumer warpgroups (1 or 2)
 #endif
+#ifndef CLUSTER_M
+#define CLUSTER_M 1        // CTAs of a cluster (along M) that share each W tile by TMA multicast
+#endif
 #ifndef GROUP_M
 #define GROUP_M 8          // raster: tiles walk GROUP_M row blocks before the next column block
 #endif
@@ -107,6 +110,9 @@ typedef unsigned short uint16_t;
 #define TILES_M (M / BLOCK_M)
 #define TILES_N (N / BLOCK_N)
 #define TOTAL_TILES (TILES_M * TILES_N)
+#define UNITS_M (TILES_M / CLUSTER_M)                 // scheduling unit = CLUSTER_M row blocks
+#define TOTAL_UNITS (UNITS_M * TILES_N)
+#define B_SLICE_ROWS (BLOCK_N / CLUSTER_M)            // W rows each cluster CTA loads and multicasts
 #define THREADS (128 * (NUM_CONSUMERS + 1))
 #if PINGPONG
 #define WG_M BLOCK_M                                  // rows one consumer owns per tile
@@ -130,6 +136,7 @@ typedef unsigned short uint16_t;
 #define STAGING_BYTES 0
 #endif
 #define EXTRA_TX_BYTES (WG_M * EPI_SLAB_COLS * 2 * EPI_SLABS)
+#define EMPTY_ARRIVALS (STAGE_CONSUMERS * CLUSTER_M)
 #define BARRIER_BYTES (8 * (2 * N_STAGES + 2 * NUM_CONSUMERS))
 #define SMEM_ALIGN 1024
 #define SMEM_BYTES (SMEM_ALIGN + N_STAGES * STAGE_BYTES + STAGING_BYTES + BARRIER_BYTES)
@@ -143,6 +150,9 @@ static_assert(NUM_CONSUMERS == 1 || NUM_CONSUMERS == 2, "NUM_CONSUMERS is 1 or 2
 static_assert(WG_M % 64 == 0 && WG_M_TILES >= 1, "rows per consumer must be a multiple of 64");
 static_assert(BLOCK_M <= 256 && BLOCK_N <= 256, "TMA box dims are at most 256");
 static_assert(N_STAGES >= 2, "at least two stages");
+static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CLUSTER_M is 1 or 2");
+static_assert(TILES_M % CLUSTER_M == 0, "row blocks must pair up in a cluster");
+static_assert(B_SLICE_ROWS % 8 == 0, "multicast slice of W: whole 8-row swizzle groups");
 static_assert(!PINGPONG || N_STAGES <= K_ITERS, "PINGPONG needs N_STAGES <= K_ITERS (mbarrier parity)");
 static_assert(MMA_INFLIGHT == 0 || MMA_INFLIGHT == 1, "MMA_INFLIGHT is 0 or 1");
 static_assert(!STORE_TMA || BLOCK_N % EPI_SLAB_COLS == 0, "TMA store needs BLOCK_N % 64 == 0");
@@ -183,6 +193,22 @@ static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) 
 static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaDesc* map, uint32_t bar, int c_inner, int c_outer) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
                :: "r"(dst), "l"(map), "r"(bar), "r"(c_inner), "r"(c_outer) : "memory");
+}
+static __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const TmaDesc* map, uint32_t bar, int c_inner, int c_outer, uint16_t mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;"
+               :: "r"(dst), "l"(map), "r"(bar), "r"(c_inner), "r"(c_outer), "h"(mask) : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  asm volatile("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, %0, %1; mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra]; }"
+               :: "r"(bar), "r"(cta) : "memory");
+}
+static __device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+static __device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
 }
 static __device__ __forceinline__ void tma_store_2d(const TmaDesc* map, uint32_t src, int c_inner, int c_outer) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
@@ -354,16 +380,29 @@ template <> struct Wgmma<256> {
   }
 };
 
+// A consumed stage is released to the producer of every CTA of the cluster (each one wrote a
+// slice of W into it by multicast).
+static __device__ __forceinline__ void release_stage(uint32_t bar) {
+#if CLUSTER_M > 1
+#pragma unroll
+  for (uint32_t r = 0; r < CLUSTER_M; ++r) mbar_arrive_cluster(bar, r);
+#else
+  mbar_arrive(bar);
+#endif
+}
+
 // ---------------------------------------------------------------- tile scheduler
 // Persistent CTAs walk tiles blockIdx.x, blockIdx.x + gridDim.x, ... Tile t maps to a
 // (row block, column block) in raster groups of GROUP_M row blocks.
-static __device__ __forceinline__ void tile_coords(int t, int& m_blk, int& n_blk) {
-  const int group_tiles = GROUP_M * TILES_N;
-  const int g = t / group_tiles;
+// With CLUSTER_M > 1 the unit is CLUSTER_M adjacent row blocks sharing one column block; every
+// CTA of a cluster walks the same units (same count, same column block) and takes its own row.
+static __device__ __forceinline__ void tile_coords(int u, uint32_t rank, int& m_blk, int& n_blk) {
+  const int group_units = GROUP_M * TILES_N;
+  const int g = u / group_units;
   const int first_m = g * GROUP_M;
-  const int gm = (TILES_M - first_m) < GROUP_M ? (TILES_M - first_m) : GROUP_M;
-  const int local = t - g * group_tiles;
-  m_blk = first_m + local % gm;
+  const int gm = (UNITS_M - first_m) < GROUP_M ? (UNITS_M - first_m) : GROUP_M;
+  const int local = u - g * group_units;
+  m_blk = (first_m + local % gm) * CLUSTER_M + (int)rank;
   n_blk = local / gm;
 #if SNAKE_ORDER
   if (g & 1) n_blk = TILES_N - 1 - n_blk;
@@ -395,7 +434,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
   if (threadIdx.x == 0) {
     for (int s = 0; s < N_STAGES; ++s) {
       mbar_init(FULL_BAR(s), 1);
-      mbar_init(EMPTY_BAR(s), STAGE_CONSUMERS);
+      mbar_init(EMPTY_BAR(s), EMPTY_ARRIVALS);
     }
     for (int c = 0; c < NUM_CONSUMERS; ++c) {
       mbar_init(EXTRA_BAR(c), 1);
@@ -404,7 +443,14 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     fence_async_smem();
   }
+#if CLUSTER_M > 1
+  cluster_sync();   // peers' barriers are initialised before any multicast or remote arrive
+  const uint32_t rank = cluster_rank();
+#else
   __syncthreads();
+  const uint32_t rank = 0;
+#endif
+  const int unit0 = blockIdx.x / CLUSTER_M, unit_step = gridDim.x / CLUSTER_M;
 
   if (wg == 0) {
     // ------------------------------------------------------------ producer warpgroup
@@ -413,15 +459,20 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
       asm volatile("prefetch.tensormap [%0];" :: "l"(&tm_a) : "memory");
       asm volatile("prefetch.tensormap [%0];" :: "l"(&tm_b) : "memory");
       uint32_t s = 0, ph = 0;
-      for (int t = blockIdx.x; t < TOTAL_TILES; t += gridDim.x) {
+      for (int u = unit0; u < TOTAL_UNITS; u += unit_step) {
         int mb, nb;
-        tile_coords(t, mb, nb);
+        tile_coords(u, rank, mb, nb);
         for (int k = 0; k < K_ITERS; ++k) {
           mbar_wait(EMPTY_BAR(s), ph ^ 1);
           mbar_expect_tx(FULL_BAR(s), STAGE_TX_BYTES);
           const uint32_t a = stages + s * STAGE_BYTES;
           tma_load_2d(a, &tm_a, FULL_BAR(s), k * BLOCK_K, mb * BLOCK_M);
+#if CLUSTER_M > 1
+          tma_load_2d_mc(a + A_STAGE_BYTES + rank * (B_SLICE_ROWS * BLOCK_K), &tm_b, FULL_BAR(s), k * BLOCK_K,
+                         nb * BLOCK_N + (int)rank * B_SLICE_ROWS, (uint16_t)((1u << CLUSTER_M) - 1));
+#else
           tma_load_2d(a + A_STAGE_BYTES, &tm_b, FULL_BAR(s), k * BLOCK_K, nb * BLOCK_N);
+#endif
           if (++s == N_STAGES) { s = 0; ph ^= 1; }
         }
       }
@@ -449,7 +500,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #endif
     float acc[WG_M_TILES][ACC_N];
     int it = 0;
-    for (int t = blockIdx.x; t < TOTAL_TILES; t += gridDim.x, ++it) {
+    for (int u = unit0; u < TOTAL_UNITS; u += unit_step, ++it) {
 #if PINGPONG
       if (it % NUM_CONSUMERS != c) continue;
       const int row_off = 0;
@@ -457,7 +508,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
       const int row_off = c * WG_M;
 #endif
       int mb, nb;
-      tile_coords(t, mb, nb);
+      tile_coords(u, rank, mb, nb);
       const int m0 = mb * BLOCK_M + row_off;
       const int n0 = nb * BLOCK_N;
 
@@ -504,17 +555,17 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
         wgmma_commit();
 #if MMA_INFLIGHT
         wgmma_wait<1>();
-        if (k > 0 && tid == 0) mbar_arrive(EMPTY_BAR(prev_s));
+        if (k > 0 && tid == 0) release_stage(EMPTY_BAR(prev_s));
 #else
         wgmma_wait<0>();
-        if (tid == 0) mbar_arrive(EMPTY_BAR(s));
+        if (tid == 0) release_stage(EMPTY_BAR(s));
 #endif
         prev_s = s;
         if (++s == N_STAGES) { s = 0; ph ^= 1; }
       }
 #if MMA_INFLIGHT
       wgmma_wait<0>();
-      if (tid == 0) mbar_arrive(EMPTY_BAR(prev_s));
+      if (tid == 0) release_stage(EMPTY_BAR(prev_s));
 #endif
 
       // ---------------------------------------------------------- epilogue
@@ -586,4 +637,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
     if (tid == 0) tma_store_wait_all();
 #endif
   }
+#if CLUSTER_M > 1
+  cluster_sync();   // no CTA leaves while a peer may still arrive on its barriers
+#endif
 }

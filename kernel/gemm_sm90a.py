@@ -53,6 +53,7 @@ class Spec(KernelSpec):
         "BLOCK_N": 256,
         "N_STAGES": 3,
         "NUM_CONSUMERS": 2,
+        "CLUSTER_M": 1,
         "GROUP_M": 8,
         "MMA_INFLIGHT": 0,
         "CONSUMER_REGS": 232,
@@ -150,6 +151,13 @@ class Spec(KernelSpec):
             return "N_STAGES must be >= 2"
         if pp and st > K // BLOCK_K:
             return f"PINGPONG needs N_STAGES <= K/BLOCK_K = {K // BLOCK_K} (mbarrier parity)"
+        cm = _i(c, "CLUSTER_M", 1)
+        if cm not in (1, 2):
+            return "CLUSTER_M must be 1 or 2"
+        if d["tiles_m"] % cm:
+            return f"{d['tiles_m']} row blocks do not pair up in clusters of {cm}"
+        if (bn // cm) % 8:
+            return f"W slice of {bn // cm} rows per cluster CTA is not whole 8-row groups"
         if _i(c, "GROUP_M", 1) < 1:
             return "GROUP_M must be >= 1"
         if not (24 <= preg <= 256 and preg % 8 == 0 and 24 <= creg <= 256 and creg % 8 == 0):
@@ -183,7 +191,8 @@ class Spec(KernelSpec):
         bm, bn, wg_m = _i(c, "BLOCK_M", 0), _i(c, "BLOCK_N", 0), d["wg_m"]
         l2 = _i(c, "L2_PROMO", 0)
         tm_a = TensorMap("A", "uint8", (M, K), (bm, BLOCK_K), 128, l2)
-        tm_b = TensorMap("W", "uint8", (N, K), (bn, BLOCK_K), 128, l2)
+        cm = _i(c, "CLUSTER_M", 1)
+        tm_b = TensorMap("W", "uint8", (N, K), (bn // cm, BLOCK_K), 128, l2)
         tm_c = TensorMap("C", "bfloat16", (M, N), (wg_m, EPI_SLAB_COLS), 128, 0)
         if epi == "BIAS_POS":
             tm_x = TensorMap("combined_ext", "bfloat16", (seq + COMBINED_EXT_PAD, N), (wg_m, EPI_SLAB_COLS), 128, 0)
@@ -194,12 +203,12 @@ class Spec(KernelSpec):
         else:
             tm_x = tm_c  # unused by BIAS_GELU
             extra, bias = Buffer("bias"), Buffer("bias")
-        grid = min(device.sm_count, d["total_tiles"])
+        grid = (min(device.sm_count, d["total_tiles"]) // cm) * cm
         return Launch(
             grid=(grid, 1, 1),
             block=(d["threads"], 1, 1),
             args=[tm_a, tm_b, tm_c, tm_x, extra, bias, Buffer("C")],
-            cluster=(1, 1, 1),
+            cluster=(cm, 1, 1),
             smem_bytes=d["smem_bytes"],
         )
 

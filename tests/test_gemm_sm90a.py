@@ -1,0 +1,165 @@
+"""kernel/gemm_sm90a: spec model, NVRTC builds for sm_90a (CPU only), and device checks (gpu)."""
+from __future__ import annotations
+
+import itertools
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tuner.numerics import f32_to_bf16  # noqa: E402
+from tuner.spec import DeviceInfo, TensorMap, load_spec  # noqa: E402
+
+SPEC = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
+STUDIES = {n: ROOT / "studies" / f"{n}_sm90a.toml" for n in ("patch_embed", "fc1", "fc2")}
+
+
+def study(name):
+    with open(STUDIES[name], "rb") as f:
+        return tomllib.load(f)
+
+
+def valid_configs(name):
+    st = study(name)
+    axes = {**st["space"]["tier1"], **st["space"]["tier2"]}
+    for vals in itertools.product(*axes.values()):
+        cfg = dict(zip(axes, vals))
+        cfg.update(st.get("fixed", {}))
+        if SPEC.check(cfg, st["problem"]) is None:
+            yield cfg
+
+
+def nvrtc_build(config, problem, extra=None):
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
+    sys.path.insert(0, str(ROOT / "bench"))
+    from nvrtc_build import nvrtc_compile
+
+    defines = SPEC.defines(config, problem)
+    defines.update(extra or {})
+    del nvrtc
+    return nvrtc_compile(defines)
+
+
+# ------------------------------------------------------------------ model / study files
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_study_file_and_defaults(name):
+    st = study(name)
+    assert st["study"]["arch"] == "sm_90a"
+    assert (STUDIES[name].parent / st["study"]["kernel"]).resolve() == SPEC.path
+    for key in list(st["space"]["tier1"]) + list(st["space"]["tier2"]) + list(st.get("fixed", {})):
+        assert key in SPEC.params, key
+    assert SPEC.check({}, st["problem"]) is None
+
+
+def test_space_sizes():
+    counts = {n: sum(1 for _ in valid_configs(n)) for n in STUDIES}
+    assert counts["patch_embed"] >= 100, counts
+    assert all(1 <= c <= 10000 for c in counts.values()), counts
+
+
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_every_valid_config_launch_matches_model(name):
+    st = study(name)
+    dev = DeviceInfo()
+    for cfg in itertools.islice(valid_configs(name), 0, None, 37):
+        d = SPEC.derive(cfg, st["problem"])
+        L = SPEC.launch(cfg, st["problem"], dev)
+        assert L.smem_bytes == d["smem_bytes"] <= dev.max_smem_per_block
+        assert L.block == (d["threads"], 1, 1)
+        assert L.grid[0] % L.cluster[0] == 0 and L.grid[0] <= dev.sm_count
+        maps = [a for a in L.args if isinstance(a, TensorMap)]
+        assert all(1 <= b <= 256 for m in maps for b in m.box)
+        a, b = maps[0], maps[1]
+        # expect_tx of a stage = what the A box and the CLUSTER_M W boxes deliver
+        assert d["stage_tx_bytes"] == a.box[0] * a.box[1] + b.box[0] * b.box[1] * L.cluster[0]
+        assert d["acc_regs"] <= cfg["CONSUMER_REGS"] - 40
+
+
+def test_rejections_have_reasons():
+    P = study("patch_embed")["problem"]
+    assert "BLOCK_N" in SPEC.check({"BLOCK_N": 160}, P)
+    assert "shared memory" in SPEC.check({"N_STAGES": 6}, P)
+    assert "accumulator" in SPEC.check({"BLOCK_M": 256, "STORE_TMA": 0, "N_STAGES": 2}, P)
+    assert "STORE_TMA" in SPEC.check({"BLOCK_N": 96}, P)
+    assert "PINGPONG" in SPEC.check({"PINGPONG": 1, "NUM_CONSUMERS": 1, "BLOCK_M": 64}, P)
+    assert "unknown" in SPEC.check({"NOPE": 1}, P)
+
+
+def test_small_int_inputs_catch_row_mod_bug():
+    P = {"M": 1024, "N": 768, "K": 768, "EPILOGUE": "BIAS_POS", "SEQ_LEN": 196, "INPUT_KIND": "small_int"}
+    inp = SPEC.inputs(P, np.random.default_rng(0))
+    rows = np.arange(0, 1024, 7)
+    ref = SPEC.reference(inp, P, rows)
+    assert np.array_equal(ref, np.round(ref)) and np.abs(ref).max() < 256   # exact in BF16
+    # what an off-by-one row % SEQ_LEN would produce differs from the reference nearly everywhere
+    wrong = ref.copy()
+    from tuner.numerics import bf16_to_f32
+    wrong += bf16_to_f32(inp["combined"][(rows + 1) % 196]) - bf16_to_f32(inp["combined"][rows % 196])
+    assert (f32_to_bf16(wrong) != f32_to_bf16(ref)).mean() > 0.9
+
+
+# ------------------------------------------------------------------ NVRTC (CPU only)
+BUILDS = [
+    ("patch_embed", {}),
+    ("patch_embed", {"EXTRA_TMA": 1, "CLUSTER_M": 2}),
+    ("patch_embed", {"PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 4, "EXTRA_TMA": 1}),
+    ("patch_embed", {"BLOCK_N": 96, "STORE_TMA": 0, "N_STAGES": 5, "NUM_CONSUMERS": 1, "BLOCK_M": 64}),
+    ("patch_embed", {"BLOCK_M": 256, "BLOCK_N": 192, "STORE_TMA": 0, "N_STAGES": 3}),   # 192 acc regs
+    ("fc1", {"MMA_INFLIGHT": 1}),
+    ("fc2", {"EXTRA_TMA": 1, "L2_PROMO": 256}),
+]
+
+
+@pytest.mark.parametrize("name,cfg", BUILDS)
+def test_nvrtc_build_sm90a(name, cfg):
+    P = study(name)["problem"]
+    assert SPEC.check(cfg, P) is None
+    smem = SPEC.derive(cfg, P)["smem_bytes"]
+    ok, log, cubin, stats = nvrtc_build(cfg, P, {"EXPECT_SMEM_BYTES": smem})   # kernel asserts == model
+    assert ok, log[-2000:]
+    assert len(cubin) > 0
+    assert stats["regs"] is not None and stats["regs"] <= 255
+    assert (stats["spill_stores"] or 0) == 0 and (stats["spill_loads"] or 0) == 0, log
+
+
+def test_model_and_ptxas_agree_on_register_limit():
+    """256 accumulators per consumer thread: the model rejects it, and ptxas indeed spills."""
+    P = study("patch_embed")["problem"]
+    cfg = {"BLOCK_M": 256, "BLOCK_N": 256, "STORE_TMA": 0, "N_STAGES": 2}
+    assert "accumulator" in SPEC.check(cfg, P)
+    ok, log, _, stats = nvrtc_build(cfg, P)
+    assert ok and (stats["spill_stores"] or 0) > 0
+
+
+def test_smem_model_mismatch_is_a_compile_error():
+    P = study("patch_embed")["problem"]
+    ok, log, _, _ = nvrtc_build({}, P, {"EXPECT_SMEM_BYTES": SPEC.derive({}, P)["smem_bytes"] + 8})
+    assert not ok and "smem model" in log
+
+
+# ------------------------------------------------------------------ device (gpu)
+@pytest.mark.gpu
+@pytest.mark.parametrize("epi,n,k", [("BIAS_POS", 768, 768), ("BIAS_GELU", 3072, 768), ("BIAS_RESIDUAL", 768, 3072)])
+def test_device_correctness(epi, n, k):
+    """Standalone harness (bench/harness.py) until tuner's worker runs specs: exact small-int
+    and random inputs, poisoned output; the off-by-one variant must be caught."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    sys.path.insert(0, str(ROOT / "bench"))
+    import harness
+
+    P = {"M": 196 * 256, "N": n, "K": k, "EPILOGUE": epi, "SEQ_LEN": 196}
+    jobs = [{"config": {}, "time": False}, {"config": {"PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 4}, "time": False},
+            {"config": {"CLUSTER_M": 2}, "time": False}]
+    if epi == "BIAS_POS":
+        jobs.append({"config": {"BUG_POS_OFF_BY_ONE": 1}, "time": False, "expect_fail": True})
+    res = harness.run_problem(torch, epi, P, jobs, {"cublas": False}, np.random.default_rng(0), print)
+    for job, r in zip(jobs, res):
+        assert r.get("status") is None, r
+        assert r["ok"] != job.get("expect_fail", False), r
