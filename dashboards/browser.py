@@ -216,8 +216,11 @@ class Chromium:
             plots = self.evaluate(PLOTS_JS)
             if plots != last:
                 last, stable_since = plots, time.monotonic()
-            elif time.monotonic() - stable_since >= settle_s and all(p["main_svg"] for p in plots):
-                return plots
+            else:
+                # a plot that never draws (a broken page) is reported after a longer quiet spell
+                need = settle_s if all(p["main_svg"] for p in plots) else max(settle_s, 3.0)
+                if time.monotonic() - stable_since >= need:
+                    return plots
             self._drain(0.2)
         return last or []
 

@@ -15,6 +15,7 @@ import itertools
 import math
 import random
 import sys
+import warnings
 
 import optuna
 from optuna.distributions import CategoricalDistribution
@@ -95,7 +96,9 @@ def make_study(storage, name: str, shape: str = "patch_embed", n_trials: int = 3
     problem = {k: spec[k] for k in ("M", "N", "K", "EPILOGUE")}
     flops = 2.0 * problem["M"] * problem["N"] * problem["K"]
     study = optuna.create_study(storage=storage, study_name=name, direction="minimize")
-    study.set_metric_names(["ms"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(["ms"])
     created = created or _dt.datetime(2026, 11, 1, 9, 0, 0)
     attrs = {
         "kind": kind, "shape": shape, "problem": problem, "arch": "sm_90a",
@@ -192,7 +195,6 @@ def make_demo_storage(storage, n_trials: int = 300) -> list[str]:
     make_all_failed_study(storage, "fc2-bf16-broken")
     names.append("fc2-bf16-broken")
     empty = optuna.create_study(storage=storage, study_name="fc1-new-empty", direction="minimize")
-    empty.set_metric_names(["ms"])
     empty.set_user_attr("shape", "fc1")
     names.append("fc1-new-empty")
     return names

@@ -26,6 +26,7 @@ import logging
 import math
 import re
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -223,19 +224,20 @@ def _memory_study(data: StudyData) -> optuna.Study:
     """The study as Optuna's figures see it: every stored trial, numbers as stored."""
     storage = _SnapshotStorage(data.trials)
     study = optuna.create_study(storage=storage, direction=data.direction, study_name=data.name)
-    study.set_metric_names([data.metric])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([data.metric])
     return study
 
 
 # ------------------------------------------------------------------------- figures
 
 
-def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
-    # subplot titles are annotations just above the plots: leave room for the figure title
-    has_subtitles = bool(fig.layout.annotations)
-    fig.update_layout(title=dict(text=title, y=0.99 if has_subtitles else None, yanchor="top"),
+def _layout(fig: go.Figure, title: str, height: int = 420, subplots: bool = False) -> go.Figure:
+    # subplot titles sit just above the plots: leave room for the figure title over them
+    fig.update_layout(title=dict(text=title, y=0.98 if subplots else None, yanchor="top" if subplots else None),
                       height=height, template="plotly_white",
-                      margin=dict(l=60, r=30, t=95 if has_subtitles else 60, b=50))
+                      margin=dict(l=60, r=30, t=95 if subplots else 60, b=50))
     return fig
 
 
@@ -258,7 +260,7 @@ def fig_importances(data: StudyData, mem: optuna.Study) -> go.Figure:
     fig = optuna.visualization.plot_param_importances(
         mem, evaluator=evaluator, params=data.axes, target_name=data.metric)
     return _layout(fig, f"Parameter importances for {data.metric} (PED-ANOVA: what sets the best 10% "
-                        f"of {len(mem.trials)} COMPLETE trials apart)", 360)
+                        f"of {len(data.complete)} COMPLETE trials apart)", 360)
 
 
 def fig_slice(data: StudyData, mem: optuna.Study) -> go.Figure:
@@ -284,7 +286,7 @@ def fig_boxes(data: StudyData) -> go.Figure:
                        marker_color="#1f77b4"),
                 row=i // cols + 1, col=i % cols + 1)
     fig.update_yaxes(title_text=data.metric, col=1)
-    return _layout(fig, f"{data.metric} by value of each define (COMPLETE trials)", 300 * rows + 80)
+    return _layout(fig, f"{data.metric} by value of each define (COMPLETE trials)", 300 * rows + 80, subplots=True)
 
 
 def _sorted_values(values: Iterable) -> list:
@@ -327,7 +329,7 @@ def fig_resources(data: StudyData) -> go.Figure:
     title = "Time against resources, coloured by status"
     if untimed:
         title += f" ({untimed} trials without a time are in the breakdown below)"
-    return _layout(fig, title, 440)
+    return _layout(fig, title, 440, subplots=True)
 
 
 _NUMBER = re.compile(r"\d+(\.\d+)?")
@@ -367,7 +369,8 @@ def fig_failures(data: StudyData) -> go.Figure:
             marker_color=[STATUS_COLORS.get(s, "#333333") for s in table["status"]][::-1],
             text=table["count"][::-1], textposition="auto"), row=1, col=2)
     fig.update_layout(barmode="stack")
-    return _layout(fig, "Pruned and failed trials by status and reason", max(380, 26 * len(table) + 140))
+    return _layout(fig, "Pruned and failed trials by status and reason", max(380, 26 * len(table) + 140),
+                   subplots=True)
 
 
 def _clip(text: str, n: int) -> str:
@@ -446,7 +449,7 @@ def _fingerprint(attrs: dict[str, Any]) -> str:
     rows = [
         ("device", ", ".join(f"{k} {v}" for k, v in device.items()) or attrs.get("device", "–")),
         ("arch", attrs.get("arch", "–")),
-        ("problem", "  ".join(f"{k}={v}" for k, v in problem.items()) or "–"),
+        ("problem", " ".join(f"{k}={v}" for k, v in problem.items()) or "–"),
         ("kernel", f"{attrs.get('kernel', '–')} ({attrs.get('kernel_path', '–')})"),
         ("source hash", attrs.get("source_hash", "–")),
         ("NVRTC", attrs.get("nvrtc_version", "–")),
@@ -646,7 +649,7 @@ def fig_shapes(studies: list[StudyData]) -> go.Figure | None:
                          textposition="outside"), row=1, col=2)
     fig.add_hline(y=1.0, line_dash="dot", line_color="#555", row=1, col=3)
     fig.update_layout(barmode="group")
-    return _layout(fig, "Shapes side by side (best COMPLETE trial of each study)", 460)
+    return _layout(fig, "Shapes side by side (best COMPLETE trial of each study)", 460, subplots=True)
 
 
 def _shape_defines_table(studies: list[StudyData]) -> str:
