@@ -396,6 +396,38 @@ def main():
             + ("" if r.get("ok", True) else f" | {r.get('check_small_int')} | {r.get('check_random')}"))
     for p, c in cub.items():
         log(f"{p:12s} cuBLAS gemm-only {c['ms_gemm']:.4f} ms, cuBLAS+epilogue {c['ms_unfused']:.4f} ms")
+    write_markdown(out_dir / "results.md", name, allres, plan)
+
+
+def write_markdown(path, device, allres, plan):
+    date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    targets = {"patch_embed": 0.85, "fc1": 0.95, "fc2": 0.95}
+    lines = [f"# gemm_sm90a vs cuBLAS FP8 on {device} ({date})", "",
+             f"One process, median of {plan.get('timing', {}).get('repeats', 30)} CUDA-event-timed launches each; "
+             "cuBLAS = torch._scaled_mm (E4M3, unit scales, BF16 out); '+epilogue' adds the torch epilogue.", "",
+             "| shape | best config (non-default defines) | ours ms | TFLOPS | cuBLAS GEMM-only ms | ratio | target | "
+             "cuBLAS+epilogue ms | ratio |", "|---|---|---|---|---|---|---|---|---|"]
+    cub = {r["problem"]: r for r in allres if r.get("config") == "cuBLAS"}
+    for p in cub:
+        mine = [r for r in allres if r["problem"] == p and r.get("ms") and r.get("ok")]
+        if not mine:
+            continue
+        b = min(mine, key=lambda r: r["ms"])
+        c = cub[p]
+        cfg = " ".join(f"{k}={v}" for k, v in b["config"].items()) or "(defaults)"
+        lines.append(f"| {p} | {cfg} | {b['ms']:.3f} | {b['tflops']:.0f} | {c['ms_gemm']:.3f} | "
+                     f"{b['ms'] / c['ms_gemm']:.3f} | {targets.get(p, '')} | {c['ms_unfused']:.3f} | "
+                     f"{b['ms'] / c['ms_unfused']:.3f} |")
+    lines += ["", "All configs of the run (every one checked: exact small-integer inputs and random inputs, "
+              "poisoned output):", "", "| shape | config | ms | checks |", "|---|---|---|---|"]
+    for r in allres:
+        if r.get("config") == "cuBLAS":
+            continue
+        cfg = " ".join(f"{k}={v}" for k, v in r["config"].items()) or "(defaults)"
+        ms = f"{r['ms']:.3f}" if r.get("ms") else ""
+        lines.append(f"| {r['problem']} | {cfg} | {ms} | {r.get('check_small_int', r.get('status'))}; "
+                     f"{r.get('check_random', '')} |")
+    path.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

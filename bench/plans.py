@@ -129,6 +129,21 @@ PLANS["sweep"] = {
 }
 
 
+PLANS["best"] = {
+    "timing": {"warmup": 5, "repeats": 50},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [J(E), J({**E, "GROUP_M": 32}), J({**E, "L2_PROMO": 256}),
+                                                   J({"BUG_POS_OFF_BY_ONE": 1, **E}, time=False, expect_fail=True)]},
+        "fc1": {"problem": FC1, "jobs": [J({}), J({"L2_PROMO": 256}), J({"BLOCK_N": 128, "N_STAGES": 6})]},
+        "fc2": {"problem": FC2, "jobs": [J({}), J({"GROUP_M": 1}), J({**E})]},
+    },
+}
+PLANS["ncu"] = {
+    "timing": {"cublas": False},
+    "problems": {"patch_embed": {"problem": PATCH, "jobs": [J(E, time=False)]}},
+}
+
+
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]
