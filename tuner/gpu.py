@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -41,7 +42,8 @@ class GpuEvaluator:
         self.problem = problem
         self.arch = arch
         self.measure_settings = measure
-        self.supervisor = supervisor or Supervisor()
+        # TUNER_WORKER_BACKEND swaps the CUDA backend for a test double (see tests/fake_backend.py).
+        self.supervisor = supervisor or Supervisor(os.environ.get("TUNER_WORKER_BACKEND", "cuda"))
         self.cache_dir = cache_dir
         self.seed = seed
         self.limits = CompileLimits(measure.max_regs, measure.reject_spills)

@@ -150,11 +150,11 @@ def recover_stale_trials(study: optuna.Study) -> list[int]:
         if not isinstance(pid, int) or pid == os.getpid() or _pid_alive(pid):
             continue
         try:
+            study._storage.set_trial_user_attr(trial._trial_id, "status", "killed")
+            study._storage.set_trial_user_attr(trial._trial_id, "reason", f"runner pid {pid} died mid-trial")
             study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-        except Exception:  # another process got there first
+        except optuna.exceptions.UpdateFinishedTrialError:  # another process got there first
             continue
-        study._storage.set_trial_user_attr(trial._trial_id, "status", "killed")
-        study._storage.set_trial_user_attr(trial._trial_id, "reason", f"runner pid {pid} died mid-trial")
         if trial.params:
             study.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number}, skip_if_exists=False)
         requeued.append(trial.number)

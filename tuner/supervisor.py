@@ -60,7 +60,7 @@ class Supervisor:
         child.close()
         self._conn = parent
         message = self._receive(timeout_s)
-        if message is None or message.get("type") != "hello":
+        if message is None or message.get("type") != "hello":  # timeout, eof or error
             error = (message or {}).get("error", "no answer from the GPU worker")
             self.stop()
             raise WorkerDied(error)
@@ -110,12 +110,13 @@ class Supervisor:
         while True:
             started = time.monotonic()
             message = self._receive(deadline_s)
-            if message is None:
-                alive = self.alive
-                code = self._proc.exitcode if self._proc is not None else None
+            if message is None:  # silence: a kernel that never finishes
                 self.restart_quietly()
-                if alive:
-                    return Measurement("hang", reason=f"no progress for {deadline_s:.0f} s: worker killed and restarted", blocks=blocks)
+                return Measurement("hang", reason=f"no progress for {deadline_s:.0f} s: worker killed and restarted", blocks=blocks)
+            if message.get("type") == "eof":  # the worker process died under us
+                self._proc.join(timeout=5)
+                code = self._proc.exitcode
+                self.restart_quietly()
                 return Measurement("launch_error", reason=f"worker died (exit code {code}): restarted", blocks=blocks)
             kind = message.get("type")
             if kind == "ready":
@@ -144,5 +145,5 @@ class Supervisor:
             if self._conn.poll(timeout_s):
                 return self._conn.recv()
         except (EOFError, OSError):
-            return None
+            return {"type": "eof"}
         return None

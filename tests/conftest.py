@@ -1,0 +1,53 @@
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+PNPOLY = SHARED / "datasets" / "kernel_tuner" / "pnpoly_RTX_3090.json.gz"
+FAKE_BACKEND = f"{ROOT / 'tests' / 'fake_backend.py'}:FakeBackend"
+POSTGRES_URL = os.environ.get("TUNER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def tuner(*args, env=None, cwd=None, timeout=300):
+    """Run the real CLI in a subprocess; returns CompletedProcess (text)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "tuner", *map(str, args)], capture_output=True, text=True,
+                          env=full_env, cwd=cwd or ROOT, timeout=timeout)
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def postgres_url():
+    """The local server; a test that needs it fails (never skips) when it is down."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(POSTGRES_URL)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("select 1"))
+    except Exception as exc:
+        pytest.fail(f"PostgreSQL at {POSTGRES_URL} is not reachable: {exc}")
+    finally:
+        engine.dispose()
+    return POSTGRES_URL
+
+
+@pytest.fixture
+def unique_name():
+    return f"t_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def pnpoly():
+    if not PNPOLY.is_file():
+        pytest.fail(f"shared dataset missing: {PNPOLY}")
+    return PNPOLY

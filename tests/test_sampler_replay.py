@@ -1,0 +1,94 @@
+"""The valid-only sampler on replayed Kernel Tuner data, and the replay formats."""
+
+import gzip
+import json
+import statistics
+
+import optuna
+import pytest
+
+from tuner.replay import load_recording, make_replay_spec, ReplayEvaluator
+from tuner.runner import Runner, RunSettings
+from tuner.space import Space
+from tuner.errors import UserError
+from tests.conftest import SHARED, tuner
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def replay_space(path):
+    recording = load_recording(path)
+    spec = make_replay_spec(recording)
+    return recording, Space(spec, {}, recording.axes, list(recording.axes), [])
+
+
+def best_ratio(recording, space, sampler, seed, trials=100):
+    settings = RunSettings(study_name=f"{sampler}-{seed}", sampler=sampler, trials=trials, seed=seed, pruner=False, progress=False)
+    runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
+    runner.run()
+    study = runner.study
+    evaluated = [t for t in study.trials if t.state.is_finished()]
+    assert len(evaluated) == trials
+    assert len({tuple(t.params.values()) for t in evaluated}) == trials  # every trial a new config
+    return recording.optimum() / study.best_value
+
+
+def test_pnpoly_default_sampler_beats_095_and_random(pnpoly):
+    recording, space = replay_space(pnpoly)
+    assert space.total == 4092 and len(space.valid) == 4092
+    assert sum(r.status == "launch_error" for r in recording.records.values()) == 318
+    tpe = [best_ratio(recording, space, "tpe", seed) for seed in range(5)]
+    rnd = [best_ratio(recording, space, "random", seed) for seed in range(5)]
+    print(f"pnpoly @100: tpe {statistics.mean(tpe):.4f} {tpe}; random {statistics.mean(rnd):.4f} {rnd}")
+    assert statistics.mean(tpe) >= 0.95
+    assert statistics.mean(tpe) > statistics.mean(rnd)
+
+
+def test_failures_are_pruned_with_reasons_never_fail(pnpoly):
+    recording, space = replay_space(pnpoly)
+    failing = [k for k, r in recording.records.items() if r.status == "launch_error"][:3]
+    runner = Runner(space, ReplayEvaluator(recording), RunSettings("f", "random", trials=1, seed=0, progress=False), "memory")
+    for key in failing:
+        runner.study.enqueue_trial(dict(zip(recording.axes, key)))
+    runner.settings.trials = 3
+    runner.run()
+    trials = runner.study.trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.PRUNED] * 3
+    assert all(t.user_attrs["status"] == "launch_error" and t.user_attrs["reason"] == "RuntimeFailedConfig" for t in trials)
+
+
+def test_grid_sampler_visits_every_valid_config_once(tmp_path):
+    path = tmp_path / "small.json"
+    params = {"a": [1, 2, 3], "b": [0, 1]}
+    cache = {}
+    for a in params["a"]:
+        for b in params["b"]:
+            if (a, b) == (3, 1):
+                continue  # a restriction removed it
+            cache[f"{a},{b}"] = {"a": a, "b": b, "time": "CompilationFailedConfig" if (a, b) == (2, 0) else float(a + b),
+                                 "times": [float(a + b)] * 20}
+    path.write_text(json.dumps({"device_name": "X", "kernel_name": "k", "tune_params_keys": ["a", "b"],
+                                "tune_params": params, "objective": "time", "cache": cache}))
+    result = tuner("run", "--replay", path, "--sampler", "grid", "--no-pruner", "--storage", "memory", "--trials", 100, "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["trials"] == 5  # 6 combos, one restricted away; stops when the set is exhausted
+    assert summary["statuses"] == {"ok": 4, "compile_error": 1}
+    assert summary["best"]["params"] == {"a": 1, "b": 0} and summary["study"].endswith(".replay")
+
+
+def test_t4_and_broken_files(tmp_path):
+    t4 = SHARED / "datasets" / "kernel_tuner" / "convolution_milo_A100_T4.json.gz"
+    recording = load_recording(t4)
+    assert recording.format == "t4" and len(recording.records) == 4362
+    assert sum(r.status == "compile_error" for r in recording.records.values()) == 6
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"something": 1}')
+    with pytest.raises(UserError, match="neither a Kernel Tuner cache"):
+        load_recording(bad)
+    truncated = tmp_path / "cut.json.gz"
+    truncated.write_bytes(gzip.compress(b'{"cache": {')[:-6])
+    with pytest.raises(UserError):
+        load_recording(truncated)
+    result = tuner("run", "--replay", bad, "--storage", "memory")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1

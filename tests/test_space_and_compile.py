@@ -1,0 +1,114 @@
+"""Space counts from the seed's own rules; real NVRTC compiles with ptxas figures; the cache."""
+
+import os
+import stat
+
+import pytest
+
+from tuner.compile import compile_kernel, parse_ptxas
+from tuner.space import Space
+from tuner.spec import load_spec
+from tuner.study_file import load_study
+from tests.conftest import ROOT
+
+PROBLEM = {"M_DIM": 512, "N_DIM": 512, "K_DIM": 512}
+
+
+def test_seed_tier1_grid_has_69_valid_of_108():
+    cfg = load_study(ROOT / "tests" / "fixtures" / "seed_sm100a_tier1.toml")
+    space = Space.from_study(cfg, load_spec(cfg.kernel))
+    assert space.total == 108
+    assert len(space.valid) == 69
+    assert sum(space.invalid.values()) == 39
+    # every TN=128 config with 5 epilogue warps splits 64 columns into 2 per thread
+    assert space.invalid["split COLS_PER_THREAD=N invalid"] == 27
+
+
+def test_tiered_candidates():
+    cfg = load_study(ROOT / "studies" / "example_sgemm.toml")
+    space = Space.from_study(cfg, load_spec(cfg.kernel))
+    tier1 = space.tier1_candidates()
+    assert tier1 and all(p["UNROLL_K"] == 1 for p in tier1)  # tier 2 held at the default
+    winner = tier1[0]
+    tier2 = space.tier2_candidates(winner)
+    assert {p["UNROLL_K"] for p in tier2} == {0, 1}
+    assert all(p["BLOCK"] == winner["BLOCK"] for p in tier2)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_real_nvrtc_compile_reports_ptxas_figures(arch, cache_dir):
+    spec = load_spec(ROOT / "kernel" / "example_sgemm.py")
+    result = compile_kernel(spec, dict(spec.params), PROBLEM, arch, cache_dir)
+    assert result.status == "ok", result.log
+    assert 16 < result.regs <= 255
+    assert result.spills == 0
+    assert result.smem_static == spec.derive(spec.params, PROBLEM)["smem_bytes"]
+    assert result.flags.startswith("-DM_DIM=512 -DN_DIM=512 -DK_DIM=512 -DBLOCK=64")
+    assert os.path.getsize(result.cubin_path) > 1000
+    with open(result.cubin_path, "rb") as f:
+        assert f.read(4) == b"\x7fELF"  # a CUBIN, not PTX
+    assert not result.cached and result.compile_s > 0
+
+    again = compile_kernel(spec, dict(spec.params), PROBLEM, arch, cache_dir)
+    assert again.cached and again.regs == result.regs and again.cubin_path == result.cubin_path
+
+
+def test_cache_key_follows_options_and_source(tmp_path, cache_dir):
+    kernel_dir = tmp_path / "k"
+    kernel_dir.mkdir()
+    for name in ("example_sgemm.py", "example_sgemm.cu"):
+        (kernel_dir / name).write_text((ROOT / "kernel" / name).read_text())
+    spec = load_spec(kernel_dir / "example_sgemm.py")
+    first = compile_kernel(spec, dict(spec.params), PROBLEM, "sm_90a", cache_dir)
+    other = compile_kernel(spec, dict(spec.params, UNROLL_K=0), PROBLEM, "sm_90a", cache_dir)
+    assert not other.cached and other.cubin_path != first.cubin_path
+    (kernel_dir / "example_sgemm.cu").write_text(spec.source_text() + "\n// edited\n")
+    edited = compile_kernel(spec, dict(spec.params), PROBLEM, "sm_90a", cache_dir)
+    assert not edited.cached
+
+
+def test_compile_error_is_recorded_with_log(tmp_path, cache_dir):
+    kernel_dir = tmp_path / "k"
+    kernel_dir.mkdir()
+    (kernel_dir / "example_sgemm.py").write_text((ROOT / "kernel" / "example_sgemm.py").read_text())
+    (kernel_dir / "example_sgemm.cu").write_text((ROOT / "kernel" / "example_sgemm.cu").read_text().replace("acc[i][j] = 0.f;", "acc[i][j] = undefined_name;"))
+    spec = load_spec(kernel_dir / "example_sgemm.py")
+    result = compile_kernel(spec, dict(spec.params), PROBLEM, "sm_90a", cache_dir)
+    assert result.status == "compile_error"
+    assert "undefined_name" in result.log and "error" in result.reason
+
+
+def test_register_and_spill_limits_prune(cache_dir):
+    from tuner.compile import CompileLimits
+
+    spec = load_spec(ROOT / "kernel" / "example_sgemm.py")
+    config = dict(spec.params, BLOCK=128, THREAD_TILE=8)
+    capped = compile_kernel(spec, config, PROBLEM, "sm_90a", cache_dir, CompileLimits(max_regs=64))
+    assert capped.status == "too_many_regs" and "> 64" in capped.reason
+    spilling = compile_kernel(spec, dict(spec.params, BLOCK=32, THREAD_TILE=1, BLOCK_K=8), PROBLEM, "sm_90a", cache_dir)
+    assert spilling.status == "spills" and spilling.spills > 0
+
+
+def test_unwritable_cache_still_compiles(tmp_path):
+    if os.geteuid() == 0:
+        # root ignores permissions: make the cache path a file instead
+        blocked = tmp_path / "blocked"
+        blocked.write_text("not a directory")
+        cache = blocked / "sub"
+    else:
+        cache = tmp_path / "ro"
+        cache.mkdir()
+        cache.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    spec = load_spec(ROOT / "kernel" / "example_sgemm.py")
+    with pytest.warns(UserWarning, match="not writable"):
+        result = compile_kernel(spec, dict(spec.params), PROBLEM, "sm_90a", cache)
+    assert result.status == "ok" and os.path.isfile(result.cubin_path)
+
+
+def test_parse_ptxas_sums_spill_stores_and_loads():
+    log = (
+        "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+        "ptxas         .     16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+        "ptxas info    : Used 222 registers, used 1 barriers, 1024 bytes smem, 400 bytes cmem[0]\n"
+    )
+    assert parse_ptxas(log) == {"regs": 222, "spills": 20, "stack": 16, "smem_static": 1024}

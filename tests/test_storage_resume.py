@@ -1,0 +1,133 @@
+"""Storage backends, resume, binding to the setup, kill -9 then resume, redaction."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tuner.errors import UserError
+from tuner.storage import open_storage, redact
+from tests.conftest import FAKE_BACKEND, ROOT, tuner
+
+STUDY = ROOT / "studies" / "example_sgemm.toml"
+
+
+def run_replay(pnpoly, storage, trials, *extra):
+    return tuner("run", "--replay", pnpoly, "--storage", storage, "--trials", trials, "--seed", 1, "--json", *extra)
+
+
+def summary_of(result):
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal", "postgres"])
+def test_storage_runs_and_resumes(kind, tmp_path, pnpoly, request, unique_name):
+    if kind == "sqlite":
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+    elif kind == "journal":
+        url = str(tmp_path / "store.log")
+    else:
+        url = request.getfixturevalue("postgres_url")
+    first = summary_of(run_replay(pnpoly, url, 15, "--study-name", unique_name))
+    assert first["trials"] == 15 and first["study"] == unique_name
+    second = summary_of(run_replay(pnpoly, url, 25, "--study-name", unique_name))
+    assert second["trials"] == 25  # resumed: 10 more, not 25 more
+    study = optuna.load_study(study_name=unique_name, storage=open_storage(url))
+    keys = [tuple(t.params.values()) for t in study.trials]
+    assert len(set(keys)) == 25  # the sampler never repeats a config
+    assert study.user_attrs["kind"] == "replay" and study.metric_names == ["ms"]
+    if kind == "postgres":
+        optuna.delete_study(study_name=unique_name, storage=open_storage(url))
+
+
+def test_resume_refuses_another_setup(tmp_path, pnpoly):
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    summary_of(run_replay(pnpoly, url, 5, "--study-name", "shared"))
+    other = tmp_path / "other.json"
+    data = json.loads(__import__("gzip").open(pnpoly).read())
+    data["device_name"] = "Another GPU"
+    other.write_text(json.dumps(data))
+    refused = tuner("run", "--replay", other, "--storage", url, "--study-name", "shared", "--trials", 8)
+    assert refused.returncode == 2
+    assert "recorded under a different setup" in refused.stderr and "--accept-mismatch" in refused.stderr
+    assert "--study-name NEW" in refused.stderr
+    accepted = summary_of(tuner("run", "--replay", other, "--storage", url, "--study-name", "shared", "--trials", 8,
+                                "--accept-mismatch", "--json"))
+    assert accepted["trials"] == 8
+    study = optuna.load_study(study_name="shared", storage=url)
+    assert study.user_attrs["accepted_mismatches"][0]["differs"]
+
+
+def test_kill_9_mid_trial_then_resume_loses_nothing(tmp_path, cache_dir):
+    """A real `tuner run` killed with SIGKILL mid-trial; the rerun re-queues the stale trial."""
+    db = tmp_path / "kill.db"
+    env = {**os.environ, "TUNER_WORKER_BACKEND": FAKE_BACKEND, "FAKE_TRIAL_DELAY_S": "1.5"}
+    cmd = [sys.executable, "-m", "tuner", "run", str(STUDY), "--storage", f"sqlite:///{db}", "--trials", "8",
+           "--cache-dir", str(cache_dir), "--no-pruner"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    url = f"sqlite:///{db}"
+    deadline = time.monotonic() + 120
+    finished_before = []
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        if not db.exists():
+            continue
+        try:
+            study = optuna.load_study(study_name="example_sgemm", storage=url)
+        except Exception:
+            continue
+        states = [t.state for t in study.trials]
+        running = [t for t in study.trials if t.state == TrialState.RUNNING and "runner_pid" in t.user_attrs]
+        if states.count(TrialState.COMPLETE) + states.count(TrialState.PRUNED) >= 2 and running:
+            finished_before = [(t.number, t.value, t.user_attrs.get("status")) for t in study.trials if t.state.is_finished()]
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    stale = [t for t in optuna.load_study(study_name="example_sgemm", storage=url).trials if t.state == TrialState.RUNNING]
+    assert len(stale) == 1
+    stale_params = stale[0].params
+
+    env["FAKE_TRIAL_DELAY_S"] = "0"
+    rerun = subprocess.run(cmd + ["--json"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    study = optuna.load_study(study_name="example_sgemm", storage=url)
+    by_number = {t.number: t for t in study.trials}
+    for number, value, status in finished_before:  # nothing finished was lost or changed
+        assert by_number[number].value == value and by_number[number].user_attrs.get("status") == status
+    killed = by_number[stale[0].number]
+    assert killed.state == TrialState.FAIL and killed.user_attrs["status"] == "killed"
+    retried = [t for t in study.trials if t.user_attrs.get("requeued_from") == killed.number]
+    assert len(retried) == 1 and retried[0].params == stale_params and retried[0].state.is_finished()
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+
+
+def test_bad_storage_urls_are_one_line(tmp_path):
+    with pytest.raises(UserError, match="cannot open storage postgresql\\+psycopg://u:\\*\\*\\*@127.0.0.1:1/db"):
+        open_storage("postgresql+psycopg://u:secret@127.0.0.1:1/db")
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(UserError, match="not corrupted"):
+        open_storage(f"sqlite:///{corrupt}")
+    with pytest.raises(UserError, match="is not a URL"):
+        open_storage("somewhere")
+    assert corrupt.read_bytes().startswith(b"this is not")  # nothing overwritten
+
+
+def test_password_never_printed(tmp_path):
+    result = tuner("status", "--storage", "postgresql+psycopg://alice:hunter2@127.0.0.1:1/db")
+    assert result.returncode == 2
+    assert "hunter2" not in result.stderr + result.stdout and "alice:***@" in result.stderr
+    assert redact("x postgresql://a:b@h/d y sqlite:///f.db") == "x postgresql://a:***@h/d y sqlite:///f.db"
+
+
+def test_sqlite_refused_for_several_workers(tmp_path):
+    result = tuner("run", STUDY, "--workers", 2, "--storage", f"sqlite:///{tmp_path / 'x.db'}")
+    assert result.returncode == 2 and "SQLite cannot be shared" in result.stderr and ".log" in result.stderr
