@@ -262,6 +262,8 @@ def cmd_grid(args) -> int:
     if args.study_name is None and recording is None:
         name = f"{name}.grid"
     try:
+        if recording is None:  # compile every config up front, in parallel, into the cache
+            _precompile(cfg, space, args)
         runner = Runner(space, evaluator, _settings(args, cfg, space, attrs, name), args.storage)
         summary = runner.run()
     finally:
@@ -279,6 +281,20 @@ def cmd_grid(args) -> int:
         print(f"\n{len(rows)} configs; CSV written to {csv_path}")
         _print_summary(summary, False)
     return 0
+
+
+def _precompile(cfg, space, args) -> None:
+    from tuner.compile import CompileLimits, compile_many
+
+    progress = None
+    if not args.json and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(space.valid), desc="compiling", unit="config", file=sys.stderr)
+        progress = lambda: bar.update(1)  # noqa: E731
+    full = [space.full_config(p) for p in space.valid]
+    compile_many(space.spec, full, space.problem, cfg.arch, args.cache_dir,
+                 CompileLimits(cfg.measure.max_regs, cfg.measure.reject_spills), None, progress)
 
 
 def cmd_check(args) -> int:
