@@ -294,3 +294,14 @@ def test_default_sass_has_the_tcgen05_fast_path(spec, cache_dir):
     assert any(o.startswith("UTMALDG") for o in ops), sorted(names)    # TMA tile loads
     assert any(o.startswith("UTCBAR") for o in ops), sorted(names)     # tcgen05.commit
     assert any(o.startswith("STG.E.128") for o in ops), sorted(names)  # coalesced 16-byte stores
+
+
+@pytest.mark.parametrize("name", sorted(STUDIES))
+def test_study_files_load_through_the_engine(spec, name):
+    from tuner.space import Space
+    from tuner.study_file import load_study
+
+    cfg = load_study(STUDIES[name])
+    assert cfg.arch == ARCH and load_spec(cfg.kernel) is spec
+    space = Space.from_study(cfg, spec)
+    assert space.summary()["valid"] == 69 * 32
