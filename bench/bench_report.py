@@ -60,12 +60,12 @@ def main() -> int:
         print(f"built {args.trials} trials in {path} in {time.perf_counter() - t0:.1f} s (not timed)")
 
     out = base / "report"
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     pages = write_report(url, out, study_names=[name])
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     size = sum(p.stat().st_size for p in pages) / 1e6
     print(f"report of {args.trials} trials ({'journal' if args.journal else 'SQLite'}): "
-          f"{elapsed:.1f} s, {len(pages)} pages, {size:.1f} MB, cores {os.cpu_count()}")
+          f"{elapsed:.1f} s wall ({cpu:.1f} s CPU), {len(pages)} pages, {size:.1f} MB, cores {os.cpu_count()}")
     return 0
 
 

@@ -63,6 +63,8 @@ SHAPE_ORDER = ["patch_embed", "fc1", "fc2"]
 TOP_N = 20
 #: fewer COMPLETE trials than this give no importance figure (PED-ANOVA needs a top 10%)
 MIN_IMPORTANCE_TRIALS = 10
+#: parallel coordinates draw at most this many trials (one SVG line each)
+PARALLEL_MAX_TRIALS = 1000
 #: above this many points per status, scatter plots draw a sample (page weight)
 SCATTER_MAX_POINTS = 4000
 
@@ -248,9 +250,28 @@ def fig_history(data: StudyData, mem: optuna.Study) -> go.Figure:
     return _layout(fig, "Optimisation history (COMPLETE trials; line = best so far)")
 
 
+def _thinned(data: StudyData, mem: optuna.Study, limit: int) -> tuple[optuna.Study, int]:
+    """``mem`` or, above ``limit`` COMPLETE trials, a study of the best quarter of ``limit``
+    and an even sample of the rest (Optuna draws one line per trial in parallel coordinates)."""
+    done = [t for t in data.trials if t.state == TrialState.COMPLETE and t.values is not None]
+    if len(done) <= limit:
+        return mem, len(done)
+    done.sort(key=lambda t: t.value, reverse=data.direction == StudyDirection.MAXIMIZE)
+    keep = done[: limit // 4]
+    rest = done[limit // 4:]
+    step = len(rest) / (limit - len(keep))
+    keep += [rest[int(i * step)] for i in range(limit - len(keep))]
+    sub = _memory_study(dataclasses.replace(data, trials=keep))
+    return sub, len(keep)
+
+
 def fig_parallel(data: StudyData, mem: optuna.Study) -> go.Figure:
-    fig = optuna.visualization.plot_parallel_coordinate(mem, params=data.axes, target_name=data.metric)
-    return _layout(fig, f"Parallel coordinates over the defines, coloured by {data.metric}", 460)
+    study, shown = _thinned(data, mem, PARALLEL_MAX_TRIALS)
+    fig = optuna.visualization.plot_parallel_coordinate(study, params=data.axes, target_name=data.metric)
+    title = f"Parallel coordinates over the defines, coloured by {data.metric}"
+    if shown < len(data.complete):
+        title += f" ({shown} of {len(data.complete)} COMPLETE trials: the best {shown // 4} and an even sample)"
+    return _layout(fig, title, 460)
 
 
 def fig_importances(data: StudyData, mem: optuna.Study) -> go.Figure:
