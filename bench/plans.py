@@ -144,6 +144,42 @@ PLANS["ncu"] = {
 }
 
 
+# staging ring (EPI_SLOTS): a 4th stage for 128x256, 256x192 tiles, ping-pong 128x192, multicast with 4 stages
+R2 = {"N_STAGES": 4, "EPI_SLOTS": 2}
+T256 = {"BLOCK_M": 256, "BLOCK_N": 192, "N_STAGES": 3, "EPI_SLOTS": 1}
+PP192 = {"PINGPONG": 1, "BLOCK_M": 128, "BLOCK_N": 192, "N_STAGES": 4, "EPI_SLOTS": 2}
+PLANS["ring"] = {
+    "timing": {"warmup": 5, "repeats": 30},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            J(E), J({**E, "GROUP_M": 32}), J(R2), J({**R2, "GROUP_M": 32}), J({"N_STAGES": 4, "EPI_SLOTS": 1}),
+            J(T256), J(PP192), J({**R2, **C2}), J({**T256, **C2}),
+            J({**R2, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+            J({**PP192, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+        ]},
+        "fc1": {"problem": FC1, "jobs": [J({}), J(R2), J({**R2, "GROUP_M": 32}), J({**R2, **C2}), J(T256)]},
+        "fc2": {"problem": FC2, "jobs": [J({}), J(E), J(R2), J(T256), J(PP192), J({**R2, **C2}), J({**R2, "GROUP_M": 1})]},
+    },
+}
+
+
+# EPI_BATCH: the staged EXTRA_TMA operand read back to back (was one dependent LDS -> STS chain per word)
+B32, B8 = {**E, "EPI_BATCH": 32}, {**E, "EPI_BATCH": 8}
+PLANS["batch"] = {
+    "timing": {"warmup": 5, "repeats": 30},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            J(E), J(B32), J(B8), J({**B32, "GROUP_M": 32}), J(R2), J({**R2, "GROUP_M": 32}),
+            J({"N_STAGES": 4, "EPI_SLOTS": 1}), J({**B32, "PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 4}),
+            J({**B32, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+            J({**R2, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+        ]},
+        "fc1": {"problem": FC1, "jobs": [J({}), J(R2), J({**R2, "GROUP_M": 32}), J({**R2, "L2_PROMO": 256})]},
+        "fc2": {"problem": FC2, "jobs": [J(E), J(B8), J(B32), J({**B32, "GROUP_M": 1}), J(R2), J({**R2, "GROUP_M": 1})]},
+    },
+}
+
+
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]

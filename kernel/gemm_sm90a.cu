@@ -97,6 +97,16 @@ typedef unsigned short uint16_t;
 #ifndef L2_PROMO
 #define L2_PROMO 0         // TMA L2 promotion of the A/W maps (bytes; used by the host launch only)
 #endif
+#ifndef EPI_BATCH
+#define EPI_BATCH 0        // EXTRA_TMA: staged operand words read ahead per fragment row before use
+                           // (0: read, add, store one word at a time; the volatile shared-memory
+                           // accesses then run strictly in order, one load latency per word)
+#endif
+#ifndef EPI_SLOTS
+#define EPI_SLOTS 0        // 0: staging holds the whole WG_M x BLOCK_N tile (one TMA-store group per tile);
+                           // R > 0: a ring of R 64-column slabs per consumer, one TMA-store group per slab
+                           // (smaller staging -> deeper ring of stages; needs STORE_TMA=1, EXTRA_TMA=0)
+#endif
 
 // ---------------------------------------------------------------- test hooks
 #ifndef BUG_POS_OFF_BY_ONE
@@ -129,7 +139,14 @@ typedef unsigned short uint16_t;
 #define STAGE_TX_BYTES (BLOCK_M * BLOCK_K + BLOCK_N * BLOCK_K)   // = the two TMA boxes
 #define EPI_SLAB_COLS 64                              // BF16 columns per 128-byte swizzled slab
 #define EPI_SLABS (BLOCK_N / EPI_SLAB_COLS)
+#if EPI_SLOTS
+#define EPI_RING EPI_SLOTS                            // staging slabs per consumer (ring)
+#define STAGING_BYTES_PER_WG (WG_M * EPI_SLAB_COLS * 2 * EPI_RING)
+#else
+#define EPI_RING EPI_SLABS
 #define STAGING_BYTES_PER_WG (WG_M * BLOCK_N * 2)
+#endif
+#define EPI_SLAB_BYTES (WG_M * EPI_SLAB_COLS * 2)     // one 64-column slab of a consumer's tile
 #if STORE_TMA || EXTRA_TMA
 #define STAGING_BYTES (NUM_CONSUMERS * STAGING_BYTES_PER_WG)
 #else
@@ -157,6 +174,10 @@ static_assert(!PINGPONG || N_STAGES <= K_ITERS, "PINGPONG needs N_STAGES <= K_IT
 static_assert(MMA_INFLIGHT == 0 || MMA_INFLIGHT == 1, "MMA_INFLIGHT is 0 or 1");
 static_assert(!STORE_TMA || BLOCK_N % EPI_SLAB_COLS == 0, "TMA store needs BLOCK_N % 64 == 0");
 static_assert(!EXTRA_TMA || STORE_TMA, "EXTRA_TMA needs STORE_TMA");
+static_assert(EPI_BATCH >= 0 && (EPI_BATCH == 0 || (BLOCK_N / 8) % EPI_BATCH == 0), "EPI_BATCH divides BLOCK_N / 8");
+static_assert(EPI_SLOTS >= 0 && EPI_SLOTS <= 4, "EPI_SLOTS is 0..4");
+static_assert(!EPI_SLOTS || (STORE_TMA && !EXTRA_TMA), "EPI_SLOTS > 0 needs STORE_TMA=1 and EXTRA_TMA=0");
+static_assert(!EPI_SLOTS || EPI_SLOTS <= EPI_SLABS, "EPI_SLOTS at most BLOCK_N / 64");
 static_assert(CONSUMER_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * NUM_CONSUMERS <= 65536, "register file");
 static_assert(SMEM_BYTES <= 232448, "dynamic shared memory limit of sm_90");
@@ -216,6 +237,9 @@ static __device__ __forceinline__ void tma_store_2d(const TmaDesc* map, uint32_t
 }
 static __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 static __device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+template <int Pending> static __device__ __forceinline__ void tma_store_wait_read_n() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(Pending) : "memory");
+}
 static __device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 static __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 static __device__ __forceinline__ void named_bar(uint32_t id, uint32_t n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
@@ -238,6 +262,11 @@ static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 static __device__ __forceinline__ uint32_t ld_global_u32(const void* p) {
   uint32_t v;
   asm("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+static __device__ __forceinline__ __attribute__((unused)) uint32_t ld_global_u32_ordered(const void* p) {
+  uint32_t v;   // volatile: issued where written (e.g. ahead of a barrier), not sunk past it
+  asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
 static __device__ __forceinline__ __attribute__((unused)) void st_global_u32(void* p, uint32_t v) {
@@ -491,6 +520,9 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #if EXTRA_TMA
     uint32_t xphase = 0;
 #endif
+#if EPI_SLOTS
+    uint32_t epi_slot = 0;   // ring slot of the next slab this consumer stages
+#endif
 #if PINGPONG
     // A consumer waits on a stage's full barrier with parity (fill index & 1); that is only
     // unambiguous once the previous fill of that stage has completed. The other consumer
@@ -569,6 +601,99 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #endif
 
       // ---------------------------------------------------------- epilogue
+#if EPI_SLOTS
+      // Ring of EPI_RING 64-column slabs per consumer: slab sl of the tile goes to slot
+      // (epi_slot + sl) % EPI_RING, one TMA-store bulk group per slab. Group g reuses the slot of
+      // group g - EPI_RING, so 'at most EPI_RING - 1 groups still reading' frees the slot.
+      // The slab's global operands (bias / combined / residual words) are loaded one slab ahead,
+      // before the barriers, so their L2 latency overlaps the previous slab's work.
+#if EPILOGUE == BIAS_POS || EPILOGUE == BIAS_RESIDUAL
+      uint32_t xv[2][WG_M_TILES][2][8];
+      const uint16_t* xrow[WG_M_TILES][2];
+#pragma unroll
+      for (int mi = 0; mi < WG_M_TILES; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = mi * 64 + r_lo + 8 * h;
+#if EPILOGUE == BIAS_POS
+          xrow[mi][h] = extra + (uint64_t)((m0 + r + BUG_POS_OFF_BY_ONE) % SEQ_LEN) * N + n0 + cq;
+#else
+          xrow[mi][h] = extra + (uint64_t)(m0 + r) * N + n0 + cq;
+#endif
+        }
+#endif
+#if EPILOGUE == BIAS_GELU || EPILOGUE == BIAS_RESIDUAL
+      uint32_t bv[2][8];
+#endif
+      auto load_slab = [&](int sl) {
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+#if EPILOGUE == BIAS_GELU || EPILOGUE == BIAS_RESIDUAL
+          bv[sl & 1][jj] = ld_global_u32(bias + n0 + cq + 8 * (sl * 8 + jj));
+#endif
+#if EPILOGUE == BIAS_POS || EPILOGUE == BIAS_RESIDUAL
+#pragma unroll
+          for (int mi = 0; mi < WG_M_TILES; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) xv[sl & 1][mi][h][jj] = ld_global_u32_ordered(xrow[mi][h] + 8 * (sl * 8 + jj));
+#endif
+        }
+      };
+      load_slab(0);
+      if (tid == 0) tma_store_wait_read_n<EPI_RING - 1>();
+      named_bar(1 + c, 128);
+#pragma unroll
+      for (int sl = 0; sl < EPI_SLABS; ++sl) {
+        const uint32_t slot = staging + epi_slot * EPI_SLAB_BYTES;
+        if (sl + 1 < EPI_SLABS) load_slab(sl + 1);
+#pragma unroll
+        for (int mi = 0; mi < WG_M_TILES; ++mi) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = mi * 64 + r_lo + 8 * h;
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+              const int j = sl * 8 + jj;
+              float v0 = acc[mi][4 * j + 2 * h];
+              float v1 = acc[mi][4 * j + 2 * h + 1];
+#if EPILOGUE == BIAS_GELU || EPILOGUE == BIAS_RESIDUAL
+              const uint32_t bb = bv[sl & 1][jj];
+              v0 += bf16_lo(bb);
+              v1 += bf16_hi(bb);
+#endif
+#if EPILOGUE == BIAS_POS || EPILOGUE == BIAS_RESIDUAL
+              const uint32_t xx = xv[sl & 1][mi][h][jj];
+              v0 += bf16_lo(xx);
+              v1 += bf16_hi(xx);
+#endif
+#if EPILOGUE == BIAS_GELU
+              v0 = gelu_tanh(v0);
+              v1 = gelu_tanh(v1);
+#endif
+              st_shared_u32(slot + r * 128 + (((uint32_t)jj ^ swz) << 4) + 4 * (lane % 4), pack_bf16x2(v0, v1));
+            }
+          }
+        }
+        fence_async_smem();
+#if EPI_RING >= 2
+        // the next slab's slot was last stored EPI_RING groups before it: EPI_RING - 2 groups
+        // (not counting this slab's, committed below) may still be reading
+        if (sl + 1 < EPI_SLABS && tid == 0) tma_store_wait_read_n<EPI_RING - 2>();
+#endif
+        named_bar(1 + c, 128);
+        if (tid == 0) {
+          tma_store_2d(&tm_c, slot, n0 + sl * EPI_SLAB_COLS, m0);
+          tma_store_commit();
+        }
+        if (++epi_slot == EPI_RING) epi_slot = 0;
+#if EPI_RING == 1
+        if (sl + 1 < EPI_SLABS) {
+          if (tid == 0) tma_store_wait_read_n<0>();
+          named_bar(1 + c, 128);
+        }
+#endif
+      }
+#else  // !EPI_SLOTS: the whole tile is staged, one store group per tile
 #if STORE_TMA && !EXTRA_TMA
       if (tid == 0) tma_store_wait_read();
       named_bar(1 + c, 128);
@@ -589,6 +714,9 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
           const uint16_t* xrow = extra + grow * N + n0 + cq;
 #endif
           (void)grow;
+#if EXTRA_TMA && EPI_BATCH
+          uint32_t xs[EPI_BATCH];
+#endif
 #pragma unroll
           for (int j = 0; j < BLOCK_N / 8; ++j) {
             float v0 = acc[mi][4 * j + 2 * h];
@@ -602,7 +730,15 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
             v1 += bf16_hi(bb);
 #endif
 #if EPILOGUE == BIAS_POS || EPILOGUE == BIAS_RESIDUAL
-#if EXTRA_TMA
+#if EXTRA_TMA && EPI_BATCH
+            if (j % EPI_BATCH == 0) {   // read the next EPI_BATCH staged words back to back
+#pragma unroll
+              for (int q = 0; q < EPI_BATCH; ++q)
+                xs[q] = ld_shared_u32(staging + ((j + q) / 8) * (WG_M * 128) + r * 128 +
+                                      ((((uint32_t)(j + q)) % 8 ^ swz) << 4) + 4 * (lane % 4));
+            }
+            const uint32_t xx = xs[j % EPI_BATCH];
+#elif EXTRA_TMA
             const uint32_t xx = ld_shared_u32(sa);
 #else
             const uint32_t xx = ld_global_u32(xrow + 8 * j);
@@ -632,6 +768,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
         tma_store_commit();
       }
 #endif
+#endif  // EPI_SLOTS
     }
 #if STORE_TMA
     if (tid == 0) tma_store_wait_all();

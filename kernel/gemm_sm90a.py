@@ -64,6 +64,8 @@ class Spec(KernelSpec):
         "EXTRA_TMA": 0,
         "SNAKE_ORDER": 0,
         "L2_PROMO": 0,
+        "EPI_SLOTS": 0,
+        "EPI_BATCH": 0,
         # test hook (never in a study's space)
         "BUG_POS_OFF_BY_ONE": 0,
     }
@@ -93,7 +95,9 @@ class Spec(KernelSpec):
         pp, store_tma, extra_tma = _i(c, "PINGPONG", 0), _i(c, "STORE_TMA", 1), _i(c, "EXTRA_TMA", 0)
         wg_m = bm if pp else (bm // nc if nc else 0)
         stage_bytes = (bm + bn) * BLOCK_K
-        staging_per_wg = wg_m * bn * 2
+        slots = _i(c, "EPI_SLOTS", 0)
+        # EPI_SLOTS=R > 0: a ring of R 64-column slabs per consumer instead of the whole tile
+        staging_per_wg = wg_m * EPI_SLAB_COLS * 2 * slots if slots else wg_m * bn * 2
         staging = nc * staging_per_wg if (store_tma or extra_tma) else 0
         barrier_bytes = 8 * (2 * st + 2 * nc)
         smem = SMEM_ALIGN + st * stage_bytes + staging + barrier_bytes
@@ -175,6 +179,26 @@ class Spec(KernelSpec):
             return "EXTRA_TMA has no operand to load for BIAS_GELU"
         if epi == "BIAS_POS" and d["wg_m"] > COMBINED_EXT_PAD:
             return "combined_ext too short for WG_M"
+        slots = _i(c, "EPI_SLOTS", 0)
+        if slots not in (0, 1, 2, 3, 4):
+            return "EPI_SLOTS must be 0..4"
+        if slots and not (store_tma and not extra_tma):
+            return "EPI_SLOTS > 0 (staging ring) needs STORE_TMA=1 and EXTRA_TMA=0"
+        if slots:
+            # the ring epilogue holds the next slab's operand words (2 slabs x rows x 8) and bias words
+            held = 2 * (d["wg_m"] // 64) * 2 * 8 * (epi != "BIAS_GELU") + 16 * (epi != "BIAS_POS")
+            if d["acc_regs"] + held > creg - ACC_REG_HEADROOM:
+                return (f"EPI_SLOTS: {d['acc_regs']} accumulators + {held} prefetched operand registers leave "
+                        f"less than {ACC_REG_HEADROOM} of CONSUMER_REGS={creg} (ptxas spills)")
+        if slots and slots > bn // EPI_SLAB_COLS:
+            return f"EPI_SLOTS={slots} > BLOCK_N/{EPI_SLAB_COLS} slabs of a tile"
+        batch = _i(c, "EPI_BATCH", 0)
+        if batch not in (0, 4, 8, 16, 32):
+            return "EPI_BATCH must be 0, 4, 8, 16 or 32"
+        if batch and not extra_tma:
+            return "EPI_BATCH reads the staged EXTRA_TMA operand ahead: needs EXTRA_TMA=1"
+        if batch and (bn // 8) % batch:
+            return f"EPI_BATCH={batch} does not divide the {bn // 8} column pairs of a fragment row"
         if _i(c, "L2_PROMO", 0) not in (0, 64, 128, 256):
             return "L2_PROMO must be 0, 64, 128 or 256"
         if d["smem_bytes"] > dev.max_smem_per_block:
