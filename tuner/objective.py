@@ -9,6 +9,7 @@ DESIGN's user attributes; failures become PRUNED trials with a status and a reas
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Protocol
 
 import optuna
@@ -17,7 +18,9 @@ from optuna.trial import TrialState
 from tuner.record import COMPLETE_STATUSES, Measurement
 from tuner.space import Space
 from tuner.spec import Value, define_flags
-from tuner.storage import mark_runner
+from tuner.storage import mark_runner, runner_dead
+
+TWIN_WAIT_S = 1800.0  # longest wait for another worker measuring the same config
 
 
 class Evaluator(Protocol):
@@ -29,12 +32,14 @@ class Evaluator(Protocol):
 
 
 class Objective:
-    def __init__(self, space: Space, evaluator: Evaluator, flops: float | None = None, phase: str = "joint", on_result=None):
+    def __init__(self, space: Space, evaluator: Evaluator, flops: float | None = None, phase: str = "joint",
+                 on_result=None, artifact_dir: str | None = None):
         self.space = space
         self.evaluator = evaluator
         self.flops = flops
         self.phase = phase
         self.on_result = on_result  # called with (trial number, params, Measurement)
+        self.artifact_dir = artifact_dir  # compile logs kept as optuna artifacts when set
 
     def __call__(self, trial: optuna.Trial) -> float:
         params = {a: trial.suggest_categorical(a, v) for a, v in self.space.axes.items()}
@@ -43,6 +48,8 @@ class Objective:
         config = self.space.full_config(params)
 
         measurement = self._stored(trial, params)
+        if measurement is None:
+            measurement = self._await_twin(trial, params)
         if measurement is None:
             reason = self.space.check(params)
             if reason is not None:  # only an enqueued trial can get here
@@ -54,11 +61,23 @@ class Objective:
             measurement.flags = " ".join(define_flags(defines))
         for key, value in measurement.user_attrs(self.flops).items():
             trial.set_user_attr(key, value)
+        if self.artifact_dir and measurement.artifacts:
+            self._attach(trial, measurement.artifacts)
         if self.on_result:
             self.on_result(trial.number, params, measurement)
         if measurement.status in COMPLETE_STATUSES and measurement.ms is not None:
             return measurement.ms
         raise optuna.TrialPruned(f"{measurement.status}: {measurement.reason}")
+
+    def _attach(self, trial: optuna.Trial, files: dict[str, str]) -> None:
+        import warnings
+
+        try:
+            from dashboards.serve import attach_trial_artifacts
+
+            attach_trial_artifacts(trial.study, trial, files, self.artifact_dir)
+        except Exception as exc:  # artifacts are a convenience: never lose a trial over them
+            warnings.warn(f"could not store artifacts of trial {trial.number}: {exc}")
 
     def _reporter(self, trial: optuna.Trial) -> Callable[[int, float], bool]:
         def report(step: int, value: float) -> bool:
@@ -86,4 +105,24 @@ class Objective:
             stored.ms = t.value if t.state == TrialState.COMPLETE else None
             stored.reason = f"repeat of trial {t.number} ({status}); stored result reused"
             return stored
+        return None
+
+    def _await_twin(self, trial: optuna.Trial, params: dict[str, Any]) -> Measurement | None:
+        """Another worker is measuring this very config (both sampled it at once): wait, reuse.
+
+        Params are stored before this check, so of two twins the lower-numbered one
+        always measures and the other waits for its result (a duplicate, no GPU time).
+        If the twin dies or is pruned, this trial measures after all.
+        """
+        key = self.space.key(params)
+        deadline = time.monotonic() + TWIN_WAIT_S
+        pause = 0.02
+        while time.monotonic() < deadline:
+            running = trial.study._get_trials(deepcopy=False, states=(TrialState.RUNNING,), use_cache=False)
+            twins = [t for t in running if t.number < trial.number and len(t.params) == len(params)
+                     and self.space.key(t.params) == key and not runner_dead(t)]
+            if not twins:
+                return self._stored(trial, params)
+            time.sleep(pause)
+            pause = min(1.0, pause * 2)
         return None

@@ -45,6 +45,7 @@ class RunSettings:
     pruner_min_blocks: int = 2
     accept_mismatch: bool = False
     progress: bool = True
+    artifact_dir: str | None = None
     study_attrs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -56,11 +57,15 @@ def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool
     """Record the study's fingerprint, or stop if a resumed study was made elsewhere."""
     stored = study.user_attrs
     if not stored.get("kind"):
+        # "kind" is written last: it marks the binding complete, so a worker starting at
+        # the same moment never compares against a half-written fingerprint.
         for key, value in attrs.items():
-            study.set_user_attr(key, value)
+            if key != "kind":
+                study.set_user_attr(key, value)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(["ms"])
+        study.set_user_attr("kind", attrs.get("kind"))
         return
     differs = [
         f"{k}: stored {stored.get(k)!r}, now {attrs.get(k)!r}"
@@ -164,7 +169,8 @@ class Runner:
         todo = max(todo, queued if phase != "tier2" else 0)
         if todo <= 0:
             return
-        objective = Objective(self.space, self.evaluator, self.flops, phase, on_result=self._on_result)
+        objective = Objective(self.space, self.evaluator, self.flops, phase, on_result=self._on_result,
+                              artifact_dir=self.settings.artifact_dir)
         timeout = self.settings.timeout_min * 60 if self.settings.timeout_min else None
         self._open_bar(phase, todo)
         try:
@@ -172,7 +178,7 @@ class Runner:
                 objective,
                 n_trials=todo,
                 timeout=timeout,
-                callbacks=[self._stop_when_exhausted(keys)],
+                callbacks=[self._stop_when_exhausted(keys), self._stop_at_budget(phase, keys, target)],
                 catch=(),
                 gc_after_trial=False,
             )
@@ -182,6 +188,24 @@ class Runner:
     def _stop_when_exhausted(self, keys: set):
         def callback(study: optuna.Study, trial) -> None:
             if keys <= self.sampler.tried_keys(study):
+                study.stop()
+
+        return callback
+
+    def _stop_at_budget(self, phase: str, keys: set, target: int):
+        """Stop when the study (all workers together) has ``target`` trials done or in flight.
+
+        ``n_trials`` alone is per process: N workers would each run the whole budget.
+        Counting other workers' RUNNING trials keeps the overshoot to a trial or two.
+        """
+        def callback(study: optuna.Study, trial) -> None:
+            trials = study._get_trials(deepcopy=False, states=FINISHED + (TrialState.RUNNING,), use_cache=False)
+            count = sum(
+                1 for t in trials
+                if t.state == TrialState.RUNNING
+                or (t.user_attrs.get("phase") == phase and t.params and self.space.key(t.params) in keys)
+            )
+            if count >= target:
                 study.stop()
 
         return callback

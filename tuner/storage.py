@@ -134,6 +134,13 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def runner_dead(trial) -> bool:
+    """True when ``trial``'s runner is a process on this host that no longer exists."""
+    pid = trial.user_attrs.get(PID_ATTR)
+    return (trial.user_attrs.get(HOST_ATTR) == socket.gethostname() and isinstance(pid, int)
+            and pid != os.getpid() and not _pid_alive(pid))
+
+
 def recover_stale_trials(study: optuna.Study) -> list[int]:
     """Fail the RUNNING trials whose runner on this host is dead, and queue them again.
 

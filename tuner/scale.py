@@ -1,0 +1,175 @@
+"""Scale-out on one host: ``tuner run STUDY --workers N`` starts N ``tuner worker`` processes.
+
+Each worker is an ordinary Optuna process joining the same study through the shared
+storage (a journal file on one host, Postgres across hosts); there is no scheduler of
+our own. GPU workers are pinned one per GPU with ``CUDA_VISIBLE_DEVICES``; replay
+workers are not pinned. This module only starts them, waits, forwards Ctrl-C, and
+prints one summary of the study they filled together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+
+from tuner.errors import UserError
+from tuner.storage import open_storage, redact, resolve_url
+
+STOP_GRACE_S = 20.0  # after Ctrl-C, how long workers get to record their trial before SIGKILL
+
+
+def worker_command(args, index: int) -> list[str]:
+    """The ``tuner worker`` command line of worker ``index`` (options passed through)."""
+    url = resolve_url(args.storage)
+    # `tuner worker` needs a study file; a Kernel Tuner replay alone runs as `tuner run` (1 worker).
+    cmd = [sys.executable, "-m", "tuner"]
+    cmd += ["worker", str(args.study_file)] if args.study_file else ["run"]
+    cmd += ["--storage", url, "--json"]
+    if args.replay:
+        cmd += ["--replay", str(args.replay)]
+    if args.study_name:
+        cmd += ["--study-name", args.study_name]
+    if args.trials is not None:
+        cmd += ["--trials", str(args.trials)]
+    if args.seed is not None:  # one seed per worker: the same seed would propose the same configs
+        cmd += ["--seed", str(args.seed + index)]
+    if args.cache_dir is not None:
+        cmd += ["--cache-dir", str(args.cache_dir)]
+    if args.accept_mismatch:
+        cmd += ["--accept-mismatch"]
+    return cmd
+
+
+def worker_env(args, index: int) -> dict[str, str]:
+    env = dict(os.environ)
+    if not args.replay:  # one GPU each; respects an outer CUDA_VISIBLE_DEVICES list
+        outer = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = outer[index % len(outer)] if outer else str(index)
+    env["TUNER_WORKER_INDEX"] = str(index)
+    return env
+
+
+def run_workers(args) -> int:
+    n = args.workers
+    url = resolve_url(args.storage)
+    out_dir = Path(tempfile.mkdtemp(prefix="tuner-workers-"))
+    procs: list[subprocess.Popen] = []
+    outs, errs = [], []
+    started = time.monotonic()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill PARENT` stops the workers too
+    try:
+        for i in range(n):
+            outs.append(open(out_dir / f"{i}.out", "w+"))
+            errs.append(open(out_dir / f"{i}.err", "w+"))
+            procs.append(subprocess.Popen(worker_command(args, i), env=worker_env(args, i), stdout=outs[i], stderr=errs[i],
+                                          stdin=subprocess.DEVNULL))
+        if not args.json:
+            print(f"started {n} workers on {redact(url)}", file=sys.stderr)
+        codes = _wait(procs)
+    except KeyboardInterrupt:
+        _stop(procs)
+        print("tuner: interrupted; workers stopped, finished trials are stored, run the same command to resume",
+              file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for p in procs:  # never leave a worker behind
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    elapsed = time.monotonic() - started
+
+    names, messages = [], []
+    for i in range(n):
+        outs[i].seek(0)
+        errs[i].seek(0)
+        lines = [ln for ln in outs[i].read().splitlines() if ln.startswith("{")]
+        if lines:
+            try:
+                names.append(json.loads(lines[-1])["study"])
+            except (ValueError, KeyError):
+                pass
+        for line in errs[i].read().splitlines():
+            line = redact(line)
+            if line.strip() and line not in messages:
+                messages.append(line)
+        outs[i].close()
+        errs[i].close()
+    for line in messages[-20:]:  # each distinct message once, not once per worker
+        print(line, file=sys.stderr)
+    _cleanup(out_dir)
+
+    failed = [c for c in codes if c != 0]
+    if not names:
+        code = failed[0] if failed else 1
+        if not any(m.startswith("tuner: error") for m in messages):
+            print(f"tuner: error: none of the {n} workers finished (exit codes {codes})", file=sys.stderr)
+        return code
+    summary = aggregate(names[0], url)
+    summary.update(workers=n, worker_exit_codes=codes, elapsed_s=round(elapsed, 2))
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary["statuses"].items()))
+        print(f"study {summary['study']} in {summary['storage']}: {summary['trials']} trials ({statuses}) "
+              f"by {n} workers in {elapsed:.1f} s")
+        best = summary.get("best")
+        print(f"best: {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}" if best else "best: none yet (no trial completed)")
+        if failed:
+            print(f"{len(failed)} worker(s) failed: exit codes {codes}", file=sys.stderr)
+    return failed[0] if failed else 0
+
+
+def aggregate(study_name: str, url: str) -> dict:
+    """The study's summary, as ``tuner run --json`` prints it."""
+    from tuner.runner import summarize
+
+    try:
+        study = optuna.load_study(study_name=study_name, storage=open_storage(url))
+    except KeyError:
+        raise UserError(f"no study {study_name!r} in {redact(url)} after the workers ran") from None
+    return summarize(study, url)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _wait(procs: list[subprocess.Popen]) -> list[int]:
+    while any(p.poll() is None for p in procs):
+        time.sleep(0.2)
+    return [p.returncode for p in procs]
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGINT every worker (Optuna records its trial as failed), then SIGKILL stragglers."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        try:
+            time.sleep(0.2)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+            break
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def _cleanup(out_dir: Path) -> None:
+    for f in out_dir.iterdir():
+        f.unlink()
+    out_dir.rmdir()
