@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--accept-mismatch", action="store_true", help="resume even if GPU, kernel source or NVRTC differ")
     run.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
     run.add_argument("--cache-dir", type=Path, help="compile cache (default ~/.cache/tuner/cubin or $TUNER_CACHE_DIR)")
+    run.add_argument("--artifacts", type=Path, help="keep each trial's compile log as an optuna artifact in this folder")
     run.set_defaults(func=cmd_run)
 
     worker = sub.add_parser("worker", help="join a shared study as one more worker (one GPU)")
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--accept-mismatch", action="store_true")
     worker.add_argument("--json", action="store_true")
     worker.add_argument("--cache-dir", type=Path)
+    worker.add_argument("--artifacts", type=Path)
     worker.set_defaults(func=cmd_worker, workers=1, sampler=None, mode=None, timeout_min=None, no_pruner=False)
 
     grid = sub.add_parser("grid", help="evaluate every valid config; print the seed's table and a CSV")
@@ -90,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--csv", type=Path, help="where to write the table as CSV (default NAME_grid.csv)")
     grid.add_argument("--accept-mismatch", action="store_true")
     grid.add_argument("--cache-dir", type=Path)
+    grid.add_argument("--artifacts", type=Path)
     grid.add_argument("--json", action="store_true")
     grid.set_defaults(func=cmd_grid, sampler="grid", trials=None, timeout_min=None, seed=0, no_pruner=True, workers=1)
 
@@ -180,6 +183,7 @@ def _settings(args, cfg, space, attrs, name):
         pruner_min_blocks=s.pruner_min_blocks,
         accept_mismatch=args.accept_mismatch,
         progress=not args.json and sys.stderr.isatty(),
+        artifact_dir=str(args.artifacts) if getattr(args, "artifacts", None) else None,
         study_attrs=attrs,
     )
 
@@ -209,6 +213,17 @@ def _evaluator(args, cfg, space, recording):
     device = evaluator.start()
     attrs = study_attrs("gpu", space, cfg.arch, device, nvrtc_version(), shape, {"baseline_ms": cfg.baseline})
     return evaluator, attrs, base_name, evaluator.close
+
+
+def _write_note(runner) -> None:
+    """The study's Markdown note for optuna-dashboard (problem, device, best flags, how to reproduce)."""
+    try:
+        from dashboards.serve import write_study_note
+        from tuner.storage import redact
+
+        write_study_note(runner.study, redact(runner.storage_url))
+    except ImportError:  # optuna-dashboard not installed: notes are optional
+        pass
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:
@@ -243,6 +258,7 @@ def cmd_run(args) -> int:
         if runner.requeued and not args.json:
             print(f"re-queued {len(runner.requeued)} trial(s) left RUNNING by a dead process: {runner.requeued}", file=sys.stderr)
         summary = runner.run()
+        _write_note(runner)
     finally:
         close()
     _print_summary(summary, args.json)
@@ -266,6 +282,7 @@ def cmd_grid(args) -> int:
             _precompile(cfg, space, args)
         runner = Runner(space, evaluator, _settings(args, cfg, space, attrs, name), args.storage)
         summary = runner.run()
+        _write_note(runner)
     finally:
         close()
     rows = trial_rows(runner.study, space.axis_names)

@@ -74,10 +74,9 @@ class GpuEvaluator:
         built = compile_kernel(self.spec, config, self.problem, self.arch, self.cache_dir, self.limits)
         common = dict(regs=built.regs, spills=built.spills, smem_bytes=derived.get("smem_bytes", built.smem_static),
                       compile_s=round(built.compile_s, 4), flags=built.flags)
+        logs = {"compile.log": built.log}
         if not built.ok:
-            m = Measurement(built.status, reason=built.reason, **common)
-            m.extra["compile_log"] = built.log[-2000:]
-            return m
+            return Measurement(built.status, reason=built.reason, artifacts=logs, **common)
         m = self.supervisor.measure(
             {
                 "spec_path": str(self.spec.path),
@@ -96,4 +95,5 @@ class GpuEvaluator:
         for key, value in common.items():
             if getattr(m, key) in (None, ""):
                 setattr(m, key, value)
+        m.artifacts = logs
         return m

@@ -42,6 +42,8 @@ class Measurement:
     max_err: float | None = None
     blocks: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: texts kept as trial artifacts when an artifact store is configured (never user attrs)
+    artifacts: dict[str, str] = field(default_factory=dict)
 
     def user_attrs(self, flops: float | None) -> dict[str, Any]:
         """JSON-serializable, numeric where sortable; absent rather than null."""
@@ -57,7 +59,7 @@ class Measurement:
 
     @classmethod
     def from_attrs(cls, attrs: dict[str, Any]) -> "Measurement":
-        names = set(cls.__dataclass_fields__) - {"blocks", "extra"}
+        names = set(cls.__dataclass_fields__) - {"blocks", "extra", "artifacts"}
         return cls(**{k: v for k, v in attrs.items() if k in names})
 
     def to_json(self) -> dict:

@@ -1,0 +1,89 @@
+"""The CLI as a user runs it: check, run (with notes and artifacts), best, status, export, grid."""
+
+import csv
+import json
+
+import optuna
+
+from tests.conftest import FAKE_BACKEND, ROOT, tuner
+
+STUDY = ROOT / "studies" / "example_sgemm.toml"
+FAKE = {"TUNER_WORKER_BACKEND": FAKE_BACKEND}
+
+
+def test_check_json_counts_and_compiles(cache_dir):
+    result = tuner("check", STUDY, "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["total"], data["valid"]) == (72, 48)
+    assert sum(data["invalid"].values()) == 24 and data["configs"] == []
+    compiled = json.loads(tuner("check", STUDY, "--compile", "--json", "--cache-dir", cache_dir, "--jobs", 2).stdout)
+    assert len(compiled["configs"]) == 48
+    statuses = {c["status"] for c in compiled["configs"]}
+    assert statuses <= {"ok", "spills"} and "ok" in statuses
+    for c in compiled["configs"]:
+        assert set(c) >= {"params", "regs", "spills", "smem_bytes", "status"}
+        assert c["regs"] and c["smem_bytes"] == 4 * c["params"]["BLOCK_K"] * (2 * c["params"]["BLOCK"] + 1)
+    table = tuner("check", STUDY, "--compile", "--cache-dir", cache_dir)
+    assert "REGS" in table.stdout and "SMEM_KB" in table.stdout and "compiled: ok=" in table.stdout
+
+
+def test_run_best_status_export_notes_artifacts(tmp_path, cache_dir):
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    art = tmp_path / "artifacts"
+    run = tuner("run", STUDY, "--storage", db, "--trials", 6, "--json", "--cache-dir", cache_dir, "--artifacts", art, env=FAKE)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert set(summary) == {"study", "storage", "trials", "statuses", "best"}
+    assert summary["trials"] == 6 and summary["best"]["flags"].startswith("-DM_DIM=2048")
+
+    study = optuna.load_study(study_name="example_sgemm", storage=db)
+    assert study.user_attrs["device_name"] == "Fake GPU" and study.user_attrs["source_hash"]
+    assert study.user_attrs["nvrtc_version"].startswith("13.")
+    trial = study.best_trial
+    for key in ("ms", "tflops", "regs", "spills", "smem_bytes", "compile_s", "status", "reason", "flags"):
+        assert key in trial.user_attrs, key
+    assert isinstance(trial.user_attrs["regs"], int) and isinstance(trial.user_attrs["ms"], float)
+    note_keys = [k for k in study._storage.get_study_system_attrs(study._study_id) if "note" in k]
+    assert note_keys, "optuna-dashboard note written"
+    assert any(art.iterdir()), "compile logs kept as artifacts"
+
+    header = tmp_path / "best.h"
+    best = tuner("best", "--study", "example_sgemm", "--storage", db, "--header", header)
+    assert best.returncode == 0 and best.stdout.strip() == summary["best"]["flags"]
+    text = header.read_text()
+    assert "#define BLOCK " in text and "#ifndef THREAD_TILE" in text
+
+    status = json.loads(tuner("status", "--storage", db, "--json").stdout)
+    (row,) = status["studies"]
+    assert row["study"] == "example_sgemm" and row["trials"] == 6 and row["device"] == "Fake GPU"
+
+    out = tmp_path / "trials.csv"
+    assert tuner("export", STUDY, "--storage", db, "-o", out).returncode == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 6 and "user_attrs_status" in rows[0] and "params_BLOCK" in rows[0]
+
+
+def test_grid_table_and_csv_replay_roundtrip(tmp_path, cache_dir):
+    db = f"sqlite:///{tmp_path / 'g.db'}"
+    csv_path = tmp_path / "grid.csv"
+    grid = tuner("grid", ROOT / "studies" / "example_sgemm.toml", "--storage", db, "--csv", csv_path, "--cache-dir", cache_dir, env=FAKE)
+    assert grid.returncode == 0, grid.stderr
+    lines = grid.stdout.splitlines()
+    assert lines[0].split()[-7:] == ["REGS", "SPILL", "SMEM_KB", "MS", "TFLOPS", "CHECKSUM", "STATUS"]
+    assert lines[1].split()[-1] == "BEST"
+    rows = list(csv.DictReader(csv_path.open()))
+    assert len(rows) == 48 and {r["status"] for r in rows} == {"ok", "spills"}
+    # the recorded table replays: the same study name is refused (another setup), a new one works
+    replay = tuner("run", ROOT / "studies" / "example_sgemm.toml", "--replay", csv_path, "--storage", db, "--trials", 10, "--json")
+    assert replay.returncode == 0, replay.stderr
+    summary = json.loads(replay.stdout.strip().splitlines()[-1])
+    assert summary["study"] == "example_sgemm.replay" and summary["trials"] == 10
+    best_recorded = min(float(r["ms"]) for r in rows if r["status"] == "ok")
+    assert summary["best"]["ms"] >= best_recorded
+
+
+def test_no_gpu_says_so_and_shows_replay():
+    result = tuner("run", STUDY, "--storage", "memory", env={"TUNER_WORKER_BACKEND": "cuda"})
+    assert result.returncode == 2
+    assert "no usable CUDA GPU" in result.stderr and "--replay" in result.stderr
