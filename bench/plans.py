@@ -129,7 +129,7 @@ PLANS["sweep"] = {
 }
 
 
-PLANS["best"] = {
+PLANS["best_v1"] = {   # the first benchmark (2026-11-21, before EPI_BATCH / GELU_F16X2)
     "timing": {"warmup": 5, "repeats": 50},
     "problems": {
         "patch_embed": {"problem": PATCH, "jobs": [J(E), J({**E, "GROUP_M": 32}), J({**E, "L2_PROMO": 256}),
@@ -138,9 +138,26 @@ PLANS["best"] = {
         "fc2": {"problem": FC2, "jobs": [J({}), J({"GROUP_M": 1}), J({**E})]},
     },
 }
+_B32 = {"EXTRA_TMA": 1, "EPI_BATCH": 32}
+_G = {"GELU_F16X2": 1}
+PLANS["best"] = {
+    "timing": {"warmup": 5, "repeats": 50},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            J({"EXTRA_TMA": 1}), J(_B32), J({**_B32, "GROUP_M": 32}), J({"EXTRA_TMA": 1, "EPI_BATCH": 8}),
+            J({**_B32, "L2_PROMO": 256}),
+            J({"BUG_POS_OFF_BY_ONE": 1, **_B32}, time=False, expect_fail=True)]},
+        "fc1": {"problem": FC1, "jobs": [
+            J({}), J(_G), J({**_G, "L2_PROMO": 256}), J({**_G, "GROUP_M": 32}),
+            J({**_G, "PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 4}), J({**_G, "N_STAGES": 4, "EPI_SLOTS": 2})]},
+        "fc2": {"problem": FC2, "jobs": [
+            J({"EXTRA_TMA": 1}), J(_B32), J({**_B32, "GROUP_M": 1}), J({"EXTRA_TMA": 1, "EPI_BATCH": 8, "GROUP_M": 1}),
+            J({**_B32, "L2_PROMO": 256})]},
+    },
+}
 PLANS["ncu"] = {
     "timing": {"cublas": False},
-    "problems": {"patch_embed": {"problem": PATCH, "jobs": [J(E, time=False)]}},
+    "problems": {"patch_embed": {"problem": PATCH, "jobs": [J(_B32, time=False)]}},
 }
 
 
@@ -176,6 +193,17 @@ PLANS["batch"] = {
         ]},
         "fc1": {"problem": FC1, "jobs": [J({}), J(R2), J({**R2, "GROUP_M": 32}), J({**R2, "L2_PROMO": 256})]},
         "fc2": {"problem": FC2, "jobs": [J(E), J(B8), J(B32), J({**B32, "GROUP_M": 1}), J(R2), J({**R2, "GROUP_M": 1})]},
+    },
+}
+
+
+PLANS["confirm"] = {   # the best configs again, each twice in one process (run-to-run spread)
+    "timing": {"warmup": 10, "repeats": 100},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [J({"EXTRA_TMA": 1}), J(_B32), J({"EXTRA_TMA": 1}), J(_B32)]},
+        "fc1": {"problem": FC1, "jobs": [J({}), J(_G), J({**_G, "GROUP_M": 32}), J({}), J(_G)]},
+        "fc2": {"problem": FC2, "jobs": [J({"EXTRA_TMA": 1}), J({**_B32, "GROUP_M": 1}), J(_B32),
+                                         J({"EXTRA_TMA": 1}), J({**_B32, "GROUP_M": 1})]},
     },
 }
 

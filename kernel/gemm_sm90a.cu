@@ -102,6 +102,11 @@ typedef unsigned short uint16_t;
                            // (0: read, add, store one word at a time; the volatile shared-memory
                            // accesses then run strictly in order, one load latency per word)
 #endif
+#ifndef GELU_F16X2
+#define GELU_F16X2 0       // BIAS_GELU: 1 = tanh of a column pair in one tanh.approx.f16x2 (half the MUFU
+                           // work of two tanh.approx.f32; tanh rounded to FP16, ~1e-3 absolute) and
+                           // the polynomial factored to 5 FP32 ops per element (0: today's FP32 path)
+#endif
 #ifndef EPI_SLOTS
 #define EPI_SLOTS 0        // 0: staging holds the whole WG_M x BLOCK_N tile (one TMA-store group per tile);
                            // R > 0: a ring of R 64-column slabs per consumer, one TMA-store group per slab
@@ -175,6 +180,7 @@ static_assert(MMA_INFLIGHT == 0 || MMA_INFLIGHT == 1, "MMA_INFLIGHT is 0 or 1");
 static_assert(!STORE_TMA || BLOCK_N % EPI_SLAB_COLS == 0, "TMA store needs BLOCK_N % 64 == 0");
 static_assert(!EXTRA_TMA || STORE_TMA, "EXTRA_TMA needs STORE_TMA");
 static_assert(EPI_BATCH >= 0 && (EPI_BATCH == 0 || (BLOCK_N / 8) % EPI_BATCH == 0), "EPI_BATCH divides BLOCK_N / 8");
+static_assert(GELU_F16X2 == 0 || GELU_F16X2 == 1, "GELU_F16X2 is 0 or 1");
 static_assert(EPI_SLOTS >= 0 && EPI_SLOTS <= 4, "EPI_SLOTS is 0..4");
 static_assert(!EPI_SLOTS || (STORE_TMA && !EXTRA_TMA), "EPI_SLOTS > 0 needs STORE_TMA=1 and EXTRA_TMA=0");
 static_assert(!EPI_SLOTS || EPI_SLOTS <= EPI_SLABS, "EPI_SLOTS at most BLOCK_N / 64");
@@ -289,6 +295,28 @@ static __device__ __forceinline__ float gelu_tanh(float x) {
   // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
   const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
   return 0.5f * x * (1.0f + tanh_approx(u));
+}
+// GELU (tanh form) of a column pair: (v0, v1) in place, FP32 math around one tanh per pair
+// (GELU_F16X2=1: both tanh arguments in one f16x2 register, one MUFU op) or two FP32 tanh.
+static __device__ __forceinline__ void gelu_pair(float& v0, float& v1) {
+#if GELU_F16X2
+  // u = x (c0 + c1 x^2) with c1 = 0.044715 c0; gelu = h + h t with h = x / 2: 5 FP32 ops + 1/2 MUFU
+  const float c0 = 0.7978845608028654f, c1 = 0.044715f * 0.7978845608028654f;
+  const float u0 = v0 * __fmaf_rn(c1, v0 * v0, c0);
+  const float u1 = v1 * __fmaf_rn(c1, v1 * v1, c0);
+  uint32_t u2, t2;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u2) : "f"(u1), "f"(u0));   // lo half = u0
+  asm("tanh.approx.f16x2 %0, %1;" : "=r"(t2) : "r"(u2));
+  float t0, t1;
+  asm("{ .reg .f16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
+      : "=f"(t0), "=f"(t1) : "r"(t2));
+  const float h0 = 0.5f * v0, h1 = 0.5f * v1;
+  v0 = __fmaf_rn(h0, t0, h0);
+  v1 = __fmaf_rn(h1, t1, h1);
+#else
+  v0 = gelu_tanh(v0);
+  v1 = gelu_tanh(v1);
+#endif
 }
 
 // ---------------------------------------------------------------- wgmma m64nNk32 e4m3 x e4m3 -> f32
@@ -516,7 +544,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
     const uint32_t swz = (uint32_t)(lane / 4); // row % 8 of both fragment rows
     const uint32_t staging = staging_all + c * STAGING_BYTES_PER_WG;
     (void)staging; (void)extra; (void)bias; (void)out; (void)swz;
-    (void)tma_store_2d; (void)ld_shared_u32; (void)st_shared_u32; (void)st_global_u32; (void)gelu_tanh;
+    (void)tma_store_2d; (void)ld_shared_u32; (void)st_shared_u32; (void)st_global_u32; (void)gelu_tanh; (void)gelu_pair;
 #if EXTRA_TMA
     uint32_t xphase = 0;
 #endif
@@ -667,8 +695,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
               v1 += bf16_hi(xx);
 #endif
 #if EPILOGUE == BIAS_GELU
-              v0 = gelu_tanh(v0);
-              v1 = gelu_tanh(v1);
+              gelu_pair(v0, v1);
 #endif
               st_shared_u32(slot + r * 128 + (((uint32_t)jj ^ swz) << 4) + 4 * (lane % 4), pack_bf16x2(v0, v1));
             }
@@ -747,8 +774,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
             v1 += bf16_hi(xx);
 #endif
 #if EPILOGUE == BIAS_GELU
-            v0 = gelu_tanh(v0);
-            v1 = gelu_tanh(v1);
+            gelu_pair(v0, v1);
 #endif
 #if STORE_TMA
             st_shared_u32(sa, pack_bf16x2(v0, v1));

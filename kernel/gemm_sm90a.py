@@ -66,6 +66,7 @@ class Spec(KernelSpec):
         "L2_PROMO": 0,
         "EPI_SLOTS": 0,
         "EPI_BATCH": 0,
+        "GELU_F16X2": 0,
         # test hook (never in a study's space)
         "BUG_POS_OFF_BY_ONE": 0,
     }
@@ -131,7 +132,8 @@ class Spec(KernelSpec):
         bm, bn, st, nc = (_i(c, k, 0) for k in ("BLOCK_M", "BLOCK_N", "N_STAGES", "NUM_CONSUMERS"))
         pp, store_tma, extra_tma = _i(c, "PINGPONG", 0), _i(c, "STORE_TMA", 1), _i(c, "EXTRA_TMA", 0)
         creg, preg = _i(c, "CONSUMER_REGS", 232), _i(c, "PRODUCER_REGS", 40)
-        for flag in ("PINGPONG", "STORE_TMA", "EXTRA_TMA", "SNAKE_ORDER", "MMA_INFLIGHT", "BUG_POS_OFF_BY_ONE"):
+        for flag in ("PINGPONG", "STORE_TMA", "EXTRA_TMA", "SNAKE_ORDER", "MMA_INFLIGHT", "BUG_POS_OFF_BY_ONE",
+                     "GELU_F16X2"):
             if _i(c, flag, 0) not in (0, 1):
                 return f"{flag} must be 0 or 1"
         if K % BLOCK_K:
@@ -192,6 +194,8 @@ class Spec(KernelSpec):
                         f"less than {ACC_REG_HEADROOM} of CONSUMER_REGS={creg} (ptxas spills)")
         if slots and slots > bn // EPI_SLAB_COLS:
             return f"EPI_SLOTS={slots} > BLOCK_N/{EPI_SLAB_COLS} slabs of a tile"
+        if _i(c, "GELU_F16X2", 0) and epi != "BIAS_GELU":
+            return "GELU_F16X2 applies to EPILOGUE=BIAS_GELU only"
         batch = _i(c, "EPI_BATCH", 0)
         if batch not in (0, 4, 8, 16, 32):
             return "EPI_BATCH must be 0, 4, 8, 16 or 32"

@@ -88,6 +88,26 @@ def test_rejections_have_reasons():
     assert "STORE_TMA" in SPEC.check({"BLOCK_N": 96}, P)
     assert "PINGPONG" in SPEC.check({"PINGPONG": 1, "NUM_CONSUMERS": 1, "BLOCK_M": 64}, P)
     assert "unknown" in SPEC.check({"NOPE": 1}, P)
+    assert "EXTRA_TMA" in SPEC.check({"EPI_BATCH": 32}, P)                      # nothing staged to read
+    assert "divide" in SPEC.check({"EXTRA_TMA": 1, "EPI_BATCH": 32, "BLOCK_N": 192, "N_STAGES": 2}, P)
+    assert "EPI_SLOTS" in SPEC.check({"EPI_SLOTS": 2, "EXTRA_TMA": 1}, P)        # ring excludes EXTRA_TMA
+    assert "EPI_SLOTS" in SPEC.check({"EPI_SLOTS": 2, "PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 4}, P)  # regs
+    assert "shared memory" in SPEC.check({"N_STAGES": 4}, P)                   # full staging: 3 stages max
+    assert SPEC.check({"N_STAGES": 4, "EPI_SLOTS": 2}, P) is None              # ring: a 4th stage fits
+    assert "BIAS_GELU" in SPEC.check({"GELU_F16X2": 1}, P)
+
+
+def test_new_defines_default_to_old_kernel():
+    """EPI_SLOTS / EPI_BATCH / GELU_F16X2 = 0 is the kernel before they existed: same smem model."""
+    for name in STUDIES:
+        P = study(name)["problem"]
+        for cfg in itertools.islice(valid_configs(name), 0, None, 101):
+            old = {k: v for k, v in cfg.items() if k not in ("EPI_SLOTS", "EPI_BATCH", "GELU_F16X2")}
+            if cfg.get("EPI_SLOTS", 0) == 0:
+                assert SPEC.derive(cfg, P)["smem_bytes"] == SPEC.derive(old, P)["smem_bytes"]
+    P = study("patch_embed")["problem"]
+    d_ring = SPEC.derive({"N_STAGES": 4, "EPI_SLOTS": 2}, P)
+    assert d_ring["staging_bytes"] == 2 * 64 * 64 * 2 * 2 and d_ring["smem_bytes"] <= 232448
 
 
 def test_small_int_inputs_catch_row_mod_bug():
@@ -112,6 +132,15 @@ BUILDS = [
     ("patch_embed", {"BLOCK_M": 256, "BLOCK_N": 192, "STORE_TMA": 0, "N_STAGES": 3}),   # 192 acc regs
     ("fc1", {"MMA_INFLIGHT": 1}),
     ("fc2", {"EXTRA_TMA": 1, "L2_PROMO": 256}),
+    # EPI_BATCH (staged operand read ahead), EPI_SLOTS (staging ring -> 4th stage), GELU_F16X2
+    ("patch_embed", {"EXTRA_TMA": 1, "EPI_BATCH": 32}),
+    ("patch_embed", {"EXTRA_TMA": 1, "EPI_BATCH": 8, "PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 4}),
+    ("patch_embed", {"N_STAGES": 4, "EPI_SLOTS": 2}),
+    ("patch_embed", {"N_STAGES": 4, "EPI_SLOTS": 1, "CLUSTER_M": 2}),
+    ("fc1", {"GELU_F16X2": 1}),
+    ("fc1", {"GELU_F16X2": 1, "N_STAGES": 4, "EPI_SLOTS": 2}),
+    ("fc2", {"EXTRA_TMA": 1, "EPI_BATCH": 32, "GROUP_M": 1}),
+    ("fc2", {"N_STAGES": 4, "EPI_SLOTS": 2}),
 ]
 
 
@@ -157,8 +186,17 @@ def test_device_correctness(epi, n, k):
     P = {"M": 196 * 256, "N": n, "K": k, "EPILOGUE": epi, "SEQ_LEN": 196}
     jobs = [{"config": {}, "time": False}, {"config": {"PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 4}, "time": False},
             {"config": {"CLUSTER_M": 2}, "time": False}]
+    jobs.append({"config": {"N_STAGES": 4, "EPI_SLOTS": 2}, "time": False})
+    if epi == "BIAS_GELU":
+        jobs.append({"config": {"GELU_F16X2": 1}, "time": False})
+    else:
+        jobs.append({"config": {"EXTRA_TMA": 1, "EPI_BATCH": 32}, "time": False})
     if epi == "BIAS_POS":
         jobs.append({"config": {"BUG_POS_OFF_BY_ONE": 1}, "time": False, "expect_fail": True})
+        jobs.append({"config": {"BUG_POS_OFF_BY_ONE": 1, "EXTRA_TMA": 1, "EPI_BATCH": 32}, "time": False,
+                     "expect_fail": True})
+        jobs.append({"config": {"BUG_POS_OFF_BY_ONE": 1, "N_STAGES": 4, "EPI_SLOTS": 2}, "time": False,
+                     "expect_fail": True})
     res = harness.run_problem(torch, epi, P, jobs, {"cublas": False}, np.random.default_rng(0), print)
     for job, r in zip(jobs, res):
         assert r.get("status") is None, r
