@@ -86,11 +86,12 @@ class Objective:
 
         return report
 
-    def _stored(self, trial: optuna.Trial, params: dict[str, Any]) -> Measurement | None:
+    def _stored(self, trial: optuna.Trial, params: dict[str, Any], twin: bool = False) -> Measurement | None:
         """A repeat of a finished configuration reuses its stored result: no GPU time.
 
         Only complete measurements count: a config stopped by the pruner is measured
-        again if it comes back (the bar it failed may have moved).
+        again if it comes back (the bar it failed may have moved) -- unless it is a
+        ``twin``, measured by another worker at the same moment: then the bar is the same.
         """
         key = self.space.key(params)
         finished = trial.study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED), use_cache=False)
@@ -98,7 +99,7 @@ class Objective:
             if t.number == trial.number or not t.params or self.space.key(t.params) != key:
                 continue
             status = t.user_attrs.get("status")
-            if status is None or status == "pruned_slow" or (status == "duplicate" and t.state != TrialState.COMPLETE):
+            if status is None or (status == "pruned_slow" and not twin) or (status == "duplicate" and t.state != TrialState.COMPLETE):
                 continue
             stored = Measurement.from_attrs(t.user_attrs)
             stored.status = "duplicate"
@@ -117,12 +118,14 @@ class Objective:
         key = self.space.key(params)
         deadline = time.monotonic() + TWIN_WAIT_S
         pause = 0.02
+        waited = False
         while time.monotonic() < deadline:
             running = trial.study._get_trials(deepcopy=False, states=(TrialState.RUNNING,), use_cache=False)
             twins = [t for t in running if t.number < trial.number and len(t.params) == len(params)
                      and self.space.key(t.params) == key and not runner_dead(t)]
             if not twins:
-                return self._stored(trial, params)
+                return self._stored(trial, params, twin=waited)
+            waited = True
             time.sleep(pause)
             pause = min(1.0, pause * 2)
         return None

@@ -87,6 +87,11 @@ class ValidOnlySampler(BaseSampler):
                 return dict(remaining[0])
             return dict(remaining[self._rng.integers(len(remaining))])
         proposal = self.base.sample_relative(study, trial, search_space)
+        # Other workers started trials while the base sampler thought: drop their configs too.
+        remaining = self._drop_running(study, trial.number, remaining)
+        if not remaining:
+            self.exhausted = True
+            return dict(self.candidates[0])
         if len(proposal) != len(search_space):  # base sampler still in its random start-up
             return dict(remaining[self._rng.integers(len(remaining))])
         return self.nearest(proposal, remaining)
@@ -118,6 +123,16 @@ class ValidOnlySampler(BaseSampler):
             if all(a in params for a in axes):
                 keys.add(tuple(params[a] for a in axes))
         return keys
+
+    def _drop_running(self, study: optuna.Study, number: int, remaining: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        axes = self.space.axis_names
+        busy = set()
+        for t in study._storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+            if t.number != number and all(a in t.params for a in axes):
+                busy.add(tuple(t.params[a] for a in axes))
+        if not busy:
+            return remaining
+        return [c for c in remaining if self.space.key(c) not in busy]
 
     def nearest(self, proposal: dict[str, Any], remaining: list[dict[str, Any]]) -> dict[str, Any]:
         """The remaining config closest to ``proposal``; ties broken at random."""

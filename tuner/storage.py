@@ -14,6 +14,9 @@ from __future__ import annotations
 import os
 import re
 import socket
+import time
+import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -60,8 +63,12 @@ def open_storage(url: str | None = None, pool_size: int = 2) -> optuna.storages.
         if path.parent and not path.parent.exists():
             raise UserError(f"journal file {path}: folder {path.parent} does not exist")
         try:
-            return JournalStorage(JournalFileBackend(str(path)))
-        except Exception as exc:  # a truncated or foreign file
+            backend = JournalFileBackend(str(path))
+            _repair_partial_tail(backend, path)
+            return JournalStorage(backend)
+        except UserError:
+            raise
+        except Exception as exc:  # a corrupt or foreign file
             raise UserError(
                 f"journal file {path} cannot be read ({type(exc).__name__}: {_first_line(exc)}); "
                 "move it aside to start afresh, or fix its last line"
@@ -76,23 +83,70 @@ def open_storage(url: str | None = None, pool_size: int = 2) -> optuna.storages.
     else:
         # Bounded pools: N workers x (pool + overflow) must stay under max_connections.
         engine_kwargs.update(pool_size=pool_size, max_overflow=1, pool_recycle=300)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return RDBStorage(
-                url,
-                engine_kwargs=engine_kwargs,
-                heartbeat_interval=HEARTBEAT_S,
-                grace_period=GRACE_S,
-                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY),
-            )
-    except UserError:
-        raise
-    except Exception as exc:
-        hint = "is the server up and the URL right?"
-        if url.startswith("sqlite"):
-            hint = "is it a SQLite file written by tuner/optuna (not corrupted)? move it aside to start afresh"
-        raise UserError(f"cannot open storage {redact(url)}: {type(exc).__name__}: {_first_line(exc)}; {hint}") from None
+    for attempt in range(4):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return RDBStorage(
+                    url,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=HEARTBEAT_S,
+                    grace_period=GRACE_S,
+                    heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY),
+                )
+        except Exception as exc:
+            # Several processes creating one new database's schema at once collide
+            # ("table already exists", "database is locked"): the loser retries.
+            if attempt < 3 and _transient(exc):
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            hint = "is the server up and the URL right?"
+            if url.startswith("sqlite"):
+                hint = "is it a SQLite file written by tuner/optuna (not corrupted)? move it aside to start afresh"
+            raise UserError(f"cannot open storage {redact(url)}: {type(exc).__name__}: {_first_line(exc)}; {hint}") from None
+    raise AssertionError("unreachable")
+
+
+def _repair_partial_tail(backend: JournalFileBackend, path: Path) -> None:
+    """Move a partial last record (a writer died mid-line) aside, under the journal's lock.
+
+    Optuna skips such a line when reading but appends the next record right after it,
+    which merges both into one bad line and makes the whole file unreadable from then on.
+    """
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    from optuna.storages.journal._file import get_lock_file
+
+    with get_lock_file(backend._lock):
+        with open(path, "rb+") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - 1))
+            if f.read(1) == b"\n":
+                return
+            start = size
+            while start > 0:  # find the end of the last complete line
+                step = min(65536, start)
+                f.seek(start - step)
+                chunk = f.read(step)
+                nl = chunk.rfind(b"\n")
+                if nl >= 0:
+                    start = start - step + nl + 1
+                    break
+                start -= step
+            f.seek(start)
+            tail = f.read()
+            side = path.with_name(f"{path.name}.partial-{int(time.time())}")
+            side.write_bytes(tail)
+            f.truncate(start)
+            f.flush()
+            os.fsync(f.fileno())
+    print(f"tuner: journal file {path} ended with a partial record ({len(tail)} bytes, a writer died mid-write): "
+          f"moved to {side}", file=sys.stderr)
+
+
+def _transient(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(s in text for s in ("already exists", "database is locked", "duplicate key", "unique constraint"))
 
 
 def _first_line(exc: BaseException) -> str:
