@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -77,20 +78,23 @@ def test_kill_9_mid_trial_then_resume_loses_nothing(tmp_path, cache_dir):
     finished_before = []
     while time.monotonic() < deadline:
         time.sleep(0.3)
-        if not db.exists():
-            continue
+        # Read-only peeks with sqlite3: opening an Optuna storage here would race the run's
+        # own schema creation.
         try:
-            study = optuna.load_study(study_name="example_sgemm", storage=url)
-        except Exception:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+                states = [s for (s,) in conn.execute("select state from trials order by number")]
+                running_marked = conn.execute(
+                    "select count(*) from trials t join trial_user_attributes a on a.trial_id = t.trial_id "
+                    "where t.state = 'RUNNING' and a.key = 'runner_pid'").fetchone()[0]
+        except sqlite3.Error:
             continue
-        states = [t.state for t in study.trials]
-        running = [t for t in study.trials if t.state == TrialState.RUNNING and "runner_pid" in t.user_attrs]
-        if states.count(TrialState.COMPLETE) + states.count(TrialState.PRUNED) >= 2 and running:
-            finished_before = [(t.number, t.value, t.user_attrs.get("status")) for t in study.trials if t.state.is_finished()]
+        if sum(s in ("COMPLETE", "PRUNED") for s in states) >= 2 and running_marked:
             proc.send_signal(signal.SIGKILL)
             break
+    finished_before = [(t.number, t.value, t.user_attrs.get("status"))
+                       for t in optuna.load_study(study_name="example_sgemm", storage=url).trials if t.state.is_finished()]
     proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert proc.returncode == -signal.SIGKILL, f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
     stale = [t for t in optuna.load_study(study_name="example_sgemm", storage=url).trials if t.state == TrialState.RUNNING]
     assert len(stale) == 1
     stale_params = stale[0].params
