@@ -189,7 +189,7 @@ class CudaBackend:
             _ck("cuFuncSetAttribute", cu.cuFuncSetAttribute(
                 func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.smem_bytes))
             params, keepalive = self._params(launch)
-            config_obj = self._launch_config(launch)
+            config_obj = self._launch_config(launch, func)
             run = lambda: _ck("cuLaunchKernelEx", cu.cuLaunchKernelEx(config_obj, func, params, 0))  # noqa: E731
 
             # Checked launch on poisoned outputs.
@@ -291,7 +291,7 @@ class CudaBackend:
                 cu.cuEventDestroy(end)
 
     # -- launch description -> driver objects ----------------------------------------------------
-    def _launch_config(self, launch):
+    def _launch_config(self, launch, func):
         cu = self.cu
         cfg = cu.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = launch.grid
@@ -299,7 +299,11 @@ class CudaBackend:
         cfg.sharedMemBytes = launch.smem_bytes
         cfg.hStream = self.stream
         attrs = []
-        if tuple(launch.cluster) != (1, 1, 1):
+        # A kernel that declares __cluster_dims__ has its cluster fixed at compile time; the
+        # launch attribute may only restate it, so leave it out and let the kernel's stand.
+        fixed = _ck("cuFuncGetAttribute", cu.cuFuncGetAttribute(
+            cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, func))
+        if tuple(launch.cluster) != (1, 1, 1) and not fixed:
             attr = cu.CUlaunchAttribute()
             attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = launch.cluster
