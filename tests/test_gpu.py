@@ -26,7 +26,8 @@ def evaluate(spec_file, problem, configs, arch="sm_90a", timeout_s=20.0, tmp_pat
 @pytest.mark.parametrize("inputs", ["random", "small_int"])
 def test_sm90a_epilogues_check_through_the_worker(epilogue, n, k, inputs, tmp_path):
     problem = {"M": 196 * 64, "N": n, "K": k, "EPILOGUE": epilogue, "SEQ_LEN": 196, "INPUT_KIND": inputs}
-    configs = [{}, {"PINGPONG": 1, "BLOCK_N": 128, "N_STAGES": 5}, {"STORE_TMA": 1, "EXTRA_TMA": 1}]
+    configs = [{}, {"PINGPONG": 1, "BLOCK_N": 128, "N_STAGES": 5}, {"STORE_TMA": 1, "EXTRA_TMA": 1},
+               {"CLUSTER_M": 2}]  # a cluster launch through cuLaunchKernelEx
     device, results = evaluate("gemm_sm90a.py", problem, configs, tmp_path=tmp_path)
     for config, m in zip(configs, results):
         assert m.status == "ok", (config, m.status, m.reason)
