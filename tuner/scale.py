@@ -28,11 +28,10 @@ STOP_GRACE_S = 20.0  # after Ctrl-C, how long workers get to record their trial 
 
 def worker_command(args, index: int) -> list[str]:
     """The ``tuner worker`` command line of worker ``index`` (options passed through)."""
-    url = resolve_url(args.storage)
     # `tuner worker` needs a study file; a Kernel Tuner replay alone runs as `tuner run` (1 worker).
     cmd = [sys.executable, "-m", "tuner"]
     cmd += ["worker", str(args.study_file)] if args.study_file else ["run"]
-    cmd += ["--storage", url, "--json"]
+    cmd += ["--json"]  # the storage URL goes by environment (TUNER_STORAGE): a password never shows in `ps`
     if args.replay:
         cmd += ["--replay", str(args.replay)]
     if args.study_name:
@@ -48,12 +47,24 @@ def worker_command(args, index: int) -> list[str]:
     return cmd
 
 
+def _gpu_count() -> int:
+    """GPUs on this host, without loading the CUDA driver in the parent (nvidia-smi -L)."""
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
+
+
 def worker_env(args, index: int) -> dict[str, str]:
     env = dict(os.environ)
     if not args.replay:  # one GPU each; respects an outer CUDA_VISIBLE_DEVICES list
         outer = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-        env["CUDA_VISIBLE_DEVICES"] = outer[index % len(outer)] if outer else str(index)
+        gpus = outer or [str(i) for i in range(_gpu_count())]
+        if gpus:  # more workers than GPUs share them round-robin
+            env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
     env["TUNER_WORKER_INDEX"] = str(index)
+    env["TUNER_STORAGE"] = resolve_url(args.storage)
     return env
 
 
