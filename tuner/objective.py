@@ -20,6 +20,7 @@ from tuner.space import Space
 from tuner.spec import Value, define_flags
 from tuner.storage import mark_runner, runner_dead
 
+CLAIM = "tuner:measuring"  # system attr: this trial is measuring its config
 TWIN_WAIT_S = 1800.0  # longest wait for another worker measuring the same config
 
 
@@ -55,7 +56,12 @@ class Objective:
             if reason is not None:  # only an enqueued trial can get here
                 measurement = Measurement("invalid", reason=reason)
             else:
-                measurement = self.evaluator.evaluate(params, config, self._reporter(trial))
+                try:
+                    measurement = self.evaluator.evaluate(params, config, self._reporter(trial))
+                except KeyboardInterrupt:  # Ctrl-C: Optuna fails the trial; say why, then stop
+                    trial.set_user_attr("status", "interrupted")
+                    trial.set_user_attr("reason", "interrupted by the user (Ctrl-C)")
+                    raise
         if not measurement.flags:
             defines = self.space.spec.defines(config, self.space.problem)
             measurement.flags = " ".join(define_flags(defines))
@@ -94,12 +100,14 @@ class Objective:
         ``twin``, measured by another worker at the same moment: then the bar is the same.
         """
         key = self.space.key(params)
+        started = trial.datetime_start  # a twin that finished after this trial began ran alongside it
         finished = trial.study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED), use_cache=False)
         for t in finished:
             if t.number == trial.number or not t.params or self.space.key(t.params) != key:
                 continue
             status = t.user_attrs.get("status")
-            if status is None or (status == "pruned_slow" and not twin) or (status == "duplicate" and t.state != TrialState.COMPLETE):
+            concurrent = twin or (started is not None and t.datetime_complete is not None and t.datetime_complete >= started)
+            if status is None or (status == "pruned_slow" and not concurrent) or (status == "duplicate" and t.state != TrialState.COMPLETE):
                 continue
             stored = Measurement.from_attrs(t.user_attrs)
             stored.status = "duplicate"
@@ -111,8 +119,10 @@ class Objective:
     def _await_twin(self, trial: optuna.Trial, params: dict[str, Any]) -> Measurement | None:
         """Another worker is measuring this very config (both sampled it at once): wait, reuse.
 
-        Params are stored before this check, so of two twins the lower-numbered one
-        always measures and the other waits for its result (a duplicate, no GPU time).
+        Params are stored before this check; a trial waits for a same-config RUNNING
+        trial that is older or has claimed the measurement, then reuses its result (a
+        duplicate, no GPU time). Both measure only if each checks before the other's
+        params land -- a window of one storage write.
         If the twin dies or is pruned, this trial measures after all.
         """
         key = self.space.key(params)
@@ -121,10 +131,14 @@ class Objective:
         waited = False
         while time.monotonic() < deadline:
             running = trial.study._get_trials(deepcopy=False, states=(TrialState.RUNNING,), use_cache=False)
-            twins = [t for t in running if t.number < trial.number and len(t.params) == len(params)
+            twins = [t for t in running if (t.number < trial.number or t.system_attrs.get(CLAIM))
+                     and t.number != trial.number and len(t.params) == len(params)
                      and self.space.key(t.params) == key and not runner_dead(t)]
             if not twins:
-                return self._stored(trial, params, twin=waited)
+                stored = self._stored(trial, params, twin=waited)
+                if stored is None:  # this trial measures: a twin arriving later waits for it
+                    trial.study._storage.set_trial_system_attr(trial._trial_id, CLAIM, True)
+                return stored
             waited = True
             time.sleep(pause)
             pause = min(1.0, pause * 2)

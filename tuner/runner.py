@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
+import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,6 +31,26 @@ from tuner.storage import open_storage, recover_stale_trials, redact, resolve_ur
 #: fingerprint keys a resumed study must match
 BINDING_KEYS = ("kind", "device_name", "source_hash", "nvrtc_version", "arch", "problem")
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+STORAGE_WAIT_S = 60.0  # how long to wait for a restarted database; 3 outages ridden out per phase
+
+
+def _storage_error(exc: BaseException):
+    """The database error behind ``exc`` (Optuna may wrap it while failing the trial), or None."""
+    import sqlalchemy.exc
+
+    seen = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = redact(str(getattr(exc, "orig", None) or exc)).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:160] if lines else ''}"
 
 
 @dataclass
@@ -156,7 +177,7 @@ class Runner:
     def _phase_target(self, candidates: list) -> int:
         return min(self.settings.trials or len(candidates), len(candidates))
 
-    def _optimize(self, phase: str, candidates: list, target: int) -> None:
+    def _optimize(self, phase: str, candidates: list, target: int, retries: int = 3) -> None:
         self.sampler.set_candidates(candidates)
         keys = {self.space.key(c) for c in candidates}
         done = [
@@ -182,6 +203,19 @@ class Runner:
                 catch=(),
                 gc_after_trial=False,
             )
+        except Exception as exc:
+            cause = _storage_error(exc)
+            if cause is None:
+                raise
+            self._close_bar()
+            if retries <= 0 or not self._storage_back():
+                raise UserError(
+                    f"lost the storage {redact(self.storage_url)} ({_one_line(cause)}); finished trials are stored: "
+                    "rerun the same command to resume"
+                ) from None
+            print(f"tuner: storage connection lost ({_one_line(cause)}); reconnected, going on", file=sys.stderr)
+            recover_stale_trials(self.study, mine=True)
+            return self._optimize(phase, candidates, target, retries - 1)
         finally:
             self._close_bar()
 
@@ -191,6 +225,18 @@ class Runner:
                 study.stop()
 
         return callback
+
+    def _storage_back(self, wait_s: float = STORAGE_WAIT_S) -> bool:
+        """Wait for a restarted database server (pool_pre_ping reconnects once it is up)."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            try:
+                self.study._storage.get_study_id_from_name(self.study.study_name)
+                return True
+            except Exception:
+                continue
+        return False
 
     def _stop_at_budget(self, phase: str, keys: set, target: int):
         """Stop when the study (all workers together) has ``target`` trials done or in flight.

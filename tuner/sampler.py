@@ -87,7 +87,7 @@ class ValidOnlySampler(BaseSampler):
                 return dict(remaining[0])
             return dict(remaining[self._rng.integers(len(remaining))])
         proposal = self.base.sample_relative(study, trial, search_space)
-        # Other workers started trials while the base sampler thought: drop their configs too.
+        # Other workers started (or even finished) trials while the base sampler thought: drop those too.
         remaining = self._drop_running(study, trial.number, remaining)
         if not remaining:
             self.exhausted = True
@@ -127,7 +127,7 @@ class ValidOnlySampler(BaseSampler):
     def _drop_running(self, study: optuna.Study, number: int, remaining: list[dict[str, Any]]) -> list[dict[str, Any]]:
         axes = self.space.axis_names
         busy = set()
-        for t in study._storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+        for t in study._storage.get_all_trials(study._study_id, deepcopy=False, states=TRIED_STATES[:3]):
             if t.number != number and all(a in t.params for a in axes):
                 busy.add(tuple(t.params[a] for a in axes))
         if not busy:

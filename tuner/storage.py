@@ -195,7 +195,7 @@ def runner_dead(trial) -> bool:
             and pid != os.getpid() and not _pid_alive(pid))
 
 
-def recover_stale_trials(study: optuna.Study) -> list[int]:
+def recover_stale_trials(study: optuna.Study, mine: bool = False) -> list[int]:
     """Fail the RUNNING trials whose runner on this host is dead, and queue them again.
 
     Optuna's heartbeat does this for RDB storages after a grace period; this does it at
@@ -208,11 +208,15 @@ def recover_stale_trials(study: optuna.Study) -> list[int]:
         if trial.user_attrs.get(HOST_ATTR) != host:
             continue
         pid = trial.user_attrs.get(PID_ATTR)
-        if not isinstance(pid, int) or pid == os.getpid() or _pid_alive(pid):
+        if mine:  # this process lost the storage mid-trial: its own RUNNING trial is stale
+            if pid != os.getpid():
+                continue
+        elif not isinstance(pid, int) or pid == os.getpid() or _pid_alive(pid):
             continue
         try:
             study._storage.set_trial_user_attr(trial._trial_id, "status", "killed")
-            study._storage.set_trial_user_attr(trial._trial_id, "reason", f"runner pid {pid} died mid-trial")
+            study._storage.set_trial_user_attr(trial._trial_id, "reason", "storage connection lost mid-trial" if mine
+                                               else f"runner pid {pid} died mid-trial")
             study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:  # another process got there first
             continue
