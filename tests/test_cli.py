@@ -87,3 +87,58 @@ def test_no_gpu_says_so_and_shows_replay():
     result = tuner("run", STUDY, "--storage", "memory", env={"TUNER_WORKER_BACKEND": "cuda"})
     assert result.returncode == 2
     assert "no usable CUDA GPU" in result.stderr and "--replay" in result.stderr
+
+
+def test_tiered_mode_runs_tier1_then_tier2_on_the_winner(tmp_path, cache_dir):
+    """The seed's plan: tier 1 with tier-2 defines at their defaults, then tier 2 on the winner."""
+    csv_path = tmp_path / "grid.csv"
+    assert tuner("grid", STUDY, "--storage", f"sqlite:///{tmp_path / 'g.db'}", "--csv", csv_path,
+                 "--cache-dir", cache_dir, env=FAKE).returncode == 0
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    run = tuner("run", STUDY, "--replay", csv_path, "--mode", "tiered", "--trials", 8, "--storage", db, "--json", "--no-pruner")
+    assert run.returncode == 0, run.stderr
+    study = optuna.load_study(study_name="example_sgemm.replay", storage=db)
+    tier1 = [t for t in study.trials if t.user_attrs["phase"] == "tier1"]
+    tier2 = [t for t in study.trials if t.user_attrs["phase"] == "tier2"]
+    assert len(tier1) == 8 and all(t.params["UNROLL_K"] == 1 for t in tier1)  # tier 2 held at the default
+    winner = min((t for t in tier1 if t.value is not None), key=lambda t: t.value).params
+    assert tier2, "tier 2 ran on the tier-1 winner"
+    for t in tier2:
+        assert {k: v for k, v in t.params.items() if k != "UNROLL_K"} == {k: v for k, v in winner.items() if k != "UNROLL_K"}
+    assert {t.params["UNROLL_K"] for t in tier2} | {1} == {0, 1}
+
+
+def test_ctrl_c_ends_cleanly_and_resumes(tmp_path, cache_dir):
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    db = tmp_path / "c.db"
+    env = {**__import__("os").environ, **FAKE, "FAKE_TRIAL_DELAY_S": "1.0"}
+    cmd = [sys.executable, "-m", "tuner", "run", str(STUDY), "--storage", f"sqlite:///{db}", "--trials", 6,
+           "--cache-dir", str(cache_dir), "--no-pruner"]
+    proc = subprocess.Popen(list(map(str, cmd)), env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # interrupt mid-trial, once something is stored
+        time.sleep(0.3)
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+                states = [s for (s,) in conn.execute("select state from trials")]
+        except sqlite3.Error:
+            continue
+        if "COMPLETE" in states and states[-1] == "RUNNING":
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    study = optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    done = [t for t in study.trials if t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL]
+    rerun = tuner("run", STUDY, "--storage", f"sqlite:///{db}", "--trials", 6, "--cache-dir", cache_dir, "--json", env=FAKE)
+    assert rerun.returncode == 0, rerun.stderr
+    again = optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
+    assert len([t for t in again.trials if t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL]) == 6
+    assert all(again.trials[t.number].value == t.value for t in done)

@@ -30,7 +30,8 @@ from tuner.errors import UserError
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # tuner reports every trial's outcome itself; Optuna's per-trial warnings would repeat it
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     try:
         return args.func(args) or 0

@@ -22,8 +22,8 @@ STATUSES = (
     "pruned_slow",
     "duplicate",
 )
-#: trial statuses a finished trial can carry besides the above: set by recovery
-EXTRA_STATUSES = ("killed",)
+#: statuses of FAIL trials: a dead runner's (set by recovery) or a Ctrl-C'd one
+EXTRA_STATUSES = ("killed", "interrupted")
 
 COMPLETE_STATUSES = ("ok", "duplicate")
 
