@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tuner: interrupted; finished trials are stored, run the same command to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `tuner check ... | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

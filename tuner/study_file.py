@@ -153,7 +153,7 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
         pruner_min_blocks=_positive(s, "pruner_min_blocks", int, 2, where, "search"),
     )
     if search.mode == "tiered" and not (tier1 and tier2):
-        raise fail("search.mode", "'tiered' needs axes in both [space.tier1] and [space.tier2]")
+        raise fail("search.mode", "'tiered' needs axes in both [space.tier1] and [space.tier2]; use mode = \"joint\" for one tier")
 
     m = data.get("measure", {})
     measure = MeasureSettings(
