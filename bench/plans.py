@@ -208,6 +208,53 @@ PLANS["confirm"] = {   # the best configs again, each twice in one process (run-
 }
 
 
+# v3: cluster release without the GPU-scope fence (CLUSTER_RELEASE), bias in the accumulator start (BIAS_ACC),
+# GELU in f16x2 (GELU_H2); the 25-trial tuner study's best configs for comparison in the same process
+CR = {"CLUSTER_M": 2, "CLUSTER_RELEASE": 1}
+PP192 = {"PINGPONG": 1, "BLOCK_M": 128, "BLOCK_N": 192, "N_STAGES": 3, "EXTRA_TMA": 1, "EPI_BATCH": 8}
+FC1_TUNED = {"BLOCK_M": 256, "BLOCK_N": 128, "N_STAGES": 3, "L2_PROMO": 256, "EPI_SLOTS": 2}
+FC2_TUNED = {"BLOCK_N": 128, "N_STAGES": 5, "PINGPONG": 1, "EXTRA_TMA": 1, "MMA_INFLIGHT": 1}
+BH = {"BIAS_ACC": 1, "GELU_H2": 1}
+FC1_PP = {"PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 3, "BIAS_ACC": 1}          # spill-free only with BIAS_ACC
+FC2_PP = {**PP192, "BIAS_ACC": 1}
+FC2_B = {**B32, "GROUP_M": 1}
+PLANS["v3"] = {
+    "timing": {"warmup": 5, "repeats": 40},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            J(B32), J(PP192), J({**B32, **C2}), J({**B32, **CR}), J({**B32, **CR, "MMA_INFLIGHT": 1}),
+            J({**B32, **CR, "L2_PROMO": 256}), J({**B32, **CR, "GROUP_M": 32}), J({**PP192, **CR}),
+            J({**B32, **CR}), J(B32),
+            J({**B32, **CR, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+            J({**PP192, **CR, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True)]},
+        "fc1": {"problem": FC1, "jobs": [
+            J({}), J({"GELU_F16X2": 1}), J({"BIAS_ACC": 1}), J({"GELU_H2": 1}), J(BH), J(FC1_TUNED),
+            J({**FC1_TUNED, **BH}), J({**BH, **CR}), J({**BH, "MMA_INFLIGHT": 1}), J(FC1_PP), J({**FC1_PP, **BH}),
+            J({**FC1_PP, **BH, **CR}), J({}), J(BH), J({**FC1_PP, **BH})]},
+        "fc2": {"problem": FC2, "jobs": [
+            J(FC2_B), J({**FC2_B, "BIAS_ACC": 1}), J(FC2_TUNED), J({**FC2_TUNED, "BIAS_ACC": 1}),
+            J({**FC2_B, **CR}), J({**FC2_B, **CR, "BIAS_ACC": 1}), J({**FC2_TUNED, **CR}),
+            J(FC2_PP), J({**FC2_PP, **CR}), J(FC2_B), J(FC2_TUNED), J(FC2_PP)]},
+    },
+}
+
+
+PLANS["v3_confirm"] = {   # the v3 winners next to the v2 best, each twice in one process
+    "timing": {"warmup": 10, "repeats": 100},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            J(B32), J(PP192), J({**B32, **CR}), J({**PP192, **CR}), J(B32), J(PP192), J({**B32, **CR}),
+            J({**PP192, **CR})]},
+        "fc1": {"problem": FC1, "jobs": [
+            J({}), J(BH), J({**FC1_PP, **BH}), J({**FC1_PP, **BH, **CR}), J({**FC1_PP, **BH, "GROUP_M": 1}),
+            J({}), J(BH), J({**FC1_PP, **BH}), J({**FC1_PP, **BH, **CR})]},
+        "fc2": {"problem": FC2, "jobs": [
+            J(FC2_B), J({**FC2_B, "BIAS_ACC": 1}), J({**FC2_B, **CR, "BIAS_ACC": 1}), J({**FC2_TUNED, **CR, "BIAS_ACC": 1}),
+            J(FC2_B), J({**FC2_B, "BIAS_ACC": 1}), J({**FC2_B, **CR, "BIAS_ACC": 1})]},
+    },
+}
+
+
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]

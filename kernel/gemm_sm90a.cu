@@ -113,6 +113,22 @@ typedef unsigned short uint16_t;
                            // (smaller staging -> deeper ring of stages; needs STORE_TMA=1, EXTRA_TMA=0)
 #endif
 
+#ifndef CLUSTER_RELEASE
+#define CLUSTER_RELEASE 0  // CLUSTER_M > 1: how a consumed stage is released to the cluster's producers.
+                           // 0: thread 0 arrives on every CTA's empty barrier with .release.cluster
+                           // (ptxas emits MEMBAR.ALL.GPU + ERRBAR per arrive, on the wgmma critical path);
+                           // 1: lane r signals CTA r with a CTA-scope arrive (no GPU-scope fence: the
+                           // stage's wgmma reads are complete after wgmma.wait_group)
+#endif
+#ifndef BIAS_ACC
+#define BIAS_ACC 0         // BIAS_GELU / BIAS_RESIDUAL: 1 = the accumulator starts at bias[col] (first wgmma
+                           // accumulates onto it) instead of a bias add in the epilogue
+#endif
+#ifndef GELU_H2
+#define GELU_H2 0          // BIAS_GELU: 1 = GELU of a column pair in f16x2 arithmetic after the FP32 bias add
+                           // (satfinite f16 input; 5 half2 ops + 1 tanh.approx.f16x2 per pair)
+#endif
+
 // ---------------------------------------------------------------- test hooks
 #ifndef BUG_POS_OFF_BY_ONE
 #define BUG_POS_OFF_BY_ONE 0   // 1: deliberately wrong row % SEQ_LEN (must be caught as mismatch)
@@ -159,6 +175,7 @@ typedef unsigned short uint16_t;
 #endif
 #define EXTRA_TX_BYTES (WG_M * EPI_SLAB_COLS * 2 * EPI_SLABS)
 #define EMPTY_ARRIVALS (STAGE_CONSUMERS * CLUSTER_M)
+#define EPI_ADD_BIAS ((EPILOGUE == BIAS_GELU || EPILOGUE == BIAS_RESIDUAL) && !BIAS_ACC)   // bias added in the epilogue
 #define BARRIER_BYTES (8 * (2 * N_STAGES + 2 * NUM_CONSUMERS))
 #define SMEM_ALIGN 1024
 #define SMEM_BYTES (SMEM_ALIGN + N_STAGES * STAGE_BYTES + STAGING_BYTES + BARRIER_BYTES)
@@ -184,6 +201,9 @@ static_assert(GELU_F16X2 == 0 || GELU_F16X2 == 1, "GELU_F16X2 is 0 or 1");
 static_assert(EPI_SLOTS >= 0 && EPI_SLOTS <= 4, "EPI_SLOTS is 0..4");
 static_assert(!EPI_SLOTS || (STORE_TMA && !EXTRA_TMA), "EPI_SLOTS > 0 needs STORE_TMA=1 and EXTRA_TMA=0");
 static_assert(!EPI_SLOTS || EPI_SLOTS <= EPI_SLABS, "EPI_SLOTS at most BLOCK_N / 64");
+static_assert(CLUSTER_RELEASE == 0 || CLUSTER_RELEASE == 1, "CLUSTER_RELEASE is 0 or 1");
+static_assert(BIAS_ACC == 0 || (BIAS_ACC == 1 && EPILOGUE != BIAS_POS), "BIAS_ACC is 0 or 1, not for BIAS_POS");
+static_assert(GELU_H2 == 0 || (GELU_H2 == 1 && EPILOGUE == BIAS_GELU && !GELU_F16X2), "GELU_H2: BIAS_GELU, not with GELU_F16X2");
 static_assert(CONSUMER_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * NUM_CONSUMERS <= 65536, "register file");
 static_assert(SMEM_BYTES <= 232448, "dynamic shared memory limit of sm_90");
@@ -227,6 +247,10 @@ static __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const TmaDes
 }
 static __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
   asm volatile("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, %0, %1; mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra]; }"
+               :: "r"(bar), "r"(cta) : "memory");
+}
+static __device__ __forceinline__ __attribute__((unused)) void mbar_arrive_cluster_cta(uint32_t bar, uint32_t cta) {
+  asm volatile("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, %0, %1; mbarrier.arrive.shared::cluster.b64 _, [ra]; }"
                :: "r"(bar), "r"(cta) : "memory");
 }
 static __device__ __forceinline__ void cluster_sync() {
@@ -313,6 +337,21 @@ static __device__ __forceinline__ void gelu_pair(float& v0, float& v1) {
   const float h0 = 0.5f * v0, h1 = 0.5f * v1;
   v0 = __fmaf_rn(h0, t0, h0);
   v1 = __fmaf_rn(h1, t1, h1);
+#elif GELU_H2
+  // x = (v0, v1) in f16x2 (satfinite: |x| > 65504 saturates); u = x (c0 + c1 x^2), y = h + h tanh(u), h = x / 2
+  uint32_t x, y;
+  asm("{ .reg .b32 c0, c1, hf, x2, p, u, t, h;\n"
+      "mov.b32 c0, 0x3A623A62; mov.b32 c1, 0x28912891; mov.b32 hf, 0x38003800;\n"
+      "cvt.rn.satfinite.f16x2.f32 %1, %3, %2;\n"
+      "mul.rn.f16x2 x2, %1, %1;\n"
+      "fma.rn.f16x2 p, x2, c1, c0;\n"
+      "mul.rn.f16x2 u, %1, p;\n"
+      "tanh.approx.f16x2 t, u;\n"
+      "mul.rn.f16x2 h, %1, hf;\n"
+      "fma.rn.f16x2 %0, h, t, h; }"
+      : "=r"(y), "=&r"(x) : "f"(v0), "f"(v1));
+  asm("{ .reg .f16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
+      : "=f"(v0), "=f"(v1) : "r"(y));
 #else
   v0 = gelu_tanh(v0);
   v1 = gelu_tanh(v1);
@@ -445,6 +484,14 @@ static __device__ __forceinline__ void release_stage(uint32_t bar) {
   for (uint32_t r = 0; r < CLUSTER_M; ++r) mbar_arrive_cluster(bar, r);
 #else
   mbar_arrive(bar);
+#endif
+}
+// Called by every thread of a consumer warpgroup after the stage's wgmmas completed.
+static __device__ __forceinline__ void release_stage_wg(uint32_t bar, int tid) {
+#if CLUSTER_M > 1 && CLUSTER_RELEASE
+  if (tid < CLUSTER_M) mbar_arrive_cluster_cta(bar, (uint32_t)tid);   // one lane per CTA, in parallel
+#else
+  if (tid == 0) release_stage(bar);
 #endif
 }
 
@@ -594,6 +641,18 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
         order_phase ^= 1;
       }
 #endif
+#if BIAS_ACC
+      // the accumulator starts at the bias: acc[.][4j + 2h + e] is column n0 + 8j + cq + e of either row
+#pragma unroll
+      for (int j = 0; j < BLOCK_N / 8; ++j) {
+        const uint32_t bb = ld_global_u32(bias + n0 + cq + 8 * j);
+        const float b0 = bf16_lo(bb), b1 = bf16_hi(bb);
+#pragma unroll
+        for (int mi = 0; mi < WG_M_TILES; ++mi) {
+          acc[mi][4 * j] = b0; acc[mi][4 * j + 1] = b1; acc[mi][4 * j + 2] = b0; acc[mi][4 * j + 3] = b1;
+        }
+      }
+#endif
       const uint32_t pos = (uint32_t)it * K_ITERS;
       uint32_t s = pos % N_STAGES, ph = (pos / N_STAGES) & 1, prev_s = 0;
       (void)prev_s;
@@ -610,22 +669,22 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #pragma unroll
           for (int mi = 0; mi < WG_M_TILES; ++mi)
             Wgmma<BLOCK_N>::mma(acc[mi], smem_desc(a + mi * 64 * BLOCK_K + kk * MMA_K),
-                                smem_desc(b + kk * MMA_K), (k > 0 || kk > 0) ? 1u : 0u);
+                                smem_desc(b + kk * MMA_K), (BIAS_ACC || k > 0 || kk > 0) ? 1u : 0u);
         }
         wgmma_commit();
 #if MMA_INFLIGHT
         wgmma_wait<1>();
-        if (k > 0 && tid == 0) release_stage(EMPTY_BAR(prev_s));
+        if (k > 0) release_stage_wg(EMPTY_BAR(prev_s), tid);
 #else
         wgmma_wait<0>();
-        if (tid == 0) release_stage(EMPTY_BAR(s));
+        release_stage_wg(EMPTY_BAR(s), tid);
 #endif
         prev_s = s;
         if (++s == N_STAGES) { s = 0; ph ^= 1; }
       }
 #if MMA_INFLIGHT
       wgmma_wait<0>();
-      if (tid == 0) release_stage(EMPTY_BAR(prev_s));
+      release_stage_wg(EMPTY_BAR(prev_s), tid);
 #endif
 
       // ---------------------------------------------------------- epilogue
@@ -650,13 +709,13 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #endif
         }
 #endif
-#if EPILOGUE == BIAS_GELU || EPILOGUE == BIAS_RESIDUAL
+#if EPI_ADD_BIAS
       uint32_t bv[2][8];
 #endif
       auto load_slab = [&](int sl) {
 #pragma unroll
         for (int jj = 0; jj < 8; ++jj) {
-#if EPILOGUE == BIAS_GELU || EPILOGUE == BIAS_RESIDUAL
+#if EPI_ADD_BIAS
           bv[sl & 1][jj] = ld_global_u32(bias + n0 + cq + 8 * (sl * 8 + jj));
 #endif
 #if EPILOGUE == BIAS_POS || EPILOGUE == BIAS_RESIDUAL
@@ -684,7 +743,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
               const int j = sl * 8 + jj;
               float v0 = acc[mi][4 * j + 2 * h];
               float v1 = acc[mi][4 * j + 2 * h + 1];
-#if EPILOGUE == BIAS_GELU || EPILOGUE == BIAS_RESIDUAL
+#if EPI_ADD_BIAS
               const uint32_t bb = bv[sl & 1][jj];
               v0 += bf16_lo(bb);
               v1 += bf16_hi(bb);
@@ -751,7 +810,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #if STORE_TMA
             const uint32_t sa = staging + (j / 8) * (WG_M * 128) + r * 128 + ((((uint32_t)j % 8) ^ swz) << 4) + 4 * (lane % 4);
 #endif
-#if EPILOGUE == BIAS_GELU || EPILOGUE == BIAS_RESIDUAL
+#if EPI_ADD_BIAS
             const uint32_t bb = ld_global_u32(bias + n0 + cq + 8 * j);
             v0 += bf16_lo(bb);
             v1 += bf16_hi(bb);

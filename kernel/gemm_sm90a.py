@@ -67,6 +67,9 @@ class Spec(KernelSpec):
         "EPI_SLOTS": 0,
         "EPI_BATCH": 0,
         "GELU_F16X2": 0,
+        "CLUSTER_RELEASE": 0,
+        "BIAS_ACC": 0,
+        "GELU_H2": 0,
         # test hook (never in a study's space)
         "BUG_POS_OFF_BY_ONE": 0,
     }
@@ -133,7 +136,7 @@ class Spec(KernelSpec):
         pp, store_tma, extra_tma = _i(c, "PINGPONG", 0), _i(c, "STORE_TMA", 1), _i(c, "EXTRA_TMA", 0)
         creg, preg = _i(c, "CONSUMER_REGS", 232), _i(c, "PRODUCER_REGS", 40)
         for flag in ("PINGPONG", "STORE_TMA", "EXTRA_TMA", "SNAKE_ORDER", "MMA_INFLIGHT", "BUG_POS_OFF_BY_ONE",
-                     "GELU_F16X2"):
+                     "GELU_F16X2", "CLUSTER_RELEASE", "BIAS_ACC", "GELU_H2"):
             if _i(c, flag, 0) not in (0, 1):
                 return f"{flag} must be 0 or 1"
         if K % BLOCK_K:
@@ -173,6 +176,16 @@ class Spec(KernelSpec):
         if d["acc_regs"] > creg - ACC_REG_HEADROOM:
             return (f"{d['acc_regs']} accumulator registers per thread leave less than "
                     f"{ACC_REG_HEADROOM} of CONSUMER_REGS={creg} (ptxas spills)")
+        # ptxas (sweep of every accepted 192-accumulator config, 2026-11-21): with 192 accumulators the
+        # epilogue's bias words and temporaries do not fit for BIAS_GELU / BIAS_RESIDUAL (spills of 8-512 B,
+        # e.g. ping-pong 128x192 GELU 428 B) unless the bias is folded into the accumulator start (BIAS_ACC=1);
+        # one patch_embed path (1 consumer, 128x192, multicast, MMA_INFLIGHT=1, fragment stores) spills 56 B.
+        if d["acc_regs"] >= 192 and epi != "BIAS_POS" and not _i(c, "BIAS_ACC", 0):
+            return (f"{d['acc_regs']} accumulators + the {epi} epilogue's bias words spill (ptxas): "
+                    "needs BIAS_ACC=1 (bias folded into the accumulator start)")
+        if (d["acc_regs"] >= 192 and epi == "BIAS_POS" and nc == 1 and cm == 2 and _i(c, "MMA_INFLIGHT", 0)
+                and store_tma and not extra_tma):
+            return "192 accumulators, 1 consumer, CLUSTER_M=2, MMA_INFLIGHT=1, TMA-store staging: ptxas spills 56 B"
         if store_tma and bn % EPI_SLAB_COLS:
             return f"STORE_TMA=1 needs BLOCK_N % {EPI_SLAB_COLS} == 0 (128-byte swizzled store boxes)"
         if extra_tma and not store_tma:
@@ -196,6 +209,12 @@ class Spec(KernelSpec):
             return f"EPI_SLOTS={slots} > BLOCK_N/{EPI_SLAB_COLS} slabs of a tile"
         if _i(c, "GELU_F16X2", 0) and epi != "BIAS_GELU":
             return "GELU_F16X2 applies to EPILOGUE=BIAS_GELU only"
+        if _i(c, "BIAS_ACC", 0) and epi == "BIAS_POS":
+            return "BIAS_ACC folds bias[col] into the accumulator: BIAS_GELU / BIAS_RESIDUAL only"
+        if _i(c, "GELU_H2", 0) and epi != "BIAS_GELU":
+            return "GELU_H2 applies to EPILOGUE=BIAS_GELU only"
+        if _i(c, "GELU_H2", 0) and _i(c, "GELU_F16X2", 0):
+            return "GELU_H2 and GELU_F16X2 are two forms of the same GELU: pick one"
         batch = _i(c, "EPI_BATCH", 0)
         if batch not in (0, 4, 8, 16, 32):
             return "EPI_BATCH must be 0, 4, 8, 16 or 32"

@@ -95,6 +95,16 @@ def test_rejections_have_reasons():
     assert "shared memory" in SPEC.check({"N_STAGES": 4}, P)                   # full staging: 3 stages max
     assert SPEC.check({"N_STAGES": 4, "EPI_SLOTS": 2}, P) is None              # ring: a 4th stage fits
     assert "BIAS_GELU" in SPEC.check({"GELU_F16X2": 1}, P)
+    assert SPEC.check({"CLUSTER_RELEASE": 1}, P) is None                        # no-op without a cluster
+    assert "BIAS_ACC" in SPEC.check({"BIAS_ACC": 1}, P)                          # no bias in BIAS_POS
+    assert "GELU_H2" in SPEC.check({"GELU_H2": 1}, P)
+    F1, F2 = study("fc1")["problem"], study("fc2")["problem"]
+    assert "pick one" in SPEC.check({"GELU_H2": 1, "GELU_F16X2": 1}, F1)
+    pp192 = {"PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 3}
+    assert "BIAS_ACC" in SPEC.check(pp192, F1)                                   # spills 428 B without it
+    assert "BIAS_ACC" in SPEC.check({**pp192, "EXTRA_TMA": 1}, F2)
+    assert SPEC.check({**pp192, "BIAS_ACC": 1}, F1) is None
+    assert SPEC.check({**pp192, "BIAS_ACC": 1, "EXTRA_TMA": 1, "EPI_BATCH": 8}, F2) is None
 
 
 def test_new_defines_default_to_old_kernel():
@@ -102,7 +112,8 @@ def test_new_defines_default_to_old_kernel():
     for name in STUDIES:
         P = study(name)["problem"]
         for cfg in itertools.islice(valid_configs(name), 0, None, 101):
-            old = {k: v for k, v in cfg.items() if k not in ("EPI_SLOTS", "EPI_BATCH", "GELU_F16X2")}
+            old = {k: v for k, v in cfg.items() if k not in ("EPI_SLOTS", "EPI_BATCH", "GELU_F16X2", "CLUSTER_RELEASE",
+                                                             "BIAS_ACC", "GELU_H2")}
             if cfg.get("EPI_SLOTS", 0) == 0:
                 assert SPEC.derive(cfg, P)["smem_bytes"] == SPEC.derive(old, P)["smem_bytes"]
     P = study("patch_embed")["problem"]
@@ -141,6 +152,16 @@ BUILDS = [
     ("fc1", {"GELU_F16X2": 1, "N_STAGES": 4, "EPI_SLOTS": 2}),
     ("fc2", {"EXTRA_TMA": 1, "EPI_BATCH": 32, "GROUP_M": 1}),
     ("fc2", {"N_STAGES": 4, "EPI_SLOTS": 2}),
+    # CLUSTER_RELEASE (CTA-scope release to the cluster), BIAS_ACC (bias in the accumulator start), GELU_H2
+    ("patch_embed", {"EXTRA_TMA": 1, "EPI_BATCH": 32, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1}),
+    ("patch_embed", {"PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 3, "EXTRA_TMA": 1, "EPI_BATCH": 8,
+                     "CLUSTER_M": 2, "CLUSTER_RELEASE": 1}),
+    ("fc1", {"BIAS_ACC": 1, "GELU_H2": 1}),
+    ("fc1", {"PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 3, "BIAS_ACC": 1, "GELU_H2": 1}),   # 192 acc, spill-free
+    ("fc1", {"PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 3, "BIAS_ACC": 1, "GELU_H2": 1, "CLUSTER_M": 2,
+             "CLUSTER_RELEASE": 1}),
+    ("fc2", {"EXTRA_TMA": 1, "EPI_BATCH": 32, "GROUP_M": 1, "BIAS_ACC": 1, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1}),
+    ("fc2", {"PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 3, "EXTRA_TMA": 1, "EPI_BATCH": 8, "BIAS_ACC": 1}),
 ]
 
 
@@ -163,6 +184,25 @@ def test_model_and_ptxas_agree_on_register_limit():
     assert "accumulator" in SPEC.check(cfg, P)
     ok, log, _, stats = nvrtc_build(cfg, P)
     assert ok and (stats["spill_stores"] or 0) > 0
+
+
+def test_model_and_ptxas_agree_on_192_accumulator_epilogues():
+    """Ping-pong 128x192 GELU: the model rejects it without BIAS_ACC, and ptxas indeed spills; with it, no spill."""
+    P = study("fc1")["problem"]
+    cfg = {"PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 3}
+    assert "BIAS_ACC" in SPEC.check(cfg, P)
+    ok, log, _, stats = nvrtc_build(cfg, P)
+    assert ok and (stats["spill_stores"] or 0) > 0
+    ok, log, _, stats = nvrtc_build({**cfg, "BIAS_ACC": 1}, P)
+    assert ok and (stats["spill_stores"] or 0) == 0, log
+
+
+def test_cluster_release_has_no_gpu_scope_fence_in_the_loop():
+    """CLUSTER_RELEASE=1: the per-stage release to the cluster emits no .release.cluster arrive (the old one
+    costs a MEMBAR.ALL.GPU per arrive in SASS); checked on the PTX-visible form."""
+    src = (ROOT / "kernel" / "gemm_sm90a.cu").read_text()
+    body = src.split("mbar_arrive_cluster_cta(uint32_t bar, uint32_t cta) {", 1)[1].split("}", 2)[0]
+    assert "mbarrier.arrive.shared::cluster.b64" in body and "release.cluster" not in body
 
 
 def test_smem_model_mismatch_is_a_compile_error():
