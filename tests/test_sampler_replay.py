@@ -92,3 +92,22 @@ def test_t4_and_broken_files(tmp_path):
         load_recording(truncated)
     result = tuner("run", "--replay", bad, "--storage", "memory")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_gp_sampler_proposes_only_new_valid_configs(pnpoly):
+    recording, space = replay_space(pnpoly)
+    ratio = best_ratio(recording, space, "gp", seed=0, trials=30)  # asserts 30 distinct configs
+    assert 0.5 < ratio <= 1.0
+
+
+def test_samplers_are_reproducible_with_a_seed(pnpoly):
+    recording, space = replay_space(pnpoly)
+
+    def params(seed):
+        settings = RunSettings(f"r{seed}", sampler="tpe", trials=25, seed=seed, pruner=False, progress=False)
+        runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
+        runner.run()
+        return [t.params for t in runner.study.trials]
+
+    assert params(3) == params(3)
+    assert params(3) != params(4)
