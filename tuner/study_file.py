@@ -5,6 +5,7 @@ Every error is one line that names the file and the key, and says what to fix.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,7 +118,8 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
     arch = _get(study, "arch", str, f"{where}: [study.arch]", required=True)
     if arch not in SUPPORTED_ARCHS:
         raise fail("study.arch", f"{arch!r} unknown; expected one of {', '.join(SUPPORTED_ARCHS)}")
-    shape = _get(study, "shape", str, f"{where}: [study.shape]") or name.split("_")[0]
+    # default shape: the name without its arch suffix ("patch_embed_sm90a" -> "patch_embed")
+    shape = _get(study, "shape", str, f"{where}: [study.shape]") or re.sub(r"_sm\d+a?(_.*)?$", "", name)
 
     problem: dict[str, Value] = {}
     for key, value in data.get("problem", {}).items():
