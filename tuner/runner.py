@@ -26,6 +26,7 @@ from tuner.pruner import MarginPruner
 from tuner.record import Measurement
 from tuner.sampler import ValidOnlySampler, make_base_sampler
 from tuner.space import Space
+from tuner.study_file import SearchSettings
 from tuner.storage import open_storage, recover_stale_trials, redact, resolve_url
 
 #: fingerprint keys a resumed study must match
@@ -53,17 +54,11 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:160] if lines else ''}"
 
 
-@dataclass
-class RunSettings:
+@dataclass(kw_only=True)
+class RunSettings(SearchSettings):
+    """A study file's search settings, plus what one run adds to them."""
+
     study_name: str
-    sampler: str = "tpe"
-    mode: str = "joint"
-    trials: int | None = 100
-    timeout_min: float | None = None
-    seed: int | None = None
-    pruner: bool = True
-    pruner_margin: float = 0.10
-    pruner_min_blocks: int = 2
     accept_mismatch: bool = False
     progress: bool = True
     artifact_dir: str | None = None
@@ -203,6 +198,12 @@ class Runner:
                 catch=(),
                 gc_after_trial=False,
             )
+        except KeyboardInterrupt:  # Ctrl-C between trials' bookkeeping can leave our trial RUNNING
+            try:
+                recover_stale_trials(self.study, mine=True, why="interrupted (Ctrl-C) mid-trial")
+            except Exception:
+                pass
+            raise
         except Exception as exc:
             cause = _storage_error(exc)
             if cause is None:

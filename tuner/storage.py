@@ -195,7 +195,7 @@ def runner_dead(trial) -> bool:
             and pid != os.getpid() and not _pid_alive(pid))
 
 
-def recover_stale_trials(study: optuna.Study, mine: bool = False) -> list[int]:
+def recover_stale_trials(study: optuna.Study, mine: bool = False, why: str = "storage connection lost mid-trial") -> list[int]:
     """Fail the RUNNING trials whose runner on this host is dead, and queue them again.
 
     Optuna's heartbeat does this for RDB storages after a grace period; this does it at
@@ -215,7 +215,7 @@ def recover_stale_trials(study: optuna.Study, mine: bool = False) -> list[int]:
             continue
         try:
             study._storage.set_trial_user_attr(trial._trial_id, "status", "killed")
-            study._storage.set_trial_user_attr(trial._trial_id, "reason", "storage connection lost mid-trial" if mine
+            study._storage.set_trial_user_attr(trial._trial_id, "reason", why if mine
                                                else f"runner pid {pid} died mid-trial")
             study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:  # another process got there first
