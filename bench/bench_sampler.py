@@ -39,7 +39,7 @@ def space_for(study_file, recording):
 
 
 def one_run(space, recording, sampler, seed, budget):
-    settings = RunSettings(f"{sampler}-{seed}", sampler=sampler, trials=budget, seed=seed, pruner=False, progress=False)
+    settings = RunSettings(study_name=f"{sampler}-{seed}", sampler=sampler, trials=budget, seed=seed, pruner=False, progress=False)
     runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
     runner.run()
     optimum = recording.optimum()

@@ -47,7 +47,7 @@ def test_pnpoly_default_sampler_beats_095_and_random(pnpoly):
 def test_failures_are_pruned_with_reasons_never_fail(pnpoly):
     recording, space = replay_space(pnpoly)
     failing = [k for k, r in recording.records.items() if r.status == "launch_error"][:3]
-    runner = Runner(space, ReplayEvaluator(recording), RunSettings("f", "random", trials=1, seed=0, progress=False), "memory")
+    runner = Runner(space, ReplayEvaluator(recording), RunSettings(study_name="f", sampler="random", trials=1, seed=0, progress=False), "memory")
     for key in failing:
         runner.study.enqueue_trial(dict(zip(recording.axes, key)))
     runner.settings.trials = 3
@@ -104,7 +104,7 @@ def test_samplers_are_reproducible_with_a_seed(pnpoly):
     recording, space = replay_space(pnpoly)
 
     def params(seed):
-        settings = RunSettings(f"r{seed}", sampler="tpe", trials=25, seed=seed, pruner=False, progress=False)
+        settings = RunSettings(study_name=f"r{seed}", sampler="tpe", trials=25, seed=seed, pruner=False, progress=False)
         runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
         runner.run()
         return [t.params for t in runner.study.trials]

@@ -176,15 +176,14 @@ def _settings(args, cfg, space, attrs, name):
     if args.func is cmd_grid:
         trials = len(space.valid)
     return RunSettings(
+        **{**vars(s),
+           "sampler": args.sampler or s.sampler,
+           "mode": args.mode or (s.mode if args.func is not cmd_grid else "joint"),
+           "trials": trials,
+           "timeout_min": args.timeout_min if args.timeout_min is not None else s.timeout_min,
+           "seed": args.seed if args.seed is not None else s.seed,
+           "pruner": s.pruner and not args.no_pruner},
         study_name=name,
-        sampler=args.sampler or s.sampler,
-        mode=args.mode or (s.mode if args.func is not cmd_grid else "joint"),
-        trials=trials,
-        timeout_min=args.timeout_min if args.timeout_min is not None else s.timeout_min,
-        seed=args.seed if args.seed is not None else s.seed,
-        pruner=s.pruner and not args.no_pruner,
-        pruner_margin=s.pruner_margin,
-        pruner_min_blocks=s.pruner_min_blocks,
         accept_mismatch=args.accept_mismatch,
         progress=not args.json and sys.stderr.isatty(),
         artifact_dir=str(args.artifacts) if getattr(args, "artifacts", None) else None,
