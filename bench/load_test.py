@@ -134,7 +134,8 @@ def run_one(kind: str, dataset: Path, workers: int, trials: int, seed: int, work
     report["cli_summary_trials"] = summary["trials"]
     if poller:
         report.update(peak_connections_total=poller.peak_total, peak_connections_db=poller.peak_db,
-                      baseline_connections=poller.baseline[0], max_connections=poller.max_connections,
+                      baseline_connections=poller.baseline[0], baseline_connections_db=poller.baseline[1],
+                      max_connections=poller.max_connections,
                       poll_samples=poller.samples)
         import optuna
 
