@@ -28,9 +28,7 @@ STOP_GRACE_S = 20.0  # after Ctrl-C, how long workers get to record their trial 
 
 def worker_command(args, index: int) -> list[str]:
     """The ``tuner worker`` command line of worker ``index`` (options passed through)."""
-    # `tuner worker` needs a study file; a Kernel Tuner replay alone runs as `tuner run` (1 worker).
-    cmd = [sys.executable, "-m", "tuner"]
-    cmd += ["worker", str(args.study_file)] if args.study_file else ["run"]
+    cmd = [sys.executable, "-m", "tuner", "worker"] + ([str(args.study_file)] if args.study_file else [])
     cmd += ["--json"]  # the storage URL goes by environment (TUNER_STORAGE): a password never shows in `ps`
     if args.replay:
         cmd += ["--replay", str(args.replay)]
@@ -44,6 +42,12 @@ def worker_command(args, index: int) -> list[str]:
         cmd += ["--cache-dir", str(args.cache_dir)]
     if args.accept_mismatch:
         cmd += ["--accept-mismatch"]
+    for option, value in (("--sampler", args.sampler), ("--mode", args.mode), ("--timeout-min", args.timeout_min),
+                          ("--artifacts", getattr(args, "artifacts", None))):
+        if value is not None:
+            cmd += [option, str(value)]
+    if args.no_pruner:
+        cmd += ["--no-pruner"]
     return cmd
 
 
