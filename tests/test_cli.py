@@ -142,3 +142,28 @@ def test_ctrl_c_ends_cleanly_and_resumes(tmp_path, cache_dir):
     again = optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
     assert len([t for t in again.trials if t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL]) == 6
     assert all(again.trials[t.number].value == t.value for t in done)
+
+
+def test_warm_start_queues_an_earlier_studys_winners_first(tmp_path, cache_dir):
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    first = tuner("run", STUDY, "--storage", db, "--trials", 8, "--json", "--cache-dir", cache_dir, env=FAKE)
+    assert first.returncode == 0, first.stderr
+    source = optuna.load_study(study_name="example_sgemm", storage=db)
+    ranked = [t.params for t in sorted((t for t in source.trials if t.value is not None), key=lambda t: t.value)]
+
+    small = tmp_path / "small.toml"  # a new shape: the same kernel at another size
+    small.write_text(STUDY.read_text().replace('name = "example_sgemm"', 'name = "example_small"')
+                     .replace("= 2048", "= 1024").replace('"../kernel/', f'"{ROOT}/kernel/'))
+    run = tuner("run", small, "--storage", db, "--trials", 5, "--warm-start", "example_sgemm", "--warm-start-top", 3,
+                "--cache-dir", cache_dir, env=FAKE)
+    assert run.returncode == 0, run.stderr
+    assert "warm start: 3 config(s) from example_sgemm queued first" in run.stderr
+    target = optuna.load_study(study_name="example_small", storage=db)
+    assert [t.params for t in target.trials[:3]] == ranked[:3]
+    assert target.trials[0].user_attrs["warm_started_from"].startswith("example_sgemm#")
+    assert len(target.trials) == 5 and len({tuple(t.params.values()) for t in target.trials}) == 5
+
+    again = tuner("run", small, "--storage", db, "--trials", 6, "--warm-start", "example_sgemm", "--cache-dir", cache_dir, env=FAKE)
+    assert again.returncode == 0 and "warm start" not in again.stderr  # once per study, not on resume
+    missing = tuner("run", small, "--storage", db, "--trials", 7, "--warm-start", "nope", "--study-name", "other", env=FAKE)
+    assert missing.returncode == 2 and "--warm-start: no study 'nope'" in missing.stderr

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-pruner", action="store_true", help="measure every config to the end")
     run.add_argument("--workers", type=int, default=1, help="worker processes, one per GPU (needs a journal or Postgres storage)")
     run.add_argument("--accept-mismatch", action="store_true", help="resume even if GPU, kernel source or NVRTC differ")
+    run.add_argument("--warm-start", metavar="STUDY", action="append", default=[],
+                     help="queue the best configs of an earlier study in the same storage first (repeatable)")
+    run.add_argument("--warm-start-top", type=int, default=5, metavar="N", help="configs taken from each warm-start study")
     run.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
     run.add_argument("--cache-dir", type=Path, help="compile cache (default ~/.cache/tuner/cubin or $TUNER_CACHE_DIR)")
     run.add_argument("--artifacts", type=Path, help="keep each trial's compile log as an optuna artifact in this folder")
@@ -191,6 +194,8 @@ def _settings(args, cfg, space, attrs, name):
         accept_mismatch=args.accept_mismatch,
         progress=not args.json and sys.stderr.isatty(),
         artifact_dir=str(args.artifacts) if getattr(args, "artifacts", None) else None,
+        warm_start=list(getattr(args, "warm_start", None) or []),
+        warm_start_top=getattr(args, "warm_start_top", 5),
         study_attrs=attrs,
     )
 
@@ -264,6 +269,8 @@ def cmd_run(args) -> int:
         runner = Runner(space, evaluator, _settings(args, cfg, space, attrs, name), args.storage)
         if runner.requeued and not args.json:
             print(f"re-queued {len(runner.requeued)} trial(s) left RUNNING by a dead process: {runner.requeued}", file=sys.stderr)
+        if runner.warm_queued and not args.json:
+            print(f"warm start: {len(runner.warm_queued)} config(s) from {', '.join(args.warm_start)} queued first", file=sys.stderr)
         summary = runner.run()
         _write_note(runner)
     finally:

@@ -27,6 +27,7 @@ from tuner.record import Measurement
 from tuner.sampler import ValidOnlySampler, make_base_sampler
 from tuner.space import Space
 from tuner.study_file import SearchSettings
+from tuner.warm_start import warm_start
 from tuner.storage import open_storage, recover_stale_trials, redact, resolve_url
 
 #: fingerprint keys a resumed study must match
@@ -62,6 +63,8 @@ class RunSettings(SearchSettings):
     accept_mismatch: bool = False
     progress: bool = True
     artifact_dir: str | None = None
+    warm_start: list[str] = field(default_factory=list)  # earlier studies whose winners go first
+    warm_start_top: int = 5
     study_attrs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -153,6 +156,10 @@ class Runner:
         )
         bind_study(self.study, settings.study_attrs, settings.accept_mismatch)
         self.requeued = recover_stale_trials(self.study)
+        self.warm_queued = (
+            warm_start(self.study, space, settings.warm_start, settings.warm_start_top, settings.mode == "tiered")
+            if settings.warm_start else []
+        )
         self._bar = None
         self.flops = settings.study_attrs.get("flops") or None
 

@@ -1,0 +1,54 @@
+"""Warm start: begin a new study (a new shape, a new GPU) with an earlier study's winners.
+
+The best configurations of the source study that are valid in this study's space and not
+tried yet are queued as the first trials, so the sampler starts from what is known to be
+fast instead of from random picks. Defines the source did not tune take this space's
+defaults; in tiered mode, tier-2 defines are held at their defaults as tier 1 requires.
+"""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.errors import UserError
+from tuner.space import Space
+
+MARK = "warm_started_from"
+
+
+def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: int = 5, tiered: bool = False) -> list[dict]:
+    """Queue up to ``top`` configs from each source study; returns what was queued.
+
+    Runs once per study: a resumed study is not queued again.
+    """
+    if study.user_attrs.get(MARK):
+        return []
+    defaults = space.defaults()
+    tried = {space.key(t.params) for t in study.get_trials(deepcopy=False) if t.params and t.state != TrialState.FAIL}
+    queued: list[dict] = []
+    for name in source_names:
+        try:
+            source = optuna.load_study(study_name=name, storage=study._storage)
+        except KeyError:
+            names = [s.study_name for s in optuna.get_all_study_summaries(study._storage)]
+            raise UserError(f"--warm-start: no study {name!r} in this storage; studies there: {', '.join(names) or 'none'}") from None
+        ranked = sorted(source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.value)
+        taken = 0
+        for trial in ranked:
+            params = {a: trial.params.get(a, defaults[a]) for a in space.axes}
+            if tiered:
+                params.update({a: defaults[a] for a in space.tier2})
+            if any(params[a] not in values for a, values in space.axes.items()):
+                continue  # a value this study does not search
+            key = space.key(params)
+            if key in tried or not space.is_valid(params):
+                continue
+            study.enqueue_trial(params, user_attrs={MARK: f"{name}#{trial.number}"})
+            tried.add(key)
+            queued.append(params)
+            taken += 1
+            if taken == top:
+                break
+    study.set_user_attr(MARK, source_names)
+    return queued
