@@ -255,6 +255,47 @@ PLANS["v3_confirm"] = {   # the v3 winners next to the v2 best, each twice in on
 }
 
 
+# v4: EPI_DIRECT (no staging: operand in the accumulator start, prefetched a tile ahead; 16-byte stores from
+# registers) -> 4 stages of 128x256. Interleaved timing: cuBLAS and every config alternate, R rounds, one process.
+def JP(cfg, time=True, expect_fail=False, profile=False):
+    return {"config": cfg, "time": time, "expect_fail": expect_fail, "profile": profile}
+
+
+DIR = {"STORE_TMA": 0, "EPI_DIRECT": 1}
+CR = {"CLUSTER_M": 2, "CLUSTER_RELEASE": 1}
+PE_BEST = {"PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 3, "EXTRA_TMA": 1, "EPI_BATCH": 8}
+FC2_BEST = {"EXTRA_TMA": 1, "EPI_BATCH": 32, "GROUP_M": 1, **CR, "BIAS_ACC": 1}
+FC1_TUNED = {"BLOCK_M": 64, "BLOCK_N": 256, "N_STAGES": 4, **CR, "GROUP_M": 1, "MMA_INFLIGHT": 1, "PINGPONG": 1,
+             "L2_PROMO": 256, "EPI_SLOTS": 2, "BIAS_ACC": 1, "GELU_H2": 1}
+PLANS["v4"] = {
+    "timing": {"warmup": 3, "repeats": 20, "interleave": 7},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            JP(PE_BEST, profile=True),
+            JP({"EXTRA_TMA": 1, "EPI_BATCH": 32}),
+            JP({**DIR, "N_STAGES": 4}, profile=True),
+            JP({**DIR, "N_STAGES": 3}),
+            JP({**DIR, "N_STAGES": 4, **CR}),
+            JP({**DIR, "PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 5}),
+            JP({**DIR, "BLOCK_M": 256, "BLOCK_N": 128, "N_STAGES": 4}),
+            JP({**DIR, "N_STAGES": 4, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+            JP({**DIR, "PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 5, **CR, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+        ]},
+        "fc1": {"problem": FC1, "jobs": [
+            JP(FC1_TUNED),
+            JP({**FC1_TUNED, **DIR, "EPI_SLOTS": 0, "N_STAGES": 5}),
+            JP({**DIR, "N_STAGES": 4, "GELU_H2": 1}),
+        ]},
+        "fc2": {"problem": FC2, "jobs": [
+            JP(FC2_BEST, profile=True),
+            JP({**DIR, "N_STAGES": 4, "GROUP_M": 1}),
+            JP({**DIR, "N_STAGES": 4, "GROUP_M": 1, **CR}, profile=True),
+            JP({**DIR, "PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 5, "GROUP_M": 1, **CR}),
+        ]},
+    },
+}
+
+
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]

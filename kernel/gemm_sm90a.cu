@@ -129,6 +129,14 @@ typedef unsigned short uint16_t;
                            // (satfinite f16 input; 5 half2 ops + 1 tanh.approx.f16x2 per pair)
 #endif
 
+#ifndef EPI_DIRECT
+#define EPI_DIRECT 0       // 1 = no staging at all (needs STORE_TMA=0, EXTRA_TMA=0, EPI_SLOTS=0): the epilogue operand
+                           // (combined rows / bias + residual / bias) is the accumulator start, its words loaded
+                           // into registers during the previous tile's last k-blocks (PF_K); the epilogue packs
+                           // BF16, transposes 4x4 words inside each lane quad (4 shfl.bfly) and stores 16 bytes
+                           // per lane (st.global.v4) straight from registers. Frees the staging smem for stages.
+#endif
+
 // ---------------------------------------------------------------- test hooks
 #ifndef BUG_POS_OFF_BY_ONE
 #define BUG_POS_OFF_BY_ONE 0   // 1: deliberately wrong row % SEQ_LEN (must be caught as mismatch)
@@ -175,6 +183,8 @@ typedef unsigned short uint16_t;
 #endif
 #define EXTRA_TX_BYTES (WG_M * EPI_SLAB_COLS * 2 * EPI_SLABS)
 #define EMPTY_ARRIVALS (STAGE_CONSUMERS * CLUSTER_M)
+#define OPND_WORDS ((EPI_DIRECT && EPILOGUE != BIAS_GELU) ? WG_M_TILES * 2 * (BLOCK_N / 8) : 1)   // prefetched words
+#define PF_K (K_ITERS >= 2 ? K_ITERS - 2 : 0)         // EPI_DIRECT: k-block that issues the next tile's operand loads
 #define EPI_ADD_BIAS ((EPILOGUE == BIAS_GELU || EPILOGUE == BIAS_RESIDUAL) && !BIAS_ACC)   // bias added in the epilogue
 #define BARRIER_BYTES (8 * (2 * N_STAGES + 2 * NUM_CONSUMERS))
 #define SMEM_ALIGN 1024
@@ -204,6 +214,7 @@ static_assert(!EPI_SLOTS || EPI_SLOTS <= EPI_SLABS, "EPI_SLOTS at most BLOCK_N /
 static_assert(CLUSTER_RELEASE == 0 || CLUSTER_RELEASE == 1, "CLUSTER_RELEASE is 0 or 1");
 static_assert(BIAS_ACC == 0 || (BIAS_ACC == 1 && EPILOGUE != BIAS_POS), "BIAS_ACC is 0 or 1, not for BIAS_POS");
 static_assert(GELU_H2 == 0 || (GELU_H2 == 1 && EPILOGUE == BIAS_GELU && !GELU_F16X2), "GELU_H2: BIAS_GELU, not with GELU_F16X2");
+static_assert(EPI_DIRECT == 0 || (EPI_DIRECT == 1 && !STORE_TMA && !EXTRA_TMA && !EPI_SLOTS), "EPI_DIRECT needs STORE_TMA=0, EXTRA_TMA=0, EPI_SLOTS=0");
 static_assert(CONSUMER_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * NUM_CONSUMERS <= 65536, "register file");
 static_assert(SMEM_BYTES <= 232448, "dynamic shared memory limit of sm_90");
@@ -301,6 +312,25 @@ static __device__ __forceinline__ __attribute__((unused)) uint32_t ld_global_u32
 }
 static __device__ __forceinline__ __attribute__((unused)) void st_global_u32(void* p, uint32_t v) {
   asm volatile("st.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+static __device__ __forceinline__ __attribute__((unused)) uint32_t shfl_bfly(uint32_t v, int m) {
+  uint32_t r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(m));
+  return r;
+}
+static __device__ __forceinline__ __attribute__((unused)) void st_global_v4(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+// Lane q of a quad holds w[i] = its column pair q of 8-column group i (i = 0..3); afterwards w[i] is
+// column pair i of group q, i.e. 8 consecutive BF16 columns (16 bytes) of group q. Two butterfly steps.
+static __device__ __forceinline__ __attribute__((unused)) void quad_transpose(uint32_t (&w)[4], int lane) {
+  const bool b1 = (lane & 2) != 0, b0 = (lane & 1) != 0;
+  uint32_t s0 = b1 ? w[0] : w[2], s1 = b1 ? w[1] : w[3];
+  uint32_t r0 = shfl_bfly(s0, 2), r1 = shfl_bfly(s1, 2);
+  if (b1) { w[0] = r0; w[1] = r1; } else { w[2] = r0; w[3] = r1; }
+  s0 = b0 ? w[0] : w[1]; s1 = b0 ? w[2] : w[3];
+  r0 = shfl_bfly(s0, 1); r1 = shfl_bfly(s1, 1);
+  if (b0) { w[0] = r0; w[2] = r1; } else { w[1] = r0; w[3] = r1; }
 }
 static __device__ __forceinline__ uint32_t ld_shared_u32(uint32_t a) {
   uint32_t v;
@@ -606,6 +636,38 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
     uint32_t order_phase = 0;
 #endif
     float acc[WG_M_TILES][ACC_N];
+#if EPI_DIRECT
+    // operand words of this consumer's next tile, fragment layout: opnd[(mi * 2 + h) * (BLOCK_N / 8) + j]
+    uint32_t opnd[OPND_WORDS];
+    (void)opnd;
+    const int my_step = unit_step * (PINGPONG ? NUM_CONSUMERS : 1);
+    auto load_opnd = [&](int uu) {
+#if EPILOGUE != BIAS_GELU
+      int mb2, nb2;
+      tile_coords(uu, rank, mb2, nb2);
+      const int m2 = mb2 * BLOCK_M + (PINGPONG ? 0 : c * WG_M), n2 = nb2 * BLOCK_N;
+#pragma unroll
+      for (int mi = 0; mi < WG_M_TILES; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = mi * 64 + r_lo + 8 * h;
+#if EPILOGUE == BIAS_POS
+          const uint16_t* xr = extra + (uint64_t)((m2 + r + BUG_POS_OFF_BY_ONE) % SEQ_LEN) * N + n2 + cq;
+#else
+          const uint16_t* xr = extra + (uint64_t)(m2 + r) * N + n2 + cq;
+#endif
+#pragma unroll
+          for (int j = 0; j < BLOCK_N / 8; ++j) opnd[(mi * 2 + h) * (BLOCK_N / 8) + j] = ld_global_u32_ordered(xr + 8 * j);
+        }
+#else
+      (void)uu;
+#endif
+    };
+    {
+      const int u_first = unit0 + (PINGPONG ? c * unit_step : 0);
+      if (u_first < TOTAL_UNITS) load_opnd(u_first);
+    }
+#endif
     int it = 0;
     for (int u = unit0; u < TOTAL_UNITS; u += unit_step, ++it) {
 #if PINGPONG
@@ -641,7 +703,33 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
         order_phase ^= 1;
       }
 #endif
-#if BIAS_ACC
+#if EPI_DIRECT
+      // the accumulator starts at the epilogue operand: acc[mi][4j + 2h + e] = column n0 + 8j + cq + e of row 16w + lane/4 + 8h
+#pragma unroll
+      for (int j = 0; j < BLOCK_N / 8; ++j) {
+#if EPILOGUE != BIAS_POS
+        const uint32_t bb = ld_global_u32(bias + n0 + cq + 8 * j);
+        const float b0 = bf16_lo(bb), b1 = bf16_hi(bb);
+#else
+        const float b0 = 0.f, b1 = 0.f;
+#endif
+#pragma unroll
+        for (int mi = 0; mi < WG_M_TILES; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#if EPILOGUE == BIAS_GELU
+            acc[mi][4 * j + 2 * h] = b0; acc[mi][4 * j + 2 * h + 1] = b1;
+#elif EPILOGUE == BIAS_POS
+            const uint32_t xx = opnd[(mi * 2 + h) * (BLOCK_N / 8) + j];
+            acc[mi][4 * j + 2 * h] = bf16_lo(xx); acc[mi][4 * j + 2 * h + 1] = bf16_hi(xx);
+            (void)b0; (void)b1;
+#else
+            const uint32_t xx = opnd[(mi * 2 + h) * (BLOCK_N / 8) + j];
+            acc[mi][4 * j + 2 * h] = b0 + bf16_lo(xx); acc[mi][4 * j + 2 * h + 1] = b1 + bf16_hi(xx);
+#endif
+          }
+      }
+#elif BIAS_ACC
       // the accumulator starts at the bias: acc[.][4j + 2h + e] is column n0 + 8j + cq + e of either row
 #pragma unroll
       for (int j = 0; j < BLOCK_N / 8; ++j) {
@@ -669,9 +757,13 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #pragma unroll
           for (int mi = 0; mi < WG_M_TILES; ++mi)
             Wgmma<BLOCK_N>::mma(acc[mi], smem_desc(a + mi * 64 * BLOCK_K + kk * MMA_K),
-                                smem_desc(b + kk * MMA_K), (BIAS_ACC || k > 0 || kk > 0) ? 1u : 0u);
+                                smem_desc(b + kk * MMA_K), (BIAS_ACC || EPI_DIRECT || k > 0 || kk > 0) ? 1u : 0u);
         }
         wgmma_commit();
+#if EPI_DIRECT && EPILOGUE != BIAS_GELU
+        // the next tile's operand words, while this tile's last wgmmas run (registers free since the tile start)
+        if (k == PF_K && u + my_step < TOTAL_UNITS) load_opnd(u + my_step);
+#endif
 #if MMA_INFLIGHT
         wgmma_wait<1>();
         if (k > 0) release_stage_wg(EMPTY_BAR(prev_s), tid);
@@ -688,7 +780,32 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #endif
 
       // ---------------------------------------------------------- epilogue
-#if EPI_SLOTS
+#if EPI_DIRECT
+      // operand already in the accumulator: (GELU), pack, quad-transpose, 16-byte stores from registers
+#pragma unroll
+      for (int mi = 0; mi < WG_M_TILES; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = mi * 64 + r_lo + 8 * h;
+          uint16_t* orow = out + (uint64_t)(m0 + r) * N + n0 + 8 * (lane % 4);
+#pragma unroll
+          for (int jb = 0; jb < BLOCK_N / 32; ++jb) {
+            uint32_t w[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              float v0 = acc[mi][4 * (4 * jb + i) + 2 * h];
+              float v1 = acc[mi][4 * (4 * jb + i) + 2 * h + 1];
+#if EPILOGUE == BIAS_GELU
+              gelu_pair(v0, v1);
+#endif
+              w[i] = pack_bf16x2(v0, v1);
+            }
+            quad_transpose(w, lane);
+            st_global_v4(orow + 32 * jb, w[0], w[1], w[2], w[3]);
+          }
+        }
+      }
+#elif EPI_SLOTS
       // Ring of EPI_RING 64-column slabs per consumer: slab sl of the tile goes to slot
       // (epi_slot + sl) % EPI_RING, one TMA-store bulk group per slab. Group g reuses the slot of
       // group g - EPI_RING, so 'at most EPI_RING - 1 groups still reading' frees the slot.

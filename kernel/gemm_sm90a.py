@@ -70,6 +70,7 @@ class Spec(KernelSpec):
         "CLUSTER_RELEASE": 0,
         "BIAS_ACC": 0,
         "GELU_H2": 0,
+        "EPI_DIRECT": 0,
         # test hook (never in a study's space)
         "BUG_POS_OFF_BY_ONE": 0,
     }
@@ -136,7 +137,7 @@ class Spec(KernelSpec):
         pp, store_tma, extra_tma = _i(c, "PINGPONG", 0), _i(c, "STORE_TMA", 1), _i(c, "EXTRA_TMA", 0)
         creg, preg = _i(c, "CONSUMER_REGS", 232), _i(c, "PRODUCER_REGS", 40)
         for flag in ("PINGPONG", "STORE_TMA", "EXTRA_TMA", "SNAKE_ORDER", "MMA_INFLIGHT", "BUG_POS_OFF_BY_ONE",
-                     "GELU_F16X2", "CLUSTER_RELEASE", "BIAS_ACC", "GELU_H2"):
+                     "GELU_F16X2", "CLUSTER_RELEASE", "BIAS_ACC", "GELU_H2", "EPI_DIRECT"):
             if _i(c, flag, 0) not in (0, 1):
                 return f"{flag} must be 0 or 1"
         if K % BLOCK_K:
@@ -180,7 +181,8 @@ class Spec(KernelSpec):
         # epilogue's bias words and temporaries do not fit for BIAS_GELU / BIAS_RESIDUAL (spills of 8-512 B,
         # e.g. ping-pong 128x192 GELU 428 B) unless the bias is folded into the accumulator start (BIAS_ACC=1);
         # one patch_embed path (1 consumer, 128x192, multicast, MMA_INFLIGHT=1, fragment stores) spills 56 B.
-        if d["acc_regs"] >= 192 and epi != "BIAS_POS" and not _i(c, "BIAS_ACC", 0):
+        direct = _i(c, "EPI_DIRECT", 0)
+        if d["acc_regs"] >= 192 and epi != "BIAS_POS" and not (_i(c, "BIAS_ACC", 0) or direct):
             return (f"{d['acc_regs']} accumulators + the {epi} epilogue's bias words spill (ptxas): "
                     "needs BIAS_ACC=1 (bias folded into the accumulator start)")
         if (d["acc_regs"] >= 192 and epi == "BIAS_POS" and nc == 1 and cm == 2 and _i(c, "MMA_INFLIGHT", 0)
@@ -195,6 +197,14 @@ class Spec(KernelSpec):
         if epi == "BIAS_POS" and d["wg_m"] > COMBINED_EXT_PAD:
             return "combined_ext too short for WG_M"
         slots = _i(c, "EPI_SLOTS", 0)
+        if direct and (store_tma or extra_tma or slots):
+            return "EPI_DIRECT=1 (no staging: operand in the accumulator start, 16-byte stores) needs STORE_TMA=0, EXTRA_TMA=0, EPI_SLOTS=0"
+        if direct and epi != "BIAS_GELU":
+            # the next tile's operand words are held in registers next to the accumulators
+            held = (d["wg_m"] // 64) * 2 * (bn // 8)
+            if d["acc_regs"] + held > creg - ACC_REG_HEADROOM:
+                return (f"EPI_DIRECT: {d['acc_regs']} accumulators + {held} prefetched operand registers leave "
+                        f"less than {ACC_REG_HEADROOM} of CONSUMER_REGS={creg} (ptxas spills)")
         if slots not in (0, 1, 2, 3, 4):
             return "EPI_SLOTS must be 0..4"
         if slots and not (store_tma and not extra_tma):

@@ -105,6 +105,11 @@ def test_rejections_have_reasons():
     assert "BIAS_ACC" in SPEC.check({**pp192, "EXTRA_TMA": 1}, F2)
     assert SPEC.check({**pp192, "BIAS_ACC": 1}, F1) is None
     assert SPEC.check({**pp192, "BIAS_ACC": 1, "EXTRA_TMA": 1, "EPI_BATCH": 8}, F2) is None
+    # EPI_DIRECT: no staging (needs STORE_TMA=0), the next tile's operand words held next to the accumulators
+    assert "EPI_DIRECT" in SPEC.check({"EPI_DIRECT": 1}, P)
+    assert SPEC.check({"EPI_DIRECT": 1, "STORE_TMA": 0, "N_STAGES": 4}, P) is None          # 128 + 64 registers
+    assert "EPI_DIRECT" in SPEC.check({**pp192, "EPI_DIRECT": 1, "STORE_TMA": 0}, P)          # 192 + 96: too many
+    assert SPEC.check({**pp192, "EPI_DIRECT": 1, "STORE_TMA": 0}, F1) is None               # GELU holds no operand
 
 
 def test_new_defines_default_to_old_kernel():
@@ -162,6 +167,12 @@ BUILDS = [
              "CLUSTER_RELEASE": 1}),
     ("fc2", {"EXTRA_TMA": 1, "EPI_BATCH": 32, "GROUP_M": 1, "BIAS_ACC": 1, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1}),
     ("fc2", {"PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 3, "EXTRA_TMA": 1, "EPI_BATCH": 8, "BIAS_ACC": 1}),
+    # EPI_DIRECT (operand in the accumulator start, prefetched a tile ahead; 16-byte stores from registers)
+    ("patch_embed", {"STORE_TMA": 0, "EPI_DIRECT": 1, "N_STAGES": 4}),
+    ("patch_embed", {"STORE_TMA": 0, "EPI_DIRECT": 1, "PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 5, "CLUSTER_M": 2,
+                     "CLUSTER_RELEASE": 1}),
+    ("fc1", {"STORE_TMA": 0, "EPI_DIRECT": 1, "PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 5, "GELU_H2": 1}),
+    ("fc2", {"STORE_TMA": 0, "EPI_DIRECT": 1, "N_STAGES": 4, "GROUP_M": 1, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1}),
 ]
 
 
