@@ -296,6 +296,35 @@ PLANS["v4"] = {
 }
 
 
+# v5: the cuBLAS-like tile (nvjet 128x160, 5 stages, 2x1 multicast, cooperative): BLOCK_N=160 with a partial last
+# column block (768 = 4 x 160 + 128; FC1 3072 = 19 x 160 + 32), two 64-column staged slabs + a 32-column register tail
+T160 = {"BLOCK_N": 160, "N_STAGES": 5, **CR}
+PLANS["v5"] = {
+    "timing": {"warmup": 3, "repeats": 20, "interleave": 5},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            JP(PE_BEST),
+            JP(T160),
+            JP({**T160, "EXTRA_TMA": 1, "EPI_BATCH": 8}),
+            JP({"BLOCK_N": 160, "N_STAGES": 5, "EXTRA_TMA": 1, "EPI_BATCH": 8}),
+            JP({"BLOCK_N": 160, "N_STAGES": 4, "PINGPONG": 1, "EXTRA_TMA": 1, "EPI_BATCH": 8, **CR}),
+            JP({**T160, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+            JP({**T160, "EXTRA_TMA": 1, "EPI_BATCH": 8, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+        ]},
+        "fc1": {"problem": FC1, "jobs": [
+            JP(FC1_TUNED),
+            JP({**T160, "BIAS_ACC": 1, "GELU_H2": 1}),
+            JP({"BLOCK_N": 160, "N_STAGES": 4, "PINGPONG": 1, "BIAS_ACC": 1, "GELU_H2": 1, **CR}),
+        ]},
+        "fc2": {"problem": FC2, "jobs": [
+            JP(FC2_BEST),
+            JP({**T160, "BIAS_ACC": 1, "EXTRA_TMA": 1, "EPI_BATCH": 8, "GROUP_M": 1}),
+            JP({**T160, "BIAS_ACC": 1, "GROUP_M": 1}),
+        ]},
+    },
+}
+
+
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]

@@ -57,7 +57,8 @@ typedef unsigned short uint16_t;
 #define BLOCK_M 128        // rows of a CTA tile (PINGPONG=1: rows of one consumer's tile)
 #endif
 #ifndef BLOCK_N
-#define BLOCK_N 256        // columns of a tile = wgmma N (64, 96, 128, 192, 256)
+#define BLOCK_N 256        // columns of a tile = wgmma N (64, 96, 128, 160, 192, 256); need not divide N:
+                           // the last column block is then partial (STORE_TMA=1 only; see PARTIAL_N)
 #endif
 #ifndef N_STAGES
 #define N_STAGES 3         // depth of the TMA -> wgmma shared-memory ring
@@ -147,7 +148,8 @@ typedef unsigned short uint16_t;
 #define K_ITERS (K / BLOCK_K)
 #define MMA_K 32                                      // K of one wgmma (bytes of FP8)
 #define TILES_M (M / BLOCK_M)
-#define TILES_N (N / BLOCK_N)
+#define TILES_N ((N + BLOCK_N - 1) / BLOCK_N)        // ceil: the last column block may be partial
+#define PARTIAL_N (N % BLOCK_N != 0)                  // W rows >= N: TMA zero fill; columns >= N: never stored
 #define TOTAL_TILES (TILES_M * TILES_N)
 #define UNITS_M (TILES_M / CLUSTER_M)                 // scheduling unit = CLUSTER_M row blocks
 #define TOTAL_UNITS (UNITS_M * TILES_N)
@@ -167,13 +169,16 @@ typedef unsigned short uint16_t;
 #define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)
 #define STAGE_TX_BYTES (BLOCK_M * BLOCK_K + BLOCK_N * BLOCK_K)   // = the two TMA boxes
 #define EPI_SLAB_COLS 64                              // BF16 columns per 128-byte swizzled slab
-#define EPI_SLABS (BLOCK_N / EPI_SLAB_COLS)
+#define EPI_SLABS (BLOCK_N / EPI_SLAB_COLS)           // whole 64-column slabs (staged, TMA-stored)
+#define TAIL_COLS (BLOCK_N % EPI_SLAB_COLS)           // 0 or 32: columns past the slabs, stored from registers
+#define STAGED_J (EPI_SLABS * 8)                      // 8-column fragment groups that go through staging
+#define B_SLICE_BYTES (B_SLICE_ROWS * BLOCK_K)
 #if EPI_SLOTS
 #define EPI_RING EPI_SLOTS                            // staging slabs per consumer (ring)
 #define STAGING_BYTES_PER_WG (WG_M * EPI_SLAB_COLS * 2 * EPI_RING)
 #else
 #define EPI_RING EPI_SLABS
-#define STAGING_BYTES_PER_WG (WG_M * BLOCK_N * 2)
+#define STAGING_BYTES_PER_WG (WG_M * EPI_SLABS * EPI_SLAB_COLS * 2)
 #endif
 #define EPI_SLAB_BYTES (WG_M * EPI_SLAB_COLS * 2)     // one 64-column slab of a consumer's tile
 #if STORE_TMA || EXTRA_TMA
@@ -193,7 +198,9 @@ typedef unsigned short uint16_t;
 // ---------------------------------------------------------------- compile-time checks
 static_assert(K % BLOCK_K == 0, "K must be a multiple of BLOCK_K");
 static_assert(M % BLOCK_M == 0, "M must be a multiple of BLOCK_M");
-static_assert(N % BLOCK_N == 0, "N must be a multiple of BLOCK_N");
+static_assert(!PARTIAL_N || (STORE_TMA && !EPI_SLOTS && !EPI_DIRECT), "a partial last column block needs STORE_TMA=1, EPI_SLOTS=0, EPI_DIRECT=0");
+static_assert(!PARTIAL_N || N % 8 == 0, "partial column block: N a multiple of 8 (masks per 8-column group)");
+static_assert(TAIL_COLS == 0 || TAIL_COLS == 32, "BLOCK_N % 64 is 0 or 32");
 static_assert(BLOCK_N % 32 == 0 && BLOCK_N >= 64 && BLOCK_N <= 256, "BLOCK_N: 64..256, multiple of 32");
 static_assert(NUM_CONSUMERS == 1 || NUM_CONSUMERS == 2, "NUM_CONSUMERS is 1 or 2");
 static_assert(WG_M % 64 == 0 && WG_M_TILES >= 1, "rows per consumer must be a multiple of 64");
@@ -204,9 +211,9 @@ static_assert(TILES_M % CLUSTER_M == 0, "row blocks must pair up in a cluster");
 static_assert(B_SLICE_ROWS % 8 == 0, "multicast slice of W: whole 8-row swizzle groups");
 static_assert(!PINGPONG || N_STAGES <= K_ITERS, "PINGPONG needs N_STAGES <= K_ITERS (mbarrier parity)");
 static_assert(MMA_INFLIGHT == 0 || MMA_INFLIGHT == 1, "MMA_INFLIGHT is 0 or 1");
-static_assert(!STORE_TMA || BLOCK_N % EPI_SLAB_COLS == 0, "TMA store needs BLOCK_N % 64 == 0");
+static_assert(!EPI_SLOTS || TAIL_COLS == 0, "EPI_SLOTS needs BLOCK_N % 64 == 0");
 static_assert(!EXTRA_TMA || STORE_TMA, "EXTRA_TMA needs STORE_TMA");
-static_assert(EPI_BATCH >= 0 && (EPI_BATCH == 0 || (BLOCK_N / 8) % EPI_BATCH == 0), "EPI_BATCH divides BLOCK_N / 8");
+static_assert(EPI_BATCH >= 0 && (EPI_BATCH == 0 || STAGED_J % EPI_BATCH == 0), "EPI_BATCH divides the staged groups (BLOCK_N / 64) * 8");
 static_assert(GELU_F16X2 == 0 || GELU_F16X2 == 1, "GELU_F16X2 is 0 or 1");
 static_assert(EPI_SLOTS >= 0 && EPI_SLOTS <= 4, "EPI_SLOTS is 0..4");
 static_assert(!EPI_SLOTS || (STORE_TMA && !EXTRA_TMA), "EPI_SLOTS > 0 needs STORE_TMA=1 and EXTRA_TMA=0");
@@ -445,6 +452,30 @@ template <> struct Wgmma<128> {
         : "l"(da), "l"(db), "r"(acc));
   }
 };
+template <> struct Wgmma<160> {
+  static __device__ __forceinline__ void mma(float (&d)[80], uint64_t da, uint64_t db, uint32_t acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n160k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+        "}, %80, %81, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+        : "l"(da), "l"(db), "r"(acc));
+  }
+};
 template <> struct Wgmma<192> {
   static __device__ __forceinline__ void mma(float (&d)[96], uint64_t da, uint64_t db, uint32_t acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
@@ -598,10 +629,20 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
         tile_coords(u, rank, mb, nb);
         for (int k = 0; k < K_ITERS; ++k) {
           mbar_wait(EMPTY_BAR(s), ph ^ 1);
-          mbar_expect_tx(FULL_BAR(s), STAGE_TX_BYTES);
+#if PARTIAL_N && CLUSTER_M > 1
+          // a W slice that starts at row >= N is not loaded at all (a box wholly out of bounds); every CTA
+          // of the cluster counts the same slices, so each expects exactly the bytes that arrive
+          int n_slices = 0;
+#pragma unroll
+          for (int r = 0; r < CLUSTER_M; ++r) n_slices += (nb * BLOCK_N + r * B_SLICE_ROWS < N) ? 1 : 0;
+          mbar_expect_tx(FULL_BAR(s), A_STAGE_BYTES + n_slices * B_SLICE_BYTES);
+#else
+          mbar_expect_tx(FULL_BAR(s), STAGE_TX_BYTES);   // a partial box is zero-filled and counts whole
+#endif
           const uint32_t a = stages + s * STAGE_BYTES;
           tma_load_2d(a, &tm_a, FULL_BAR(s), k * BLOCK_K, mb * BLOCK_M);
 #if CLUSTER_M > 1
+          if (!PARTIAL_N || nb * BLOCK_N + (int)rank * B_SLICE_ROWS < N)
           tma_load_2d_mc(a + A_STAGE_BYTES + rank * (B_SLICE_ROWS * BLOCK_K), &tm_b, FULL_BAR(s), k * BLOCK_K,
                          nb * BLOCK_N + (int)rank * B_SLICE_ROWS, (uint16_t)((1u << CLUSTER_M) - 1));
 #else
@@ -684,15 +725,23 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #if EXTRA_TMA
       if (tid == 0) {
         tma_store_wait_read();   // this consumer's previous stores have left the staging tile
-        mbar_expect_tx(EXTRA_BAR(c), EXTRA_TX_BYTES);
 #if EPILOGUE == BIAS_POS
         const int xrow = (m0 + BUG_POS_OFF_BY_ONE) % SEQ_LEN;   // combined_ext has SEQ_LEN + 256 rows
 #else
         const int xrow = m0;
 #endif
+#if PARTIAL_N
+        // slabs that start at column >= N are not loaded (their columns are never stored)
+        const int x_slabs = (N - n0) / EPI_SLAB_COLS + ((N - n0) % EPI_SLAB_COLS ? 1 : 0);
+        const int n_xslabs = x_slabs < EPI_SLABS ? x_slabs : EPI_SLABS;
+        mbar_expect_tx(EXTRA_BAR(c), n_xslabs * (WG_M * EPI_SLAB_COLS * 2));
+#else
+        mbar_expect_tx(EXTRA_BAR(c), EXTRA_TX_BYTES);
+#endif
 #pragma unroll
         for (int sl = 0; sl < EPI_SLABS; ++sl)
-          tma_load_2d(staging + sl * WG_M * 128, &tm_x, EXTRA_BAR(c), n0 + sl * EPI_SLAB_COLS, xrow);
+          if (!PARTIAL_N || n0 + sl * EPI_SLAB_COLS < N)
+            tma_load_2d(staging + sl * WG_M * 128, &tm_x, EXTRA_BAR(c), n0 + sl * EPI_SLAB_COLS, xrow);
       }
 #endif
 
@@ -733,7 +782,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
       // the accumulator starts at the bias: acc[.][4j + 2h + e] is column n0 + 8j + cq + e of either row
 #pragma unroll
       for (int j = 0; j < BLOCK_N / 8; ++j) {
-        const uint32_t bb = ld_global_u32(bias + n0 + cq + 8 * j);
+        const uint32_t bb = (!PARTIAL_N || n0 + 8 * j < N) ? ld_global_u32(bias + n0 + cq + 8 * j) : 0u;
         const float b0 = bf16_lo(bb), b1 = bf16_hi(bb);
 #pragma unroll
         for (int mi = 0; mi < WG_M_TILES; ++mi) {
@@ -921,14 +970,14 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
           uint32_t xs[EPI_BATCH];
 #endif
 #pragma unroll
-          for (int j = 0; j < BLOCK_N / 8; ++j) {
+          for (int j = 0; j < (STORE_TMA ? STAGED_J : BLOCK_N / 8); ++j) {   // STORE_TMA: the tail columns follow below
             float v0 = acc[mi][4 * j + 2 * h];
             float v1 = acc[mi][4 * j + 2 * h + 1];
 #if STORE_TMA
             const uint32_t sa = staging + (j / 8) * (WG_M * 128) + r * 128 + ((((uint32_t)j % 8) ^ swz) << 4) + 4 * (lane % 4);
 #endif
 #if EPI_ADD_BIAS
-            const uint32_t bb = ld_global_u32(bias + n0 + cq + 8 * j);
+            const uint32_t bb = (!PARTIAL_N || n0 + 8 * j < N) ? ld_global_u32(bias + n0 + cq + 8 * j) : 0u;
             v0 += bf16_lo(bb);
             v1 += bf16_hi(bb);
 #endif
@@ -944,7 +993,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #elif EXTRA_TMA
             const uint32_t xx = ld_shared_u32(sa);
 #else
-            const uint32_t xx = ld_global_u32(xrow + 8 * j);
+            const uint32_t xx = (!PARTIAL_N || n0 + 8 * j < N) ? ld_global_u32(xrow + 8 * j) : 0u;
 #endif
             v0 += bf16_lo(xx);
             v1 += bf16_hi(xx);
@@ -966,8 +1015,53 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
       if (tid == 0) {
 #pragma unroll
         for (int sl = 0; sl < EPI_SLABS; ++sl)
-          tma_store_2d(&tm_c, staging + sl * WG_M * 128, n0 + sl * EPI_SLAB_COLS, m0);
+          if (!PARTIAL_N || n0 + sl * EPI_SLAB_COLS < N)   // a box partly past N is clipped by the TMA unit
+            tma_store_2d(&tm_c, staging + sl * WG_M * 128, n0 + sl * EPI_SLAB_COLS, m0);
         tma_store_commit();
+      }
+#endif
+#if STORE_TMA && TAIL_COLS
+      // the last 32 columns of the tile (BLOCK_N % 64 == 32) do not fill a 128-byte store box: each lane
+      // quad packs its 4 column pairs of the 4 tail groups, transposes them inside the quad and stores
+      // 16 bytes (8 consecutive columns) per lane; masked per 8-column group at N
+#pragma unroll
+      for (int mi = 0; mi < WG_M_TILES; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = mi * 64 + r_lo + 8 * h;
+          const uint64_t grow = (uint64_t)(m0 + r);
+#if EPILOGUE == BIAS_POS
+          const uint16_t* trow = extra + (uint64_t)((m0 + r + BUG_POS_OFF_BY_ONE) % SEQ_LEN) * N + n0 + cq;
+#elif EPILOGUE == BIAS_RESIDUAL
+          const uint16_t* trow = extra + grow * N + n0 + cq;
+#endif
+          uint32_t w[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int j = STAGED_J + i;
+            const bool ok = !PARTIAL_N || n0 + 8 * j < N;
+            (void)ok;
+            float v0 = acc[mi][4 * j + 2 * h];
+            float v1 = acc[mi][4 * j + 2 * h + 1];
+#if EPI_ADD_BIAS
+            const uint32_t bb = ok ? ld_global_u32(bias + n0 + cq + 8 * j) : 0u;
+            v0 += bf16_lo(bb);
+            v1 += bf16_hi(bb);
+#endif
+#if EPILOGUE == BIAS_POS || EPILOGUE == BIAS_RESIDUAL
+            const uint32_t xx = ok ? ld_global_u32(trow + 8 * j) : 0u;
+            v0 += bf16_lo(xx);
+            v1 += bf16_hi(xx);
+#endif
+#if EPILOGUE == BIAS_GELU
+            gelu_pair(v0, v1);
+#endif
+            w[i] = pack_bf16x2(v0, v1);
+          }
+          quad_transpose(w, lane);
+          const int tcol = n0 + 8 * (STAGED_J + lane % 4);
+          if (!PARTIAL_N || tcol < N) st_global_v4(out + grow * N + tcol, w[0], w[1], w[2], w[3]);
+        }
       }
 #endif
 #endif  // EPI_SLOTS

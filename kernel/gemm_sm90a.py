@@ -31,7 +31,7 @@ EPILOGUES = ("BIAS_POS", "BIAS_GELU", "BIAS_RESIDUAL")
 BLOCK_K = 128               # one 128-byte swizzle atom of FP8; fixed by the kernel
 SMEM_ALIGN = 1024
 EPI_SLAB_COLS = 64          # BF16 columns per 128-byte swizzled staging slab / TMA store box
-WGMMA_N = (64, 96, 128, 192, 256)   # wgmma wrappers the kernel carries
+WGMMA_N = (64, 96, 128, 160, 192, 256)   # wgmma wrappers the kernel carries
 ACC_REG_HEADROOM = 40       # registers a consumer needs beyond its accumulators (ptxas-checked)
 COMBINED_EXT_PAD = 256      # combined_ext rows = SEQ_LEN + this (>= any WG_M)
 REGFILE = 65536
@@ -102,12 +102,13 @@ class Spec(KernelSpec):
         stage_bytes = (bm + bn) * BLOCK_K
         slots = _i(c, "EPI_SLOTS", 0)
         # EPI_SLOTS=R > 0: a ring of R 64-column slabs per consumer instead of the whole tile
-        staging_per_wg = wg_m * EPI_SLAB_COLS * 2 * slots if slots else wg_m * bn * 2
+        # whole tile: the whole 64-column slabs only (BLOCK_N % 64 == 32: the 32-column tail is stored from registers)
+        staging_per_wg = wg_m * EPI_SLAB_COLS * 2 * slots if slots else wg_m * (bn // EPI_SLAB_COLS) * EPI_SLAB_COLS * 2
         staging = nc * staging_per_wg if (store_tma or extra_tma) else 0
         barrier_bytes = 8 * (2 * st + 2 * nc)
         smem = SMEM_ALIGN + st * stage_bytes + staging + barrier_bytes
         tiles_m = M // bm if bm else 0
-        tiles_n = N // bn if bn else 0
+        tiles_n = -(-N // bn) if bn else 0   # ceil: a partial last column block (kernel PARTIAL_N)
         return {
             "threads": 128 * (nc + 1),
             "wg_m": wg_m,
@@ -144,8 +145,11 @@ class Spec(KernelSpec):
             return f"K={K} not a multiple of BLOCK_K={BLOCK_K}"
         if bn not in WGMMA_N:
             return f"BLOCK_N={bn} not a wgmma N the kernel carries {WGMMA_N}"
-        if N % bn:
-            return f"N={N} not a multiple of BLOCK_N={bn}"
+        if N % bn and not (_i(c, "STORE_TMA", 1) and not _i(c, "EPI_SLOTS", 0) and not _i(c, "EPI_DIRECT", 0)):
+            return (f"N={N} not a multiple of BLOCK_N={bn}: a partial last column block needs STORE_TMA=1, "
+                    "EPI_SLOTS=0, EPI_DIRECT=0 (TMA clips the store; fragment stores are not masked)")
+        if N % bn and N % 8:
+            return f"partial column block: N={N} must be a multiple of 8 (masks per 8-column group)"
         if nc not in (1, 2):
             return "NUM_CONSUMERS must be 1 or 2"
         if pp and nc == 1:
@@ -188,8 +192,11 @@ class Spec(KernelSpec):
         if (d["acc_regs"] >= 192 and epi == "BIAS_POS" and nc == 1 and cm == 2 and _i(c, "MMA_INFLIGHT", 0)
                 and store_tma and not extra_tma):
             return "192 accumulators, 1 consumer, CLUSTER_M=2, MMA_INFLIGHT=1, TMA-store staging: ptxas spills 56 B"
-        if store_tma and bn % EPI_SLAB_COLS:
-            return f"STORE_TMA=1 needs BLOCK_N % {EPI_SLAB_COLS} == 0 (128-byte swizzled store boxes)"
+        if store_tma and bn % EPI_SLAB_COLS not in (0, 32):
+            return f"STORE_TMA=1 needs BLOCK_N % {EPI_SLAB_COLS} in (0, 32) (store boxes + a 32-column register tail)"
+        if store_tma and bn % EPI_SLAB_COLS and bn < 2 * EPI_SLAB_COLS:
+            return (f"STORE_TMA=1 with BLOCK_N={bn}: a third of the columns would take the 32-column register tail "
+                    "(kept out of the space; the tail is meant for BLOCK_N=160)")
         if extra_tma and not store_tma:
             return "EXTRA_TMA=1 needs STORE_TMA=1 (the operand lands in the staging tile)"
         if extra_tma and epi == "BIAS_GELU":
@@ -215,6 +222,8 @@ class Spec(KernelSpec):
             if d["acc_regs"] + held > creg - ACC_REG_HEADROOM:
                 return (f"EPI_SLOTS: {d['acc_regs']} accumulators + {held} prefetched operand registers leave "
                         f"less than {ACC_REG_HEADROOM} of CONSUMER_REGS={creg} (ptxas spills)")
+        if slots and bn % EPI_SLAB_COLS:
+            return f"EPI_SLOTS > 0 needs BLOCK_N % {EPI_SLAB_COLS} == 0"
         if slots and slots > bn // EPI_SLAB_COLS:
             return f"EPI_SLOTS={slots} > BLOCK_N/{EPI_SLAB_COLS} slabs of a tile"
         if _i(c, "GELU_F16X2", 0) and epi != "BIAS_GELU":
@@ -230,8 +239,9 @@ class Spec(KernelSpec):
             return "EPI_BATCH must be 0, 4, 8, 16 or 32"
         if batch and not extra_tma:
             return "EPI_BATCH reads the staged EXTRA_TMA operand ahead: needs EXTRA_TMA=1"
-        if batch and (bn // 8) % batch:
-            return f"EPI_BATCH={batch} does not divide the {bn // 8} column pairs of a fragment row"
+        staged_j = (bn // EPI_SLAB_COLS) * 8   # fragment groups that go through the staging tile
+        if batch and staged_j % batch:
+            return f"EPI_BATCH={batch} does not divide the {staged_j} staged column groups of a fragment row"
         if _i(c, "L2_PROMO", 0) not in (0, 64, 128, 256):
             return "L2_PROMO must be 0, 64, 128 or 256"
         if d["smem_bytes"] > dev.max_smem_per_block:

@@ -82,7 +82,7 @@ def test_every_valid_config_launch_matches_model(name):
 
 def test_rejections_have_reasons():
     P = study("patch_embed")["problem"]
-    assert "BLOCK_N" in SPEC.check({"BLOCK_N": 160}, P)
+    assert "BLOCK_N" in SPEC.check({"BLOCK_N": 224}, P)
     assert "shared memory" in SPEC.check({"N_STAGES": 6}, P)
     assert "accumulator" in SPEC.check({"BLOCK_M": 256, "STORE_TMA": 0, "N_STAGES": 2}, P)
     assert "STORE_TMA" in SPEC.check({"BLOCK_N": 96}, P)
@@ -110,6 +110,22 @@ def test_rejections_have_reasons():
     assert SPEC.check({"EPI_DIRECT": 1, "STORE_TMA": 0, "N_STAGES": 4}, P) is None          # 128 + 64 registers
     assert "EPI_DIRECT" in SPEC.check({**pp192, "EPI_DIRECT": 1, "STORE_TMA": 0}, P)          # 192 + 96: too many
     assert SPEC.check({**pp192, "EPI_DIRECT": 1, "STORE_TMA": 0}, F1) is None               # GELU holds no operand
+
+
+def test_partial_column_block_model():
+    """BLOCK_N=160 does not divide N: ceil-div tile counts, a partial last column block (STORE_TMA=1 only),
+    staging for the two whole 64-column slabs (the 32-column tail is stored from registers)."""
+    P, F1 = study("patch_embed")["problem"], study("fc1")["problem"]
+    t160 = {"BLOCK_N": 160, "N_STAGES": 5, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1}
+    assert SPEC.check(t160, P) is None and SPEC.check({**t160, "BIAS_ACC": 1, "GELU_H2": 1}, F1) is None
+    d = SPEC.derive(t160, P)
+    assert d["tiles_n"] == 5 and SPEC.derive(t160, F1)["tiles_n"] == 20
+    assert d["staging_bytes"] == 2 * 64 * 128 * 2 and d["acc_regs"] == 80
+    assert d["smem_bytes"] == 1024 + 5 * (128 + 160) * 128 + 32768 + 8 * (10 + 4)
+    assert "partial" in SPEC.check({**t160, "STORE_TMA": 0}, P)
+    assert "partial" in SPEC.check({**t160, "N_STAGES": 4, "EPI_SLOTS": 2}, P)
+    assert SPEC.check({**t160, "EXTRA_TMA": 1, "EPI_BATCH": 8}, P) is None          # 16 staged groups
+    assert "divide" in SPEC.check({**t160, "EXTRA_TMA": 1, "EPI_BATCH": 32}, P)
 
 
 def test_new_defines_default_to_old_kernel():
@@ -173,6 +189,16 @@ BUILDS = [
                      "CLUSTER_RELEASE": 1}),
     ("fc1", {"STORE_TMA": 0, "EPI_DIRECT": 1, "PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 5, "GELU_H2": 1}),
     ("fc2", {"STORE_TMA": 0, "EPI_DIRECT": 1, "N_STAGES": 4, "GROUP_M": 1, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1}),
+    # BLOCK_N=160: partial last column block, 5 stages, multicast (the cuBLAS nvjet 128x160 shape)
+    ("patch_embed", {"BLOCK_N": 160, "N_STAGES": 5, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1}),
+    ("patch_embed", {"BLOCK_N": 160, "N_STAGES": 5, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1, "EXTRA_TMA": 1,
+                     "EPI_BATCH": 8}),
+    ("patch_embed", {"BLOCK_N": 160, "N_STAGES": 4, "PINGPONG": 1, "EXTRA_TMA": 1, "EPI_BATCH": 8}),
+    ("fc1", {"BLOCK_N": 160, "N_STAGES": 5, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1, "BIAS_ACC": 1, "GELU_H2": 1}),
+    ("fc1", {"BLOCK_N": 160, "N_STAGES": 5}),
+    ("fc2", {"BLOCK_N": 160, "N_STAGES": 5, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1, "BIAS_ACC": 1, "EXTRA_TMA": 1,
+             "EPI_BATCH": 8}),
+    ("fc2", {"BLOCK_N": 160, "N_STAGES": 5}),
 ]
 
 
@@ -238,7 +264,11 @@ def test_device_correctness(epi, n, k):
     jobs = [{"config": {}, "time": False}, {"config": {"PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 4}, "time": False},
             {"config": {"CLUSTER_M": 2}, "time": False}]
     jobs.append({"config": {"N_STAGES": 4, "EPI_SLOTS": 2}, "time": False})
+    t160 = {"BLOCK_N": 160, "N_STAGES": 5, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1}   # partial last column block
+    jobs.append({"config": t160, "time": False})
+    jobs.append({"config": {"BLOCK_N": 160, "N_STAGES": 4, "PINGPONG": 1}, "time": False})
     if epi == "BIAS_GELU":
+        jobs.append({"config": {**t160, "BIAS_ACC": 1, "GELU_H2": 1}, "time": False})
         jobs.append({"config": {"GELU_F16X2": 1}, "time": False})
     else:
         jobs.append({"config": {"EXTRA_TMA": 1, "EPI_BATCH": 32}, "time": False})
@@ -248,6 +278,11 @@ def test_device_correctness(epi, n, k):
                      "expect_fail": True})
         jobs.append({"config": {"BUG_POS_OFF_BY_ONE": 1, "N_STAGES": 4, "EPI_SLOTS": 2}, "time": False,
                      "expect_fail": True})
+        jobs.append({"config": {**t160, "BUG_POS_OFF_BY_ONE": 1}, "time": False, "expect_fail": True})
+        jobs.append({"config": {**t160, "EXTRA_TMA": 1, "EPI_BATCH": 8, "BUG_POS_OFF_BY_ONE": 1}, "time": False,
+                     "expect_fail": True})
+    if epi != "BIAS_GELU":
+        jobs.append({"config": {**t160, "EXTRA_TMA": 1, "EPI_BATCH": 8}, "time": False})
     res = harness.run_problem(torch, epi, P, jobs, {"cublas": False}, np.random.default_rng(0), print)
     for job, r in zip(jobs, res):
         assert r.get("status") is None, r
