@@ -325,6 +325,25 @@ PLANS["v5"] = {
 }
 
 
+# v5b: where the cooperative 128x160 loses (patch_embed only): the same 5-stage cooperative ring at 128x128 (no
+# partial block, no register tail) and 128x256 (3 stages), ping-pong 128x160 at 3 and 4 stages
+E8 = {"EXTRA_TMA": 1, "EPI_BATCH": 8}
+PLANS["v5b"] = {
+    "timing": {"warmup": 3, "repeats": 20, "interleave": 7},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            JP(PE_BEST),
+            JP({**T160, **E8}),
+            JP({"BLOCK_N": 128, "N_STAGES": 5, **CR, **E8}),
+            JP({"EXTRA_TMA": 1, "EPI_BATCH": 32, **CR}),
+            JP({"BLOCK_N": 160, "N_STAGES": 4, "PINGPONG": 1, **E8, **CR}),
+            JP({"BLOCK_N": 160, "N_STAGES": 3, "PINGPONG": 1, **E8, **CR}),
+            JP({"BLOCK_N": 160, "N_STAGES": 4, "PINGPONG": 1, **E8}),
+        ]},
+    },
+}
+
+
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]
