@@ -84,6 +84,7 @@ class GpuEvaluator:
                 "config": config,
                 "cubin_path": built.cubin_path,
                 "warmup": self.measure_settings.warmup,
+                "warmup_ms": self.measure_settings.warmup_ms,
                 "repeats": self.measure_settings.repeats,
                 "block": self.measure_settings.block,
                 "check_rows": self.measure_settings.check_rows,

@@ -24,7 +24,7 @@ _SECTIONS = {
     "space": {"tier1", "tier2"},
     "fixed": None,
     "search": {"sampler", "mode", "trials", "timeout_min", "seed", "pruner", "pruner_margin", "pruner_min_blocks"},
-    "measure": {"warmup", "repeats", "block", "timeout_s", "check_rows", "max_regs", "reject_spills"},
+    "measure": {"warmup", "warmup_ms", "repeats", "block", "timeout_s", "check_rows", "max_regs", "reject_spills"},
     "baseline": None,  # e.g. cublas = 1.04 (ms), shown in reports
 }
 
@@ -44,6 +44,7 @@ class SearchSettings:
 @dataclass
 class MeasureSettings:
     warmup: int = 5
+    warmup_ms: float = 100.0  # and at least this long: clocks ramp up under load
     repeats: int = 50
     block: int = 10
     timeout_s: float = 30.0
@@ -160,6 +161,7 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
     m = data.get("measure", {})
     measure = MeasureSettings(
         warmup=_positive(m, "warmup", int, 5, where, "measure", allow_zero=True),
+        warmup_ms=_positive(m, "warmup_ms", (int, float), 100.0, where, "measure", allow_zero=True),
         repeats=_positive(m, "repeats", int, 50, where, "measure"),
         block=_positive(m, "block", int, 10, where, "measure"),
         timeout_s=_positive(m, "timeout_s", (int, float), 30.0, where, "measure"),

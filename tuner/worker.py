@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import json
 import statistics
+import time
 import traceback
 from typing import Any
 
@@ -107,6 +108,16 @@ def _ck(call: str, result):
     return values[0] if len(values) == 1 else values
 
 
+def _uuid_text(cu, dev) -> str:
+    """The device's UUID as NVML and nvidia-smi write it (GPU-xxxxxxxx-xxxx-...)."""
+    try:
+        raw = bytes(_ck("cuDeviceGetUuid", cu.cuDeviceGetUuid(dev)).bytes)[:16]
+    except Exception:
+        return ""
+    h = raw.hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 _CTYPES = {
     "int32": ctypes.c_int32,
     "uint32": ctypes.c_uint32,
@@ -138,6 +149,7 @@ class CudaBackend:
             "cc": [get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)],
             "max_smem_per_block": get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
             "driver": _ck("cuDriverGetVersion", cu.cuDriverGetVersion()),
+            "uuid": _uuid_text(cu, self.dev),
         }
         self._problem_key = None
         self.buffers: dict[str, Any] = {}
@@ -206,19 +218,45 @@ class CudaBackend:
             if not ok:
                 return Measurement("mismatch", reason=reason, checksum=checksum, max_err=max_err), False
 
-            for _ in range(job.get("warmup", 5)):
-                run()
-            _ck("cuStreamSynchronize", cu.cuStreamSynchronize(self.stream))
+            self._warm_up(run, job.get("warmup", 5), job.get("warmup_ms", 100.0))
             times, blocks = self._time(run, job.get("repeats", 50), job.get("block", 10), channel)
+            clock = self._sm_clock_mhz()
             if times is None:
                 return Measurement("pruned_slow", reason=f"running median {statistics.median(blocks):.4g} ms after {len(blocks)} blocks",
                                    blocks=blocks, checksum=checksum, max_err=max_err), False
-            return Measurement("ok", ms=statistics.median(times), blocks=blocks, checksum=checksum, max_err=max_err), False
+            done = Measurement("ok", ms=statistics.median(times), blocks=blocks, checksum=checksum, max_err=max_err)
+            if clock is not None:
+                done.extra["sm_clock_mhz"] = clock
+            return done, False
         except CudaError as exc:
             return Measurement("launch_error", reason=str(exc)), self._context_broken()
         finally:
             if module is not None:
                 cu.cuModuleUnload(module)
+
+    def _warm_up(self, run, launches: int, min_ms: float) -> None:
+        """At least ``launches`` launches and ``min_ms`` of them: an idle GPU starts at low clocks."""
+        started = time.perf_counter()
+        while True:
+            for _ in range(max(1, launches)):
+                run()
+            _ck("cuStreamSynchronize", self.cu.cuStreamSynchronize(self.stream))
+            if (time.perf_counter() - started) * 1e3 >= min_ms:
+                return
+
+    def _sm_clock_mhz(self) -> int | None:
+        """The SM clock right after timing, where NVML is reachable (recorded, never required)."""
+        try:
+            from cuda.bindings import nvml
+
+            if not self.device.get("uuid"):  # without it we can't tell which GPU NVML means
+                return None
+            if not getattr(self, "_nvml", None):
+                nvml.init_v2()
+                self._nvml = nvml.device_get_handle_by_uuid(self.device["uuid"])
+            return int(nvml.device_get_clock_info(self._nvml, nvml.ClockType(1)))  # NVML_CLOCK_SM; member names vary by release
+        except Exception:
+            return None
 
     def _context_broken(self) -> bool:
         err, = self.cu.cuCtxSynchronize()
