@@ -53,7 +53,7 @@ from typing import Mapping
 import numpy as np
 
 from tuner.errors import UserError
-from tuner.numerics import E4M3_TO_F32, bf16_to_f32, f32_to_bf16, fp8_to_f32
+from tuner.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32, random_fp8
 from tuner.spec import Buffer, DeviceInfo, KernelSpec, Launch, OutputSpec, Scalar, TensorMap
 
 # fixed by the design
@@ -146,21 +146,6 @@ def blocked_index(r: int, c: int, n: int) -> int:
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
-
-
-# byte -> FP8 code with |value| <= 1, never zero or NaN: a 256-entry table so that inputs
-# of hundreds of MB are drawn as uint8 at memory speed.
-def _fp8_table(max_abs: float = 1.0) -> np.ndarray:
-    finite = np.flatnonzero(np.abs(np.nan_to_num(E4M3_TO_F32, nan=np.inf)) <= max_abs)
-    finite = finite[E4M3_TO_F32[finite] != 0]
-    return finite[(np.arange(256) * finite.size) // 256].astype(np.uint8)
-
-
-_FP8_FROM_BYTE = _fp8_table()
-
-
-def _random_fp8_fast(rng: np.random.Generator, shape) -> np.ndarray:
-    return _FP8_FROM_BYTE[rng.integers(0, 256, size=shape, dtype=np.uint8)]
 
 
 def _random_bf16_fast(rng: np.random.Generator, shape, scale: float = 1.0) -> np.ndarray:
@@ -379,8 +364,8 @@ class Spec(KernelSpec):
     def inputs(self, problem, rng: np.random.Generator) -> dict[str, np.ndarray]:
         m, n, k, epilogue, seq = self._prob(problem)
         arrays: dict[str, np.ndarray] = {
-            "A": _random_fp8_fast(rng, (m, k)),
-            "W": _random_fp8_fast(rng, (n, k)),
+            "A": random_fp8(rng, (m, k)),
+            "W": random_fp8(rng, (n, k)),
             "bias": f32_to_bf16(rng.standard_normal(n).astype(np.float32) * 0.5 + 0.25),
         }
         bias = bf16_to_f32(arrays["bias"])

@@ -24,7 +24,7 @@ from tuner.errors import UserError
 from tuner.objective import Evaluator, Objective
 from tuner.pruner import MarginPruner
 from tuner.record import Measurement
-from tuner.sampler import ValidOnlySampler, make_base_sampler
+from tuner.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
 from tuner.space import Space
 from tuner.study_file import SearchSettings
 from tuner.warm_start import warm_start
@@ -201,7 +201,7 @@ class Runner:
                 objective,
                 n_trials=todo,
                 timeout=timeout,
-                callbacks=[self._stop_when_exhausted(keys), self._stop_at_budget(phase, keys, target)],
+                callbacks=[self._stop_when_done(phase, keys, target)],
                 catch=(),
                 gc_after_trial=False,
             )
@@ -227,13 +227,6 @@ class Runner:
         finally:
             self._close_bar()
 
-    def _stop_when_exhausted(self, keys: set):
-        def callback(study: optuna.Study, trial) -> None:
-            if keys <= self.sampler.tried_keys(study):
-                study.stop()
-
-        return callback
-
     def _storage_back(self, wait_s: float = STORAGE_WAIT_S) -> bool:
         """Wait for a restarted database server (pool_pre_ping reconnects once it is up)."""
         deadline = time.monotonic() + wait_s
@@ -246,20 +239,22 @@ class Runner:
                 continue
         return False
 
-    def _stop_at_budget(self, phase: str, keys: set, target: int):
-        """Stop when the study (all workers together) has ``target`` trials done or in flight.
+    def _stop_when_done(self, phase: str, keys: set, target: int):
+        """Stop when every candidate has been tried, or when the study (all workers
+        together) has ``target`` trials of this phase done or in flight.
 
         ``n_trials`` alone is per process: N workers would each run the whole budget.
         Counting other workers' RUNNING trials keeps the overshoot to a trial or two.
         """
         def callback(study: optuna.Study, trial) -> None:
-            trials = study._get_trials(deepcopy=False, states=FINISHED + (TrialState.RUNNING,), use_cache=False)
-            count = sum(
+            trials = study._get_trials(deepcopy=False, states=TRIED_STATES, use_cache=False)
+            tried = {self.sampler.trial_key(t) for t in trials}
+            in_budget = sum(
                 1 for t in trials
                 if t.state == TrialState.RUNNING
-                or (t.user_attrs.get("phase") == phase and t.params and self.space.key(t.params) in keys)
+                or (t.state in FINISHED and t.user_attrs.get("phase") == phase and t.params and self.space.key(t.params) in keys)
             )
-            if count >= target:
+            if keys <= tried or in_budget >= target:
                 study.stop()
 
         return callback

@@ -113,15 +113,17 @@ class ValidOnlySampler(BaseSampler):
             self.base.reseed_rng()
 
     # -- helpers --------------------------------------------------------------------------
+    def trial_key(self, trial: FrozenTrial) -> tuple | None:
+        """The config a trial ran or will run (an enqueued trial has only fixed params yet)."""
+        params = trial.params or trial.system_attrs.get("fixed_params") or {}
+        if all(a in params for a in self.space.axis_names):
+            return self.space.key(params)
+        return None
+
     def tried_keys(self, study: optuna.Study, exclude: int | None = None) -> set[tuple]:
-        axes = self.space.axis_names
-        keys = set()
-        for t in study._get_trials(deepcopy=False, states=TRIED_STATES, use_cache=True):
-            if t.number == exclude:
-                continue
-            params = t.params or t.system_attrs.get("fixed_params") or {}
-            if all(a in params for a in axes):
-                keys.add(tuple(params[a] for a in axes))
+        trials = study._get_trials(deepcopy=False, states=TRIED_STATES, use_cache=True)
+        keys = {self.trial_key(t) for t in trials if t.number != exclude}
+        keys.discard(None)
         return keys
 
     def _drop_running(self, study: optuna.Study, number: int, remaining: list[dict[str, Any]]) -> list[dict[str, Any]]:
