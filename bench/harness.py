@@ -13,7 +13,6 @@ BIAS_RESIDUAL); configs with BUG_POS_OFF_BY_ONE=1 must FAIL (reported as 'caught
 """
 from __future__ import annotations
 
-import ctypes
 import datetime
 import hashlib
 import json
@@ -28,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from tuner.driver import kernel_params, launch_config  # noqa: E402
 from tuner.numerics import bf16_to_f32, POISON_BF16  # noqa: E402
-from tuner.spec import Buffer, DeviceInfo, TensorMap, load_spec  # noqa: E402
+from tuner.spec import DeviceInfo, load_spec  # noqa: E402
 
 SPEC = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
 CUBIN_DIR = ROOT / "bench" / "_cubins"
@@ -74,29 +74,6 @@ def ck(res):
     return None
 
 
-DT = {"uint8": ("CU_TENSOR_MAP_DATA_TYPE_UINT8", 1), "bfloat16": ("CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2),
-      "float32": ("CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 4)}
-SWZ = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B", 64: "CU_TENSOR_MAP_SWIZZLE_64B",
-       128: "CU_TENSOR_MAP_SWIZZLE_128B"}
-L2P = {0: "CU_TENSOR_MAP_L2_PROMOTION_NONE", 64: "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
-       128: "CU_TENSOR_MAP_L2_PROMOTION_L2_128B", 256: "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"}
-
-
-def encode_map(tm: TensorMap, ptr: int) -> bytes:
-    drv = _drv()
-    dt, es = DT[tm.dtype]
-    rows, cols = tm.shape
-    brows, bcols = tm.box
-    m = ck(drv.cuTensorMapEncodeTiled(
-        getattr(drv.CUtensorMapDataType, dt), 2, ptr,
-        [drv.cuuint64_t(cols), drv.cuuint64_t(rows)], [drv.cuuint64_t(cols * es)],
-        [drv.cuuint32_t(bcols), drv.cuuint32_t(brows)], [drv.cuuint32_t(1), drv.cuuint32_t(1)],
-        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, getattr(drv.CUtensorMapSwizzle, SWZ[tm.swizzle]),
-        getattr(drv.CUtensorMapL2promotion, L2P[tm.l2_promotion]),
-        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
-    return ctypes.string_at(m.getPtr(), 128)
-
-
 class Kernel:
     def __init__(self, cubin: bytes, launch, dev_tensors):
         drv = _drv()
@@ -105,39 +82,15 @@ class Kernel:
         ck(drv.cuFuncSetAttribute(self.fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                   launch.smem_bytes))
         self.launch = launch
-        self.holders = []
-        for a in launch.args:
-            if isinstance(a, TensorMap):
-                buf = (ctypes.c_ubyte * 128).from_buffer_copy(encode_map(a, dev_tensors[a.buffer].data_ptr()))
-            elif isinstance(a, Buffer):
-                buf = ctypes.c_uint64(dev_tensors[a.name].data_ptr())
-            else:
-                raise TypeError(a)
-            self.holders.append(buf)
-        self.ptrs = (ctypes.c_void_p * len(self.holders))(*[ctypes.addressof(h) for h in self.holders])
-
-        L = launch
-        cfg = drv.CUlaunchConfig()
-        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = L.grid
-        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = L.block
-        cfg.sharedMemBytes = L.smem_bytes
-        cfg.hStream = 0
-        attrs = []
-        if tuple(L.cluster) != (1, 1, 1):
-            at = drv.CUlaunchAttribute()
-            at.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = L.cluster
-            attrs.append(at)
-        cfg.attrs = attrs
-        cfg.numAttrs = len(attrs)
-        self.cfg = cfg
+        self.ptrs, self.holders = kernel_params(launch, lambda name: dev_tensors[name].data_ptr())
+        self.cfg = launch_config(launch, 0, self.fn)
         self.max_clusters = None
-        if attrs:
-            self.max_clusters = ck(drv.cuOccupancyMaxActiveClusters(self.fn, cfg))
+        if self.cfg.numAttrs:
+            self.max_clusters = ck(drv.cuOccupancyMaxActiveClusters(self.fn, self.cfg))
 
     def __call__(self, stream=0):
         drv = _drv()
-        ck(drv.cuLaunchKernelEx(self.cfg, self.fn, ctypes.addressof(self.ptrs), 0))
+        ck(drv.cuLaunchKernelEx(self.cfg, self.fn, self.ptrs, 0))
 
     def close(self):
         _drv().cuModuleUnload(self.mod)

@@ -364,7 +364,7 @@ def cmd_check(args) -> int:
         return 0
     print(f"{cfg.name}: {summary['total']} configs, {summary['valid']} valid, {summary['total'] - summary['valid']} invalid")
     for kind, count in space.invalid.most_common():
-        print(f"  invalid x{count}: {space.invalid_examples[kind]}" + (f"  (and like it)" if count > 1 else ""))
+        print(f"  invalid x{count}: {space.invalid_examples[kind]}" + ("  (and like it)" if count > 1 else ""))
     if configs:
         axes = space.axis_names
         headers = [SHORT.get(a, a) for a in axes] + ["REGS", "SPILL", "SMEM_KB", "STATUS"]

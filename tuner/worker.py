@@ -11,7 +11,6 @@ reporting block medians as it goes. See :mod:`tuner.supervisor` for the protocol
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import importlib.util
 import json
@@ -22,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from tuner.driver import CudaError, check as _ck, kernel_params, launch_config
 from tuner.record import Measurement
 
 
@@ -86,28 +86,6 @@ def worker_main(conn, backend_name: str) -> None:
 # -- CUDA -------------------------------------------------------------------------------------
 
 
-class CudaError(Exception):
-    def __init__(self, call: str, code):
-        from cuda.bindings import driver as cu
-
-        _, name = cu.cuGetErrorName(code)
-        self.call = call
-        self.code = code
-        self.name = name.decode() if isinstance(name, bytes) else str(code)
-        super().__init__(f"{call}: {self.name}")
-
-
-def _ck(call: str, result):
-    from cuda.bindings import driver as cu
-
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if err != cu.CUresult.CUDA_SUCCESS:
-        raise CudaError(call, err)
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else values
-
-
 def _uuid_text(cu, dev) -> str:
     """The device's UUID as NVML and nvidia-smi write it (GPU-xxxxxxxx-xxxx-...)."""
     try:
@@ -116,15 +94,6 @@ def _uuid_text(cu, dev) -> str:
         return ""
     h = raw.hex()
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-_CTYPES = {
-    "int32": ctypes.c_int32,
-    "uint32": ctypes.c_uint32,
-    "int64": ctypes.c_int64,
-    "uint64": ctypes.c_uint64,
-    "float32": ctypes.c_float,
-}
 
 
 class CudaBackend:
@@ -200,8 +169,8 @@ class CudaBackend:
                 return Measurement("launch_error", reason=f"{launch.smem_bytes} B dynamic SMEM > device limit {d['max_smem_per_block']}"), False
             _ck("cuFuncSetAttribute", cu.cuFuncSetAttribute(
                 func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.smem_bytes))
-            params, keepalive = self._params(launch)
-            config_obj = self._launch_config(launch, func)
+            params, keepalive = kernel_params(launch, lambda name: int(self.buffers[name]))
+            config_obj = launch_config(launch, self.stream, func)
             run = lambda: _ck("cuLaunchKernelEx", cu.cuLaunchKernelEx(config_obj, func, params, 0))  # noqa: E731
 
             # Checked launch on poisoned outputs.
@@ -327,84 +296,3 @@ class CudaBackend:
             for start, end in events:
                 cu.cuEventDestroy(start)
                 cu.cuEventDestroy(end)
-
-    # -- launch description -> driver objects ----------------------------------------------------
-    def _launch_config(self, launch, func):
-        cu = self.cu
-        cfg = cu.CUlaunchConfig()
-        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = launch.grid
-        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = launch.block
-        cfg.sharedMemBytes = launch.smem_bytes
-        cfg.hStream = self.stream
-        attrs = []
-        # A kernel that declares __cluster_dims__ has its cluster fixed at compile time; the
-        # launch attribute may only restate it, so leave it out and let the kernel's stand.
-        fixed = _ck("cuFuncGetAttribute", cu.cuFuncGetAttribute(
-            cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, func))
-        if tuple(launch.cluster) != (1, 1, 1) and not fixed:
-            attr = cu.CUlaunchAttribute()
-            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = launch.cluster
-            attrs.append(attr)
-        cfg.attrs = attrs
-        cfg.numAttrs = len(attrs)
-        return cfg
-
-    def _params(self, launch):
-        """A ``void*[]`` of argument addresses, plus the objects that must stay alive."""
-        from tuner.spec import Buffer, Scalar, TensorMap
-
-        keep: list[Any] = []
-        addresses: list[int] = []
-        for arg in launch.args:
-            if isinstance(arg, Buffer):
-                value = ctypes.c_uint64(int(self.buffers[arg.name]))
-                keep.append(value)
-                addresses.append(ctypes.addressof(value))
-            elif isinstance(arg, Scalar):
-                value = _CTYPES[arg.ctype](arg.value)
-                keep.append(value)
-                addresses.append(ctypes.addressof(value))
-            elif isinstance(arg, TensorMap):
-                tmap = self._tensor_map(arg)
-                keep.append(tmap)
-                addresses.append(int(tmap.getPtr()))
-            else:
-                raise TypeError(f"unknown kernel argument {arg!r}")
-        array = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
-        keep.append(array)
-        return ctypes.addressof(array), keep
-
-    def _tensor_map(self, tm):
-        cu = self.cu
-        dtypes = {
-            "uint8": (cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, 1),
-            "bfloat16": (cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2),
-            "uint16": (cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16, 2),
-            "float32": (cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4),
-        }
-        swizzles = {
-            0: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
-            32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
-            64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
-            128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-        }
-        promotions = {
-            0: cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
-            64: cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
-            128: cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-            256: cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        }
-        dtype, itemsize = dtypes[tm.dtype]
-        rows, cols = tm.shape
-        box_rows, box_cols = tm.box
-        return _ck("cuTensorMapEncodeTiled", cu.cuTensorMapEncodeTiled(
-            dtype, 2, int(self.buffers[tm.buffer]),
-            [cu.cuuint64_t(cols), cu.cuuint64_t(rows)],
-            [cu.cuuint64_t(cols * itemsize)],
-            [cu.cuuint32_t(box_cols), cu.cuuint32_t(box_rows)],
-            [cu.cuuint32_t(1), cu.cuuint32_t(1)],
-            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            swizzles[tm.swizzle], promotions[tm.l2_promotion],
-            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        ))
