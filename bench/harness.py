@@ -287,6 +287,11 @@ def interleaved(torch, pname, problem, jobs, results, d_in, timing, dev, log):
             cubin, _ = build(job["config"], problem)
             kerns.append((rec, Kernel(cubin, SPEC.launch(job["config"], problem, dev), d_in)))
     rounds = int(timing["interleave"])
+    # warm-up rounds (discarded): the first round otherwise times cuBLAS on a cool, idle GPU and the
+    # configs after it on a warming one; from the second round on all run at the sustained clock
+    for _ in range(int(timing.get("warm_rounds", 0))):
+        log(f"[{pname}] warm-up round (discarded): cuBLAS {time_fn(torch, gemm, timing):.4f} ms, ours "
+            f"{[round(time_fn(torch, k, timing), 4) for _, k in kerns]}")
     cub, per = [], {id(r): [] for r, _ in kerns}
     for _ in range(rounds):
         tc = time_fn(torch, gemm, timing)

@@ -344,6 +344,82 @@ PLANS["v5b"] = {
 }
 
 
+# v6: MMA_INFLIGHT=2 (split release: the next k-block's first k32 step is queued before the previous stage is
+# released, so the tensor pipe does not drain once per k-block and no stage is held a whole k-block late)
+PE_CR = {**PE_BEST, **CR}
+PE128 = {"PINGPONG": 1, "BLOCK_N": 128, "N_STAGES": 5, "EXTRA_TMA": 1, "EPI_BATCH": 8, "GROUP_M": 1}
+FC1_PP192 = {**FC1_PP, **BH, **CR}
+FC2_RT = {"BLOCK_N": 192, "N_STAGES": 4, "GROUP_M": 1, "MMA_INFLIGHT": 1, "EXTRA_TMA": 1, "EPI_BATCH": 8,
+          "CLUSTER_RELEASE": 1, "BIAS_ACC": 1}
+PLANS["v6"] = {
+    "timing": {"warmup": 3, "repeats": 20, "interleave": 7},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            JP(PE_CR), JP({**PE_CR, "MMA_INFLIGHT": 1}), JP({**PE_CR, "MMA_INFLIGHT": 2}),
+            JP({**PE_BEST, "MMA_INFLIGHT": 2}),
+            JP({**PE128, "MMA_INFLIGHT": 1}), JP({**PE128, "MMA_INFLIGHT": 2}),
+            JP({**PE_CR, "MMA_INFLIGHT": 2, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+        ]},
+        "fc1": {"problem": FC1, "jobs": [
+            JP(FC1_TUNED), JP({**FC1_TUNED, "MMA_INFLIGHT": 2}),
+            JP(FC1_PP192), JP({**FC1_PP192, "MMA_INFLIGHT": 2}),
+        ]},
+        "fc2": {"problem": FC2, "jobs": [
+            JP(FC2_BEST), JP({**FC2_BEST, "MMA_INFLIGHT": 2}),
+            JP(FC2_RT), JP({**FC2_RT, "MMA_INFLIGHT": 2}),
+        ]},
+    },
+}
+
+
+# v7: SHARED_STAGING (ping-pong: one staging tile for both consumers, stored and refilled by a producer thread)
+# -> a 4th stage for 128x192 ping-pong (6th for 128x128), with MMA_INFLIGHT=2 from v6
+M2 = {"MMA_INFLIGHT": 2}
+SS = {"SHARED_STAGING": 1, **M2}
+PE_M2 = {**PE_BEST, **M2}
+FC2_PP4 = {"PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 4, "EXTRA_TMA": 1, "EPI_BATCH": 8, "BIAS_ACC": 1, "GROUP_M": 1, **SS}
+PLANS["v7"] = {
+    "timing": {"warmup": 3, "repeats": 20, "interleave": 7},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            JP(PE_M2), JP({**PE_M2, **SS}), JP({**PE_M2, **SS, "N_STAGES": 4}), JP({**PE_M2, **SS, "N_STAGES": 4, **CR}),
+            JP({**PE128, **SS, "N_STAGES": 6}),
+            JP({"PINGPONG": 1, "BLOCK_N": 160, "N_STAGES": 5, **E8, **SS}),
+            JP({**PE_M2, **SS, "N_STAGES": 4, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+        ]},
+        "fc1": {"problem": FC1, "jobs": [
+            JP(FC1_TUNED), JP({**FC1_PP192, **M2}), JP({**FC1_PP192, **SS, "N_STAGES": 4}),
+            JP({**FC1_PP192, **SS, "N_STAGES": 4, "CLUSTER_M": 1}),
+        ]},
+        "fc2": {"problem": FC2, "jobs": [
+            JP(FC2_RT), JP({**FC2_BEST, **M2}), JP(FC2_PP4), JP({**FC2_PP4, **CR}), JP({**FC2_PP4, "N_STAGES": 3}),
+        ]},
+    },
+}
+
+
+# v8: PREFETCH_A (the producer prefetches its next tile's A rows into L2 a tile ahead: the FULL-barrier waits of
+# the v4 profile are first touches of A row blocks in HBM); one discarded warm-up round before the timed rounds
+PA = {"PREFETCH_A": 1}
+FC1_SS4 = {**FC1_PP192, **SS, "N_STAGES": 4, "CLUSTER_M": 1}
+PLANS["v8"] = {
+    "timing": {"warmup": 3, "repeats": 20, "interleave": 7, "warm_rounds": 1},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            JP(PE_M2), JP({**PE_M2, **PA}), JP({**PE_M2, **PA, **CR}), JP({**PE_M2, **SS, "N_STAGES": 4, **PA}),
+            JP({**PE_M2, **PA, "GROUP_M": 1}),
+            JP({**PE_M2, **PA, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+        ]},
+        "fc1": {"problem": FC1, "jobs": [
+            JP(FC1_SS4), JP({**FC1_SS4, **PA}), JP({**FC1_SS4, **PA, "GROUP_M": 1}), JP({**FC1_TUNED, **PA}),
+        ]},
+        "fc2": {"problem": FC2, "jobs": [
+            JP(FC2_PP4), JP({**FC2_PP4, **PA}), JP({**FC2_PP4, **PA, "GROUP_M": 8}),
+        ]},
+    },
+}
+
+
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]

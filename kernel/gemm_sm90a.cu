@@ -73,7 +73,11 @@ typedef unsigned short uint16_t;
 #define GROUP_M 8          // raster: tiles walk GROUP_M row blocks before the next column block
 #endif
 #ifndef MMA_INFLIGHT
-#define MMA_INFLIGHT 0     // wgmma groups left in flight before a stage is released (0 or 1)
+#define MMA_INFLIGHT 0     // when a consumed stage is released: 0 = after wgmma.wait_group 0 each k-block (the
+                           // tensor pipe drains once per k-block); 1 = one k-block late (the whole previous
+                           // group stays in flight); 2 = split: the next k-block's first k32 step is committed
+                           // alone and the previous stage is released once everything before it completed
+                           // (no drain, released at most one k32 step late)
 #endif
 #ifndef CONSUMER_REGS
 #define CONSUMER_REGS 232  // setmaxnreg.inc for consumers
@@ -130,6 +134,19 @@ typedef unsigned short uint16_t;
                            // (satfinite f16 input; 5 half2 ops + 1 tanh.approx.f16x2 per pair)
 #endif
 
+#ifndef SHARED_STAGING
+#define SHARED_STAGING 0   // PINGPONG: 1 = one staging tile for both consumers (their epilogues never overlap);
+                           // a producer-warpgroup thread (the storer) TMA-stores each staged tile and then
+                           // refills the staging for the next tile (EXTRA_TMA operand, or just 'free'), so
+                           // the second staging tile's shared memory can hold another stage
+#endif
+
+#ifndef PREFETCH_A
+#define PREFETCH_A 0       // 1: at the start of each tile the producer prefetches its next tile's A rows into L2
+                           // (cp.async.bulk.prefetch.tensor), so the first reader of an A row block does not wait
+                           // for HBM inside its main loop
+#endif
+
 #ifndef EPI_DIRECT
 #define EPI_DIRECT 0       // 1 = no staging at all (needs STORE_TMA=0, EXTRA_TMA=0, EPI_SLOTS=0): the epilogue operand
                            // (combined rows / bias + residual / bias) is the accumulator start, its words loaded
@@ -181,7 +198,9 @@ typedef unsigned short uint16_t;
 #define STAGING_BYTES_PER_WG (WG_M * EPI_SLABS * EPI_SLAB_COLS * 2)
 #endif
 #define EPI_SLAB_BYTES (WG_M * EPI_SLAB_COLS * 2)     // one 64-column slab of a consumer's tile
-#if STORE_TMA || EXTRA_TMA
+#if SHARED_STAGING
+#define STAGING_BYTES STAGING_BYTES_PER_WG
+#elif STORE_TMA || EXTRA_TMA
 #define STAGING_BYTES (NUM_CONSUMERS * STAGING_BYTES_PER_WG)
 #else
 #define STAGING_BYTES 0
@@ -191,7 +210,7 @@ typedef unsigned short uint16_t;
 #define OPND_WORDS ((EPI_DIRECT && EPILOGUE != BIAS_GELU) ? WG_M_TILES * 2 * (BLOCK_N / 8) : 1)   // prefetched words
 #define PF_K (K_ITERS >= 2 ? K_ITERS - 2 : 0)         // EPI_DIRECT: k-block that issues the next tile's operand loads
 #define EPI_ADD_BIAS ((EPILOGUE == BIAS_GELU || EPILOGUE == BIAS_RESIDUAL) && !BIAS_ACC)   // bias added in the epilogue
-#define BARRIER_BYTES (8 * (2 * N_STAGES + 2 * NUM_CONSUMERS))
+#define BARRIER_BYTES (8 * (2 * N_STAGES + 2 * NUM_CONSUMERS + SHARED_STAGING))
 #define SMEM_ALIGN 1024
 #define SMEM_BYTES (SMEM_ALIGN + N_STAGES * STAGE_BYTES + STAGING_BYTES + BARRIER_BYTES)
 
@@ -210,7 +229,7 @@ static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CLUSTER_M is 1 or 2");
 static_assert(TILES_M % CLUSTER_M == 0, "row blocks must pair up in a cluster");
 static_assert(B_SLICE_ROWS % 8 == 0, "multicast slice of W: whole 8-row swizzle groups");
 static_assert(!PINGPONG || N_STAGES <= K_ITERS, "PINGPONG needs N_STAGES <= K_ITERS (mbarrier parity)");
-static_assert(MMA_INFLIGHT == 0 || MMA_INFLIGHT == 1, "MMA_INFLIGHT is 0 or 1");
+static_assert(MMA_INFLIGHT >= 0 && MMA_INFLIGHT <= 2, "MMA_INFLIGHT is 0, 1 or 2");
 static_assert(!EPI_SLOTS || TAIL_COLS == 0, "EPI_SLOTS needs BLOCK_N % 64 == 0");
 static_assert(!EXTRA_TMA || STORE_TMA, "EXTRA_TMA needs STORE_TMA");
 static_assert(EPI_BATCH >= 0 && (EPI_BATCH == 0 || STAGED_J % EPI_BATCH == 0), "EPI_BATCH divides the staged groups (BLOCK_N / 64) * 8");
@@ -219,6 +238,9 @@ static_assert(EPI_SLOTS >= 0 && EPI_SLOTS <= 4, "EPI_SLOTS is 0..4");
 static_assert(!EPI_SLOTS || (STORE_TMA && !EXTRA_TMA), "EPI_SLOTS > 0 needs STORE_TMA=1 and EXTRA_TMA=0");
 static_assert(!EPI_SLOTS || EPI_SLOTS <= EPI_SLABS, "EPI_SLOTS at most BLOCK_N / 64");
 static_assert(CLUSTER_RELEASE == 0 || CLUSTER_RELEASE == 1, "CLUSTER_RELEASE is 0 or 1");
+static_assert(PREFETCH_A == 0 || PREFETCH_A == 1, "PREFETCH_A is 0 or 1");
+static_assert(SHARED_STAGING == 0 || (SHARED_STAGING == 1 && PINGPONG && STORE_TMA && !EPI_SLOTS && !EPI_DIRECT),
+              "SHARED_STAGING needs PINGPONG=1, STORE_TMA=1, EPI_SLOTS=0, EPI_DIRECT=0");
 static_assert(BIAS_ACC == 0 || (BIAS_ACC == 1 && EPILOGUE != BIAS_POS), "BIAS_ACC is 0 or 1, not for BIAS_POS");
 static_assert(GELU_H2 == 0 || (GELU_H2 == 1 && EPILOGUE == BIAS_GELU && !GELU_F16X2), "GELU_H2: BIAS_GELU, not with GELU_F16X2");
 static_assert(EPI_DIRECT == 0 || (EPI_DIRECT == 1 && !STORE_TMA && !EXTRA_TMA && !EPI_SLOTS), "EPI_DIRECT needs STORE_TMA=0, EXTRA_TMA=0, EPI_SLOTS=0");
@@ -258,6 +280,10 @@ static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) 
 static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaDesc* map, uint32_t bar, int c_inner, int c_outer) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
                :: "r"(dst), "l"(map), "r"(bar), "r"(c_inner), "r"(c_outer) : "memory");
+}
+static __device__ __forceinline__ void tma_prefetch_l2_2d(const TmaDesc* map, int c_inner, int c_outer) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];"
+               :: "l"(map), "r"(c_inner), "r"(c_outer) : "memory");
 }
 static __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const TmaDesc* map, uint32_t bar, int c_inner, int c_outer, uint16_t mask) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;"
@@ -574,6 +600,44 @@ static __device__ __forceinline__ void tile_coords(int u, uint32_t rank, int& m_
 #endif
 }
 
+// ---------------------------------------------------------------- staging tile <-> global (TMA)
+// The staging tile holds EPI_SLABS 64-column slabs of WG_M rows (128-byte swizzle), slab sl at sl * WG_M * 128.
+// Slabs that start at column >= N are neither loaded nor stored (their columns are never written); a slab
+// partly past N is clipped by the TMA unit.
+static __device__ __forceinline__ bool slab_in_n(int n0, int sl) { return !PARTIAL_N || n0 + sl * EPI_SLAB_COLS < N; }
+
+static __device__ __forceinline__ void store_staged_slab(const TmaDesc* tm_c, uint32_t staging, int sl, int m0, int n0) {
+  if (slab_in_n(n0, sl)) tma_store_2d(tm_c, staging + sl * WG_M * 128, n0 + sl * EPI_SLAB_COLS, m0);
+}
+
+// EXTRA_TMA: the tile's extra operand rows (combined_ext rows m0 % SEQ_LEN.. for BIAS_POS, which has
+// SEQ_LEN + 256 rows so a box never wraps; the residual tile for BIAS_RESIDUAL) and the bytes they bring.
+static __device__ __forceinline__ int extra_row(int m0) {
+#if EPILOGUE == BIAS_POS
+  return (m0 + BUG_POS_OFF_BY_ONE) % SEQ_LEN;
+#else
+  return m0;
+#endif
+}
+static __device__ __forceinline__ uint32_t extra_tx_bytes(int n0) {
+  uint32_t slabs = 0;
+#pragma unroll
+  for (int sl = 0; sl < EPI_SLABS; ++sl) slabs += slab_in_n(n0, sl) ? 1u : 0u;
+  return slabs * (WG_M * EPI_SLAB_COLS * 2);
+}
+static __device__ __forceinline__ void load_extra_slab(const TmaDesc* tm_x, uint32_t staging, uint32_t bar, int sl, int m0, int n0) {
+  if (slab_in_n(n0, sl)) tma_load_2d(staging + sl * WG_M * 128, tm_x, bar, n0 + sl * EPI_SLAB_COLS, extra_row(m0));
+}
+// cp.async.bulk.wait_group.read takes an immediate
+static __device__ __forceinline__ void tma_store_wait_read_upto(int pending) {
+  switch (pending) {
+    case 0: tma_store_wait_read_n<0>(); break;
+    case 1: tma_store_wait_read_n<1>(); break;
+    case 2: tma_store_wait_read_n<2>(); break;
+    default: tma_store_wait_read_n<3>(); break;
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_M, BLOCK_K)
            const __grid_constant__ TmaDesc tm_b,   // W [N, K] E4M3, box (BLOCK_N, BLOCK_K)
@@ -592,6 +656,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #define EMPTY_BAR(s) (bars + 8 * (N_STAGES + (s)))
 #define EXTRA_BAR(c) (bars + 8 * (2 * N_STAGES + (c)))
 #define ORDER_BAR(c) (bars + 8 * (2 * N_STAGES + NUM_CONSUMERS + (c)))
+#define STG_FULL_BAR (bars + 8 * (2 * N_STAGES + 2 * NUM_CONSUMERS))   // SHARED_STAGING: a tile is staged
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
@@ -605,6 +670,9 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
       mbar_init(EXTRA_BAR(c), 1);
       mbar_init(ORDER_BAR(c), 1);
     }
+#if SHARED_STAGING
+    mbar_init(STG_FULL_BAR, 1);
+#endif
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     fence_async_smem();
   }
@@ -627,6 +695,13 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
       for (int u = unit0; u < TOTAL_UNITS; u += unit_step) {
         int mb, nb;
         tile_coords(u, rank, mb, nb);
+#if PREFETCH_A
+        if (u + unit_step < TOTAL_UNITS) {   // a whole tile of lead time for the next tile's A rows
+          int mb_next, nb_next;
+          tile_coords(u + unit_step, rank, mb_next, nb_next);
+          for (int k = 0; k < K_ITERS; ++k) tma_prefetch_l2_2d(&tm_a, k * BLOCK_K, mb_next * BLOCK_M);
+        }
+#endif
         for (int k = 0; k < K_ITERS; ++k) {
           mbar_wait(EMPTY_BAR(s), ph ^ 1);
 #if PARTIAL_N && CLUSTER_M > 1
@@ -652,6 +727,47 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
         }
       }
     }
+#if SHARED_STAGING
+    // The storer (warp 1): tiles alternate between the consumers, and so do their epilogues, one at a time in
+    // tile order through one staging tile. For tile i: hand the staging to its consumer (EXTRA_BAR: with
+    // EXTRA_TMA once its operand has landed), wait until the consumer staged the output (STG_FULL), store it,
+    // and as each slab has been read out, refill it for tile i + 1.
+    if (tid == 32) {
+      (void)extra_tx_bytes; (void)load_extra_slab;
+      int prev_m0 = 0, prev_n0 = 0;
+      for (int u = unit0, i = 0;; u += unit_step, ++i) {
+        const bool more = u < TOTAL_UNITS;   // tile i exists (otherwise only tile i - 1 is left to store)
+        int mb = 0, nb = 0;
+        if (more) tile_coords(u, rank, mb, nb);
+        const int m0 = mb * BLOCK_M, n0 = nb * BLOCK_N;
+        const uint32_t bar = EXTRA_BAR(i % NUM_CONSUMERS);
+#if EXTRA_TMA
+        if (more) mbar_expect_tx(bar, extra_tx_bytes(n0));
+#endif
+        if (i > 0) {
+          mbar_wait(STG_FULL_BAR, (uint32_t)(i - 1) & 1);
+#pragma unroll
+          for (int sl = 0; sl < EPI_SLABS; ++sl) {   // one bulk group per slab: slabs free up one by one
+            store_staged_slab(&tm_c, staging_all, sl, prev_m0, prev_n0);
+            tma_store_commit();
+          }
+        }
+        if (!more) break;
+#if EXTRA_TMA
+#pragma unroll
+        for (int sl = 0; sl < EPI_SLABS; ++sl) {
+          if (i > 0) tma_store_wait_read_upto(EPI_SLABS - 1 - sl);
+          load_extra_slab(&tm_x, staging_all, bar, sl, m0, n0);
+        }
+#else
+        if (i > 0) tma_store_wait_read();
+        mbar_arrive(bar);
+#endif
+        prev_m0 = m0; prev_n0 = n0;
+      }
+      tma_store_wait_all();
+    }
+#endif
   } else {
     // ------------------------------------------------------------ consumer warpgroups
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(CONSUMER_REGS));
@@ -660,11 +776,11 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
     const int r_lo = warp * 16 + lane / 4;     // fragment row within a 64-row block (+8: 2nd row)
     const int cq = 2 * (lane % 4);             // fragment column within an 8-column group
     const uint32_t swz = (uint32_t)(lane / 4); // row % 8 of both fragment rows
-    const uint32_t staging = staging_all + c * STAGING_BYTES_PER_WG;
+    const uint32_t staging = staging_all + (SHARED_STAGING ? 0 : c * STAGING_BYTES_PER_WG);
     (void)staging; (void)extra; (void)bias; (void)out; (void)swz;
     (void)tma_store_2d; (void)ld_shared_u32; (void)st_shared_u32; (void)st_global_u32; (void)gelu_tanh; (void)gelu_pair;
-#if EXTRA_TMA
-    uint32_t xphase = 0;
+#if EXTRA_TMA || SHARED_STAGING
+    uint32_t xphase = 0;   // EXTRA_BAR phase: this consumer's staging tile is ready (operand landed / free)
 #endif
 #if EPI_SLOTS
     uint32_t epi_slot = 0;   // ring slot of the next slab this consumer stages
@@ -722,26 +838,12 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
       const int m0 = mb * BLOCK_M + row_off;
       const int n0 = nb * BLOCK_N;
 
-#if EXTRA_TMA
+#if EXTRA_TMA && !SHARED_STAGING
       if (tid == 0) {
         tma_store_wait_read();   // this consumer's previous stores have left the staging tile
-#if EPILOGUE == BIAS_POS
-        const int xrow = (m0 + BUG_POS_OFF_BY_ONE) % SEQ_LEN;   // combined_ext has SEQ_LEN + 256 rows
-#else
-        const int xrow = m0;
-#endif
-#if PARTIAL_N
-        // slabs that start at column >= N are not loaded (their columns are never stored)
-        const int x_slabs = (N - n0) / EPI_SLAB_COLS + ((N - n0) % EPI_SLAB_COLS ? 1 : 0);
-        const int n_xslabs = x_slabs < EPI_SLABS ? x_slabs : EPI_SLABS;
-        mbar_expect_tx(EXTRA_BAR(c), n_xslabs * (WG_M * EPI_SLAB_COLS * 2));
-#else
-        mbar_expect_tx(EXTRA_BAR(c), EXTRA_TX_BYTES);
-#endif
+        mbar_expect_tx(EXTRA_BAR(c), extra_tx_bytes(n0));
 #pragma unroll
-        for (int sl = 0; sl < EPI_SLABS; ++sl)
-          if (!PARTIAL_N || n0 + sl * EPI_SLAB_COLS < N)
-            tma_load_2d(staging + sl * WG_M * 128, &tm_x, EXTRA_BAR(c), n0 + sl * EPI_SLAB_COLS, xrow);
+        for (int sl = 0; sl < EPI_SLABS; ++sl) load_extra_slab(&tm_x, staging, EXTRA_BAR(c), sl, m0, n0);
       }
 #endif
 
@@ -807,15 +909,26 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
           for (int mi = 0; mi < WG_M_TILES; ++mi)
             Wgmma<BLOCK_N>::mma(acc[mi], smem_desc(a + mi * 64 * BLOCK_K + kk * MMA_K),
                                 smem_desc(b + kk * MMA_K), (BIAS_ACC || EPI_DIRECT || k > 0 || kk > 0) ? 1u : 0u);
+#if MMA_INFLIGHT == 2
+          if (kk == 0) {
+            // this block's first k32 step is queued on the tensor pipe: wait for everything before it
+            // (the previous block) and release that stage now, without draining the pipe
+            wgmma_commit();
+            wgmma_wait<1>();
+            if (k > 0) release_stage_wg(EMPTY_BAR(prev_s), tid);
+          }
+#endif
         }
         wgmma_commit();
 #if EPI_DIRECT && EPILOGUE != BIAS_GELU
         // the next tile's operand words, while this tile's last wgmmas run (registers free since the tile start)
         if (k == PF_K && u + my_step < TOTAL_UNITS) load_opnd(u + my_step);
 #endif
-#if MMA_INFLIGHT
+#if MMA_INFLIGHT == 1
         wgmma_wait<1>();
         if (k > 0) release_stage_wg(EMPTY_BAR(prev_s), tid);
+#elif MMA_INFLIGHT == 2
+        // released at the next block's first k32 step (or after the loop)
 #else
         wgmma_wait<0>();
         release_stage_wg(EMPTY_BAR(s), tid);
@@ -946,11 +1059,11 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #endif
       }
 #else  // !EPI_SLOTS: the whole tile is staged, one store group per tile
-#if STORE_TMA && !EXTRA_TMA
+#if STORE_TMA && !EXTRA_TMA && !SHARED_STAGING
       if (tid == 0) tma_store_wait_read();
       named_bar(1 + c, 128);
 #endif
-#if EXTRA_TMA
+#if EXTRA_TMA || SHARED_STAGING
       mbar_wait(EXTRA_BAR(c), xphase);
       xphase ^= 1;
 #endif
@@ -1013,11 +1126,13 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
       fence_async_smem();
       named_bar(1 + c, 128);
       if (tid == 0) {
+#if SHARED_STAGING
+        mbar_arrive(STG_FULL_BAR);   // the storer takes it from here
+#else
 #pragma unroll
-        for (int sl = 0; sl < EPI_SLABS; ++sl)
-          if (!PARTIAL_N || n0 + sl * EPI_SLAB_COLS < N)   // a box partly past N is clipped by the TMA unit
-            tma_store_2d(&tm_c, staging + sl * WG_M * 128, n0 + sl * EPI_SLAB_COLS, m0);
+        for (int sl = 0; sl < EPI_SLABS; ++sl) store_staged_slab(&tm_c, staging, sl, m0, n0);
         tma_store_commit();
+#endif
       }
 #endif
 #if STORE_TMA && TAIL_COLS
@@ -1066,7 +1181,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #endif
 #endif  // EPI_SLOTS
     }
-#if STORE_TMA
+#if STORE_TMA && !SHARED_STAGING
     if (tid == 0) tma_store_wait_all();
 #endif
   }

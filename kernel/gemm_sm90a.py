@@ -71,6 +71,8 @@ class Spec(KernelSpec):
         "BIAS_ACC": 0,
         "GELU_H2": 0,
         "EPI_DIRECT": 0,
+        "SHARED_STAGING": 0,
+        "PREFETCH_A": 0,
         # test hook (never in a study's space)
         "BUG_POS_OFF_BY_ONE": 0,
     }
@@ -104,8 +106,9 @@ class Spec(KernelSpec):
         # EPI_SLOTS=R > 0: a ring of R 64-column slabs per consumer instead of the whole tile
         # whole tile: the whole 64-column slabs only (BLOCK_N % 64 == 32: the 32-column tail is stored from registers)
         staging_per_wg = wg_m * EPI_SLAB_COLS * 2 * slots if slots else wg_m * (bn // EPI_SLAB_COLS) * EPI_SLAB_COLS * 2
-        staging = nc * staging_per_wg if (store_tma or extra_tma) else 0
-        barrier_bytes = 8 * (2 * st + 2 * nc)
+        shared = _i(c, "SHARED_STAGING", 0)   # ping-pong: one staging tile for both consumers + a STG_FULL barrier
+        staging = (1 if shared else nc) * staging_per_wg if (store_tma or extra_tma) else 0
+        barrier_bytes = 8 * (2 * st + 2 * nc + shared)
         smem = SMEM_ALIGN + st * stage_bytes + staging + barrier_bytes
         tiles_m = M // bm if bm else 0
         tiles_n = -(-N // bn) if bn else 0   # ceil: a partial last column block (kernel PARTIAL_N)
@@ -137,10 +140,12 @@ class Spec(KernelSpec):
         bm, bn, st, nc = (_i(c, k, 0) for k in ("BLOCK_M", "BLOCK_N", "N_STAGES", "NUM_CONSUMERS"))
         pp, store_tma, extra_tma = _i(c, "PINGPONG", 0), _i(c, "STORE_TMA", 1), _i(c, "EXTRA_TMA", 0)
         creg, preg = _i(c, "CONSUMER_REGS", 232), _i(c, "PRODUCER_REGS", 40)
-        for flag in ("PINGPONG", "STORE_TMA", "EXTRA_TMA", "SNAKE_ORDER", "MMA_INFLIGHT", "BUG_POS_OFF_BY_ONE",
-                     "GELU_F16X2", "CLUSTER_RELEASE", "BIAS_ACC", "GELU_H2", "EPI_DIRECT"):
+        for flag in ("PINGPONG", "STORE_TMA", "EXTRA_TMA", "SNAKE_ORDER", "BUG_POS_OFF_BY_ONE",
+                     "GELU_F16X2", "CLUSTER_RELEASE", "BIAS_ACC", "GELU_H2", "EPI_DIRECT", "SHARED_STAGING", "PREFETCH_A"):
             if _i(c, flag, 0) not in (0, 1):
                 return f"{flag} must be 0 or 1"
+        if _i(c, "MMA_INFLIGHT", 0) not in (0, 1, 2):
+            return "MMA_INFLIGHT must be 0 (drain each k-block), 1 (release one k-block late) or 2 (split release)"
         if K % BLOCK_K:
             return f"K={K} not a multiple of BLOCK_K={BLOCK_K}"
         if bn not in WGMMA_N:
@@ -191,7 +196,7 @@ class Spec(KernelSpec):
                     "needs BIAS_ACC=1 (bias folded into the accumulator start)")
         if (d["acc_regs"] >= 192 and epi == "BIAS_POS" and nc == 1 and cm == 2 and _i(c, "MMA_INFLIGHT", 0)
                 and store_tma and not extra_tma):
-            return "192 accumulators, 1 consumer, CLUSTER_M=2, MMA_INFLIGHT=1, TMA-store staging: ptxas spills 56 B"
+            return "192 accumulators, 1 consumer, CLUSTER_M=2, MMA_INFLIGHT>0, TMA-store staging: ptxas spills 56 B"
         if store_tma and bn % EPI_SLAB_COLS not in (0, 32):
             return f"STORE_TMA=1 needs BLOCK_N % {EPI_SLAB_COLS} in (0, 32) (store boxes + a 32-column register tail)"
         if store_tma and bn % EPI_SLAB_COLS and bn < 2 * EPI_SLAB_COLS:
@@ -204,6 +209,9 @@ class Spec(KernelSpec):
         if epi == "BIAS_POS" and d["wg_m"] > COMBINED_EXT_PAD:
             return "combined_ext too short for WG_M"
         slots = _i(c, "EPI_SLOTS", 0)
+        if _i(c, "SHARED_STAGING", 0) and not (pp and store_tma and not slots and not direct):
+            return ("SHARED_STAGING=1 (one staging tile for the two ping-pong consumers, stored by a producer thread) "
+                    "needs PINGPONG=1, STORE_TMA=1, EPI_SLOTS=0, EPI_DIRECT=0")
         if direct and (store_tma or extra_tma or slots):
             return "EPI_DIRECT=1 (no staging: operand in the accumulator start, 16-byte stores) needs STORE_TMA=0, EXTRA_TMA=0, EPI_SLOTS=0"
         if direct and epi != "BIAS_GELU":

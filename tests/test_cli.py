@@ -167,3 +167,39 @@ def test_warm_start_queues_an_earlier_studys_winners_first(tmp_path, cache_dir):
     assert again.returncode == 0 and "warm start" not in again.stderr  # once per study, not on resume
     missing = tuner("run", small, "--storage", db, "--trials", 7, "--warm-start", "nope", "--study-name", "other", env=FAKE)
     assert missing.returncode == 2 and "--warm-start: no study 'nope'" in missing.stderr
+
+
+def test_search_start_configs_are_tried_first_once(tmp_path, cache_dir):
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    study = tmp_path / "start.toml"
+    study.write_text(STUDY.read_text().replace('"../kernel/', f'"{ROOT}/kernel/').replace(
+        "pruner_margin = 0.10", "pruner_margin = 0.10\nstart = [{BLOCK = 64, THREAD_TILE = 4}, {BLOCK = 128, BLOCK_K = 32}]"))
+    run = tuner("run", study, "--storage", db, "--trials", 4, "--cache-dir", cache_dir, env=FAKE)
+    assert run.returncode == 0, run.stderr
+    assert "start: 2 config(s) from [search] start queued first" in run.stderr
+    trials = optuna.load_study(study_name="example_sgemm", storage=db).trials
+    # axes a start entry leaves out take the space's defaults
+    assert {k: trials[0].params[k] for k in ("BLOCK", "THREAD_TILE")} == {"BLOCK": 64, "THREAD_TILE": 4}
+    assert {k: trials[1].params[k] for k in ("BLOCK", "BLOCK_K")} == {"BLOCK": 128, "BLOCK_K": 32}
+    assert [t.user_attrs.get("start_config") for t in trials[:3]] == [1, 2, None]
+    again = tuner("run", study, "--storage", db, "--trials", 5, "--cache-dir", cache_dir, env=FAKE)
+    assert again.returncode == 0 and "start:" not in again.stderr  # once per study, not on resume
+
+
+def test_bad_search_start_is_one_line_and_stores_nothing(tmp_path, cache_dir):
+    db = tmp_path / "bad.db"
+    base = STUDY.read_text().replace('"../kernel/', f'"{ROOT}/kernel/')
+    cases = {
+        "start = [{BLOCK = 48}]": "[search.start #1.BLOCK] 48 is not one of the axis values [32, 64, 128]",
+        "start = [{NOPE = 1}]": "[search.start #1.NOPE] is not a search axis",
+        "start = {BLOCK = 64}": "[search.start] must be a list of inline tables",
+        "start = [{BLOCK = 32, THREAD_TILE = 8}]":
+            "[search.start] #1 is rejected by the kernel's constraint model: 16 threads per block < one warp",
+    }
+    for line, message in cases.items():
+        study = tmp_path / "bad.toml"
+        study.write_text(base.replace("pruner_margin = 0.10", f"pruner_margin = 0.10\n{line}"))
+        run = tuner("run", study, "--storage", f"sqlite:///{db}", "--trials", 2, "--cache-dir", cache_dir, env=FAKE)
+        assert run.returncode == 2 and message in run.stderr, run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1
+    assert not db.exists() or optuna.get_all_study_summaries(f"sqlite:///{db}") == []

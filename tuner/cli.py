@@ -271,6 +271,8 @@ def cmd_run(args) -> int:
             print(f"re-queued {len(runner.requeued)} trial(s) left RUNNING by a dead process: {runner.requeued}", file=sys.stderr)
         if runner.warm_queued and not args.json:
             print(f"warm start: {len(runner.warm_queued)} config(s) from {', '.join(args.warm_start)} queued first", file=sys.stderr)
+        if runner.start_queued and not args.json:
+            print(f"start: {len(runner.start_queued)} config(s) from [search] start queued first", file=sys.stderr)
         summary = runner.run()
         _write_note(runner)
     finally:

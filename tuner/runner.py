@@ -27,7 +27,7 @@ from tuner.record import Measurement
 from tuner.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
 from tuner.space import Space
 from tuner.study_file import SearchSettings
-from tuner.warm_start import warm_start
+from tuner.warm_start import queue_start_configs, start_params, warm_start
 from tuner.storage import open_storage, recover_stale_trials, redact, resolve_url
 
 #: fingerprint keys a resumed study must match
@@ -141,6 +141,7 @@ class Runner:
         self.settings = settings
         self.storage_url = resolve_url(storage_url)
         self.storage = open_storage(self.storage_url)
+        start = start_params(space, settings.start, settings.mode == "tiered")   # bad input fails before a study exists
         base = make_base_sampler(settings.sampler, settings.seed)
         self.sampler = ValidOnlySampler(space, base, seed=settings.seed, order="grid" if settings.sampler == "grid" else "random")
         pruner = (
@@ -160,6 +161,7 @@ class Runner:
             warm_start(self.study, space, settings.warm_start, settings.warm_start_top, settings.mode == "tiered")
             if settings.warm_start else []
         )
+        self.start_queued = queue_start_configs(self.study, space, start)
         self._bar = None
         self.flops = settings.study_attrs.get("flops") or None
 

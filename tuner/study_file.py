@@ -23,7 +23,7 @@ _SECTIONS = {
     "problem": None,  # free-form: the kernel's problem keys
     "space": {"tier1", "tier2"},
     "fixed": None,
-    "search": {"sampler", "mode", "trials", "timeout_min", "seed", "pruner", "pruner_margin", "pruner_min_blocks"},
+    "search": {"sampler", "mode", "trials", "timeout_min", "seed", "pruner", "pruner_margin", "pruner_min_blocks", "start"},
     "measure": {"warmup", "warmup_ms", "repeats", "block", "timeout_s", "check_rows", "max_regs", "reject_spills"},
     "baseline": None,  # e.g. cublas = 1.04 (ms), shown in reports
 }
@@ -39,6 +39,7 @@ class SearchSettings:
     pruner: bool = True
     pruner_margin: float = 0.10
     pruner_min_blocks: int = 2
+    start: list[dict[str, Value]] = field(default_factory=list)  # known configs tried first (axes not named: defaults)
 
 
 @dataclass
@@ -154,6 +155,7 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
         pruner=_get(s, "pruner", bool, f"{where}: [search.pruner]", default=True),
         pruner_margin=_positive(s, "pruner_margin", (int, float), 0.10, where, "search"),
         pruner_min_blocks=_positive(s, "pruner_min_blocks", int, 2, where, "search"),
+        start=_start_configs(s.get("start", []), {**tier1, **tier2}, fail),
     )
     if search.mode == "tiered" and not (tier1 and tier2):
         raise fail("search.mode", "'tiered' needs axes in both [space.tier1] and [space.tier2]; use mode = \"joint\" for one tier")
@@ -198,6 +200,26 @@ def _axes(table: Any, prefix: str, fail) -> dict[str, list[Value]]:
             raise UserError(f"{where} lists a value twice")
         axes[key] = converted
     return axes
+
+
+def _start_configs(entries, axes: dict[str, list[Value]], fail) -> list[dict[str, Value]]:
+    """[search] start = [{BLOCK_N = 192, ...}, ...]: each entry names search axes and values they take."""
+    if not isinstance(entries, list):
+        raise fail("search.start", "must be a list of inline tables, e.g. start = [{BLOCK_N = 192}]")
+    configs = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not entry:
+            raise fail(f"search.start #{i + 1}", "must be a non-empty inline table of axis = value")
+        config = {}
+        for key, value in entry.items():
+            value = as_define_value(value)
+            if key not in axes:
+                raise fail(f"search.start #{i + 1}.{key}", "is not a search axis of [space.tier1] / [space.tier2]")
+            if value not in axes[key]:
+                raise fail(f"search.start #{i + 1}.{key}", f"{value!r} is not one of the axis values {axes[key]}")
+            config[key] = value
+        configs.append(config)
+    return configs
 
 
 def _get(table: dict, key: str, kind, where: str, required: bool = False, default=None):

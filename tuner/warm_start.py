@@ -15,6 +15,7 @@ from tuner.errors import UserError
 from tuner.space import Space
 
 MARK = "warm_started_from"
+START_MARK = "start_config"
 
 
 def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: int = 5, tiered: bool = False) -> list[dict]:
@@ -51,4 +52,38 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
             if taken == top:
                 break
     study.set_user_attr(MARK, source_names)
+    return queued
+
+
+def start_params(space: Space, configs: list[dict], tiered: bool = False) -> list[dict]:
+    """The study file's ``[search] start`` configs as full parameter sets (axes not named take the
+    defaults; in tiered mode tier 2 is held at its defaults); one the constraint model rejects is an
+    error that says why, raised before anything is stored."""
+    defaults = space.defaults()
+    out = []
+    for i, config in enumerate(configs):
+        params = {**defaults, **config}
+        if tiered:
+            params.update({a: defaults[a] for a in space.tier2})
+        reason = space.check(params)
+        if reason:
+            raise UserError(f"[search.start] #{i + 1} is rejected by the kernel's constraint model: {reason}")
+        out.append(params)
+    return out
+
+
+def queue_start_configs(study: optuna.Study, space: Space, params_list: list[dict]) -> list[dict]:
+    """Queue the start configs not tried yet as the first trials, once per study."""
+    if not params_list or study.user_attrs.get(START_MARK):
+        return []
+    tried = {space.key(t.params) for t in study.get_trials(deepcopy=False) if t.params and t.state != TrialState.FAIL}
+    queued: list[dict] = []
+    for i, params in enumerate(params_list):
+        key = space.key(params)
+        if key in tried:
+            continue
+        study.enqueue_trial(params, user_attrs={START_MARK: i + 1})
+        tried.add(key)
+        queued.append(params)
+    study.set_user_attr(START_MARK, len(params_list))
     return queued
