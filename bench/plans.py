@@ -420,6 +420,66 @@ PLANS["v8"] = {
 }
 
 
+# v9: PREFETCH_A only by the CTA whose next tile first visits the A row block (one prefetch per row block)
+PLANS["v9"] = {
+    "timing": {"warmup": 3, "repeats": 20, "interleave": 7, "warm_rounds": 1},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            JP(PE_M2), JP({**PE_M2, **PA}), JP({**PE_M2, **SS, "N_STAGES": 4, **PA}),
+            JP({**PE_M2, **PA, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
+        ]},
+        "fc1": {"problem": FC1, "jobs": [
+            JP(FC1_SS4), JP({**FC1_SS4, **PA}), JP({**FC1_SS4, "GROUP_M": 1}), JP({**FC1_SS4, "MMA_INFLIGHT": 1}),
+        ]},
+        "fc2": {"problem": FC2, "jobs": [JP(FC2_PP4), JP({**FC2_PP4, **PA})]},
+    },
+}
+
+
+# v10: the tuner's winners (40-trial studies over the v9 space, started from the hand-found configs; H200,
+# .carry/shapes_v10.db) next to the hand-found bests, 9 interleaved rounds after a warm-up round
+PE_TUNED = {**PE_M2, "SHARED_STAGING": 1, **CR, "L2_PROMO": 256}
+FC1_TUNED10 = {**FC1_PP192, "CLUSTER_M": 1, "GROUP_M": 1, "MMA_INFLIGHT": 1, "SHARED_STAGING": 1}
+PLANS["v10"] = {
+    "timing": {"warmup": 3, "repeats": 20, "interleave": 9, "warm_rounds": 1},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [JP(PE_M2), JP(PE_TUNED), JP({**PE_M2, "L2_PROMO": 256})]},
+        "fc1": {"problem": FC1, "jobs": [JP(FC1_SS4), JP(FC1_TUNED10), JP({**FC1_TUNED10, "MMA_INFLIGHT": 2})]},
+        "fc2": {"problem": FC2, "jobs": [JP(FC2_PP4), JP({**FC2_PP4, "L2_PROMO": 256})]},
+    },
+}
+
+
+# final: the best config of each shape (v10), checked (exact small-integer + random inputs, the off-by-one
+# variant must be caught) and timed against cuBLAS in 11 interleaved rounds after a warm-up round
+FC1_BEST = {**FC1_TUNED10, "MMA_INFLIGHT": 2}
+PLANS["final"] = {
+    "timing": {"warmup": 3, "repeats": 30, "interleave": 11, "warm_rounds": 1},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            JP(PE_M2), JP({**PE_M2, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True)]},
+        "fc1": {"problem": FC1, "jobs": [JP(FC1_BEST)]},
+        "fc2": {"problem": FC2, "jobs": [JP(FC2_PP4)]},
+    },
+}
+
+
+# v11: FC2 only (the shape at the edge of its target): the ping-pong 4-stage best against raster, staging-read
+# batch, the cooperative 128x256 tile (less shared-memory traffic per FLOP) with a 4-stage ring, ping-pong 128x160
+PLANS["v11"] = {
+    "timing": {"warmup": 3, "repeats": 20, "interleave": 7, "warm_rounds": 1},
+    "problems": {
+        "fc2": {"problem": FC2, "jobs": [
+            JP(FC2_PP4), JP({**FC2_PP4, "GROUP_M": 8}), JP({**FC2_PP4, "EPI_BATCH": 0}),
+            JP({"BLOCK_N": 256, "N_STAGES": 4, "EPI_SLOTS": 2, "BIAS_ACC": 1, "GROUP_M": 1, **M2}),
+            JP({"BLOCK_N": 256, "N_STAGES": 3, "EXTRA_TMA": 1, "EPI_BATCH": 32, "BIAS_ACC": 1, "GROUP_M": 1, **M2}),
+            JP({"PINGPONG": 1, "BLOCK_N": 160, "N_STAGES": 5, "EXTRA_TMA": 1, "EPI_BATCH": 8, "BIAS_ACC": 1, "GROUP_M": 1,
+                **SS}),
+        ]},
+    },
+}
+
+
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]

@@ -4,7 +4,7 @@
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader > "$OUT/gpu.txt"
-timeout 300 python3 bench/harness.py bench/plan_best.json > "$OUT/full.log" 2>&1
+timeout 300 python3 bench/harness.py bench/plan_final.json > "$OUT/full.log" 2>&1
 if command -v ncu >/dev/null && [ "${NCU:-1}" = 1 ]; then
   timeout 200 ncu --clock-control none -k gemm_sm90a -c 1 --metrics \
 gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,\

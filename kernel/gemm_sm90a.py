@@ -197,6 +197,15 @@ class Spec(KernelSpec):
         if (d["acc_regs"] >= 192 and epi == "BIAS_POS" and nc == 1 and cm == 2 and _i(c, "MMA_INFLIGHT", 0)
                 and store_tma and not extra_tma):
             return "192 accumulators, 1 consumer, CLUSTER_M=2, MMA_INFLIGHT>0, TMA-store staging: ptxas spills 56 B"
+        # ptxas sweep of the split-release / shared-staging configs (2026-11-21): with the operand read from
+        # global per word in the epilogue (STORE_TMA=1, EXTRA_TMA=0), 160 accumulators + the 32-column
+        # register tail spill 16-48 B, and 192 accumulators of a 128-row consumer tile with MMA_INFLIGHT=2 36 B
+        operand_from_global = store_tma and not extra_tma and epi != "BIAS_GELU"
+        if operand_from_global and d["acc_regs"] >= 160 and bn % EPI_SLAB_COLS:
+            return (f"{d['acc_regs']} accumulators + the 32-column register tail with the {epi} operand read from "
+                    "global spill (ptxas): needs EXTRA_TMA=1")
+        if operand_from_global and d["acc_regs"] >= 192 and not pp and _i(c, "MMA_INFLIGHT", 0) == 2:
+            return "192 accumulators, MMA_INFLIGHT=2, operand read from global in the epilogue: ptxas spills 36 B"
         if store_tma and bn % EPI_SLAB_COLS not in (0, 32):
             return f"STORE_TMA=1 needs BLOCK_N % {EPI_SLAB_COLS} in (0, 32) (store boxes + a 32-column register tail)"
         if store_tma and bn % EPI_SLAB_COLS and bn < 2 * EPI_SLAB_COLS:
