@@ -480,6 +480,58 @@ PLANS["v11"] = {
 }
 
 
+# v12: SPLIT_K32 (MMA_INFLIGHT=2: two k32 steps queued before the split release, not one); the three best configs are
+# also the ncu targets (bench/profile.py) for where the time goes now
+PLANS["v12"] = {
+    "timing": {"warmup": 3, "repeats": 20, "interleave": 7, "warm_rounds": 1},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [JP(PE_M2, profile=True), JP({**PE_M2, "SPLIT_K32": 2})]},
+        "fc1": {"problem": FC1, "jobs": [JP(FC1_BEST, profile=True), JP({**FC1_BEST, "SPLIT_K32": 2})]},
+        "fc2": {"problem": FC2, "jobs": [JP(FC2_PP4, profile=True), JP({**FC2_PP4, "SPLIT_K32": 2}),
+                                         JP({**FC2_PP4, "SPLIT_K32": 3})]},
+    },
+}
+
+
+# final_long: the final configs with 60 launches per timing (60 ms of patch_embed, ~250 ms of FC1 / FC2 per reading) so
+# each kernel runs into its own power-limited clock; nvidia-smi logs SM clock and power meanwhile (run_device.sh)
+PLANS["final_long"] = {**PLANS["final"], "timing": {"warmup": 5, "repeats": 60, "interleave": 7, "warm_rounds": 1}}
+
+
+# final_alt: the final configs, cuBLAS and ours launched alternately (200 pairs, each launch timed by its own events):
+# both launches of a pair run under the same power-capped clock (see harness.alternated)
+PLANS["final_alt"] = {**PLANS["final"], "timing": {"warmup": 10, "alternate": 200}}
+
+
+# v13: patch_embed variants, paired (alternate) timing: multicast / L2 promotion / the shared staging's 4th stage cut
+# L2 traffic, which may matter more under the 700 W cap than in whole-window rounds
+PLANS["v13"] = {
+    "timing": {"warmup": 10, "alternate": 200},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            JP(PE_M2), JP({**PE_M2, **CR}), JP(PE_TUNED), JP({**PE_M2, **SS, "N_STAGES": 4}),
+            JP({**PE_M2, **SS, "N_STAGES": 4, **CR}), JP({**PE_M2, "GROUP_M": 1}), JP({**PE_M2, "L2_PROMO": 256}),
+            JP({**PE128, "MMA_INFLIGHT": 2}), JP({**PE_M2, "EPI_BATCH": 4}),
+        ]},
+    },
+}
+
+
+# final_alt2: patch_embed with the shared staging's 4th stage (+ L2 promotion), the v13 paired-timing winners, next to
+# the final configs of every shape; paired timing, run twice in one device call
+PE_SS4 = {**PE_M2, **SS, "N_STAGES": 4}
+PLANS["final_alt2"] = {
+    "timing": {"warmup": 10, "alternate": 200},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            JP(PE_M2), JP(PE_SS4), JP({**PE_SS4, "L2_PROMO": 256}), JP({**PE_SS4, **CR, "L2_PROMO": 256}),
+            JP({**PE_SS4, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True)]},
+        "fc1": {"problem": FC1, "jobs": [JP(FC1_BEST), JP({**FC1_BEST, "L2_PROMO": 256})]},
+        "fc2": {"problem": FC2, "jobs": [JP(FC2_PP4), JP({**FC2_PP4, "L2_PROMO": 256})]},
+    },
+}
+
+
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]

@@ -77,7 +77,11 @@ typedef unsigned short uint16_t;
                            // tensor pipe drains once per k-block); 1 = one k-block late (the whole previous
                            // group stays in flight); 2 = split: the next k-block's first k32 step is committed
                            // alone and the previous stage is released once everything before it completed
-                           // (no drain, released at most one k32 step late)
+                           // (no drain, released at most one k32 step late; SPLIT_K32 steps with MMA_INFLIGHT=2)
+#endif
+#ifndef SPLIT_K32
+#define SPLIT_K32 1        // MMA_INFLIGHT=2: k32 steps of the next block queued before the previous stage is released
+                           // (1: released earliest; 2: more queued work covers the release and the issue of the rest)
 #endif
 #ifndef CONSUMER_REGS
 #define CONSUMER_REGS 232  // setmaxnreg.inc for consumers
@@ -239,6 +243,7 @@ static_assert(!EPI_SLOTS || (STORE_TMA && !EXTRA_TMA), "EPI_SLOTS > 0 needs STOR
 static_assert(!EPI_SLOTS || EPI_SLOTS <= EPI_SLABS, "EPI_SLOTS at most BLOCK_N / 64");
 static_assert(CLUSTER_RELEASE == 0 || CLUSTER_RELEASE == 1, "CLUSTER_RELEASE is 0 or 1");
 static_assert(PREFETCH_A == 0 || PREFETCH_A == 1, "PREFETCH_A is 0 or 1");
+static_assert(SPLIT_K32 >= 1 && SPLIT_K32 < BLOCK_K / MMA_K, "SPLIT_K32: 1 .. k32 steps per block - 1");
 static_assert(SHARED_STAGING == 0 || (SHARED_STAGING == 1 && PINGPONG && STORE_TMA && !EPI_SLOTS && !EPI_DIRECT),
               "SHARED_STAGING needs PINGPONG=1, STORE_TMA=1, EPI_SLOTS=0, EPI_DIRECT=0");
 static_assert(BIAS_ACC == 0 || (BIAS_ACC == 1 && EPILOGUE != BIAS_POS), "BIAS_ACC is 0 or 1, not for BIAS_POS");
@@ -913,8 +918,8 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
             Wgmma<BLOCK_N>::mma(acc[mi], smem_desc(a + mi * 64 * BLOCK_K + kk * MMA_K),
                                 smem_desc(b + kk * MMA_K), (BIAS_ACC || EPI_DIRECT || k > 0 || kk > 0) ? 1u : 0u);
 #if MMA_INFLIGHT == 2
-          if (kk == 0) {
-            // this block's first k32 step is queued on the tensor pipe: wait for everything before it
+          if (kk == SPLIT_K32 - 1) {
+            // this block's first k32 step(s) are queued on the tensor pipe: wait for everything before them
             // (the previous block) and release that stage now, without draining the pipe
             wgmma_commit();
             wgmma_wait<1>();

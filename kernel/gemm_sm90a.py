@@ -56,6 +56,7 @@ class Spec(KernelSpec):
         "CLUSTER_M": 1,
         "GROUP_M": 8,
         "MMA_INFLIGHT": 0,
+        "SPLIT_K32": 1,
         "CONSUMER_REGS": 232,
         "PRODUCER_REGS": 40,
         # tier 2
@@ -146,6 +147,8 @@ class Spec(KernelSpec):
                 return f"{flag} must be 0 or 1"
         if _i(c, "MMA_INFLIGHT", 0) not in (0, 1, 2):
             return "MMA_INFLIGHT must be 0 (drain each k-block), 1 (release one k-block late) or 2 (split release)"
+        if _i(c, "SPLIT_K32", 1) not in (1, 2, 3):
+            return f"SPLIT_K32 must be 1..{BLOCK_K // 32 - 1} (k32 steps queued before the split release)"
         if K % BLOCK_K:
             return f"K={K} not a multiple of BLOCK_K={BLOCK_K}"
         if bn not in WGMMA_N:
