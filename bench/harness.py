@@ -272,9 +272,8 @@ def run_problem(torch, pname, problem, jobs, timing, rng, log):
     return results
 
 
-def interleaved(torch, pname, problem, jobs, results, d_in, timing, dev, log):
-    """timing.interleave = R rounds: cuBLAS GEMM-only, then every checked config, R times in one process;
-    per round ratio ours / cuBLAS of that round; rec gets the medians (ms, ratio) and the spread."""
+def cublas_gemm(torch, d_in):
+    """cuBLAS FP8 GEMM-only on the problem's A and W (torch._scaled_mm, BF16 out): the baseline."""
     a = d_in["A"].view(torch.float8_e4m3fn)
     w = d_in["W"].view(torch.float8_e4m3fn)
     one = torch.ones((), device="cuda", dtype=torch.float32)
@@ -282,12 +281,22 @@ def interleaved(torch, pname, problem, jobs, results, d_in, timing, dev, log):
     def gemm():
         return torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
-    kerns = []
-    for ji, job in enumerate(jobs):
-        rec = results[ji]
+    return gemm
+
+
+def timed_kernels(jobs, results, problem, d_in, dev):
+    """(record, Kernel) for every job to be timed whose checks passed; kernels are built as they are asked for."""
+    for job, rec in zip(jobs, results):
         if job.get("time") and rec.get("ok") and not rec.get("status"):
             cubin, _ = build(job["config"], problem)
-            kerns.append((rec, Kernel(cubin, SPEC.launch(job["config"], problem, dev), d_in)))
+            yield rec, Kernel(cubin, SPEC.launch(job["config"], problem, dev), d_in)
+
+
+def interleaved(torch, pname, problem, jobs, results, d_in, timing, dev, log):
+    """timing.interleave = R rounds: cuBLAS GEMM-only, then every checked config, R times in one process;
+    per round ratio ours / cuBLAS of that round; rec gets the medians (ms, ratio) and the spread."""
+    gemm = cublas_gemm(torch, d_in)
+    kerns = list(timed_kernels(jobs, results, problem, d_in, dev))
     rounds = int(timing["interleave"])
     # warm-up rounds (discarded): the first round otherwise times cuBLAS on a cool, idle GPU and the
     # configs after it on a warming one; from the second round on all run at the sustained clock
@@ -318,21 +327,10 @@ def alternated(torch, pname, problem, jobs, results, d_in, timing, dev, log):
     every launch timed by its own events. The GPU is power-capped (700 W, SM clock 1.0-1.5 GHz under these kernels,
     with ~1 Hz capping dips); the two launches of a pair run under the same clock, so the per-pair ratio is free of
     the clock drift that whole-window readings pick up (a dip phase-locked to the round period hit one side only)."""
-    a = d_in["A"].view(torch.float8_e4m3fn)
-    w = d_in["W"].view(torch.float8_e4m3fn)
-    one = torch.ones((), device="cuda", dtype=torch.float32)
-
-    def gemm():
-        return torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-
+    gemm = cublas_gemm(torch, d_in)
     pairs, warm = int(timing["alternate"]), int(timing.get("warmup", 5))
     cub_all = []
-    for ji, job in enumerate(jobs):
-        rec = results[ji]
-        if not (job.get("time") and rec.get("ok") and not rec.get("status")):
-            continue
-        cubin, _ = build(job["config"], problem)
-        k = Kernel(cubin, SPEC.launch(job["config"], problem, dev), d_in)
+    for rec, k in timed_kernels(jobs, results, problem, d_in, dev):
         for _ in range(warm):
             gemm(); k()
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(3 * pairs)]
@@ -372,13 +370,8 @@ def time_fn(torch, fn, timing):
 
 def time_cublas(torch, pname, problem, d, timing):
     M, N, K = int(problem["M"]), int(problem["N"]), int(problem["K"])
-    a = d["A"].view(torch.float8_e4m3fn)
-    w = d["W"].view(torch.float8_e4m3fn)
-    one = torch.ones((), device="cuda", dtype=torch.float32)
     epi = problem["EPILOGUE"]
-
-    def gemm():
-        return torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    gemm = cublas_gemm(torch, d)
 
     if epi == "BIAS_POS":
         comb = d["combined"].view(torch.bfloat16)

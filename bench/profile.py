@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import SPEC, Kernel, build, gpu_inputs  # noqa: E402
+from harness import SPEC, Kernel, build, cublas_gemm, gpu_inputs  # noqa: E402
 from tuner.spec import DeviceInfo  # noqa: E402
 
 
@@ -26,9 +26,7 @@ def main():
         d_in, _ = gpu_inputs(torch, dict(problem, INPUT_KIND="random"), "random")
         for k, o in SPEC.outputs(problem).items():
             d_in[k] = torch.empty(o.shape, dtype=torch.int16, device="cuda")
-        a = d_in["A"].view(torch.float8_e4m3fn)
-        w = d_in["W"].view(torch.float8_e4m3fn)
-        one = torch.ones((), device="cuda", dtype=torch.float32)
+        gemm = cublas_gemm(torch, d_in)
         kerns = []
         for job in p["jobs"]:
             if job.get("profile"):
@@ -36,12 +34,12 @@ def main():
                 kerns.append(Kernel(cubin, SPEC.launch(job["config"], problem, dev), d_in))
                 print(f"[{pname}] profile #{len(kerns)}: {job['config']}", flush=True)
         for _ in range(3):  # warm
-            torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            gemm()
             for k in kerns:
                 k()
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
-        torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        gemm()
         for k in kerns:
             k()
         torch.cuda.synchronize()

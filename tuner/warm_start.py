@@ -18,6 +18,29 @@ MARK = "warm_started_from"
 START_MARK = "start_config"
 
 
+class _Queue:
+    """Enqueues configs this study has not tried (nor queued) yet, each at most once."""
+
+    def __init__(self, study: optuna.Study, space: Space):
+        self.study, self.space = study, space
+        self.tried = {space.key(t.params) for t in study.get_trials(deepcopy=False) if t.params and t.state != TrialState.FAIL}
+        self.queued: list[dict] = []
+
+    def add(self, params: dict, user_attrs: dict) -> bool:
+        key = self.space.key(params)
+        if key in self.tried:
+            return False
+        self.study.enqueue_trial(params, user_attrs=user_attrs)
+        self.tried.add(key)
+        self.queued.append(params)
+        return True
+
+
+def _hold_tier2(space: Space, params: dict, tiered: bool) -> dict:
+    """In tiered mode tier 1 is searched first with tier 2 at its defaults."""
+    return {**params, **{a: space.defaults()[a] for a in space.tier2}} if tiered else params
+
+
 def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: int = 5, tiered: bool = False) -> list[dict]:
     """Queue up to ``top`` configs from each source study; returns what was queued.
 
@@ -26,8 +49,7 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
     if study.user_attrs.get(MARK):
         return []
     defaults = space.defaults()
-    tried = {space.key(t.params) for t in study.get_trials(deepcopy=False) if t.params and t.state != TrialState.FAIL}
-    queued: list[dict] = []
+    queue = _Queue(study, space)
     for name in source_names:
         try:
             source = optuna.load_study(study_name=name, storage=study._storage)
@@ -37,34 +59,24 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
         ranked = sorted(source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.value)
         taken = 0
         for trial in ranked:
-            params = {a: trial.params.get(a, defaults[a]) for a in space.axes}
-            if tiered:
-                params.update({a: defaults[a] for a in space.tier2})
+            params = _hold_tier2(space, {a: trial.params.get(a, defaults[a]) for a in space.axes}, tiered)
             if any(params[a] not in values for a, values in space.axes.items()):
                 continue  # a value this study does not search
-            key = space.key(params)
-            if key in tried or not space.is_valid(params):
-                continue
-            study.enqueue_trial(params, user_attrs={MARK: f"{name}#{trial.number}"})
-            tried.add(key)
-            queued.append(params)
-            taken += 1
-            if taken == top:
-                break
+            if space.is_valid(params) and queue.add(params, {MARK: f"{name}#{trial.number}"}):
+                taken += 1
+                if taken == top:
+                    break
     study.set_user_attr(MARK, source_names)
-    return queued
+    return queue.queued
 
 
 def start_params(space: Space, configs: list[dict], tiered: bool = False) -> list[dict]:
     """The study file's ``[search] start`` configs as full parameter sets (axes not named take the
     defaults; in tiered mode tier 2 is held at its defaults); one the constraint model rejects is an
     error that says why, raised before anything is stored."""
-    defaults = space.defaults()
     out = []
     for i, config in enumerate(configs):
-        params = {**defaults, **config}
-        if tiered:
-            params.update({a: defaults[a] for a in space.tier2})
+        params = _hold_tier2(space, {**space.defaults(), **config}, tiered)
         reason = space.check(params)
         if reason:
             raise UserError(f"[search.start] #{i + 1} is rejected by the kernel's constraint model: {reason}")
@@ -76,14 +88,8 @@ def queue_start_configs(study: optuna.Study, space: Space, params_list: list[dic
     """Queue the start configs not tried yet as the first trials, once per study."""
     if not params_list or study.user_attrs.get(START_MARK):
         return []
-    tried = {space.key(t.params) for t in study.get_trials(deepcopy=False) if t.params and t.state != TrialState.FAIL}
-    queued: list[dict] = []
+    queue = _Queue(study, space)
     for i, params in enumerate(params_list):
-        key = space.key(params)
-        if key in tried:
-            continue
-        study.enqueue_trial(params, user_attrs={START_MARK: i + 1})
-        tried.add(key)
-        queued.append(params)
+        queue.add(params, {START_MARK: i + 1})
     study.set_user_attr(START_MARK, len(params_list))
-    return queued
+    return queue.queued
