@@ -331,6 +331,9 @@ def alternated(torch, pname, problem, jobs, results, d_in, timing, dev, log):
     pairs, warm = int(timing["alternate"]), int(timing.get("warmup", 5))
     cub_all = []
     for rec, k in timed_kernels(jobs, results, problem, d_in, dev):
+        if timing.get("idle_s"):   # burst regime: a cool GPU at its boost clock, before the power cap bites
+            torch.cuda.synchronize()
+            time.sleep(float(timing["idle_s"]))
         for _ in range(warm):
             gemm(); k()
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(3 * pairs)]

@@ -532,6 +532,13 @@ PLANS["final_alt2"] = {
 }
 
 
+# final_burst: the same configs in the burst regime: 10 s idle before each config, then 3 warm-up and 10 timed pairs
+# (~20-100 ms of load: the GPU is still at its boost clock, below the 700 W cap)
+PLANS["final_burst"] = {"timing": {"warmup": 3, "alternate": 10, "idle_s": 10},
+                        "problems": {k: {**v, "jobs": [j for j in v["jobs"] if j["time"]][:2] if k == "patch_embed" else v["jobs"][:1]}
+                                     for k, v in PLANS["final_alt2"]["problems"].items()}}
+
+
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]
