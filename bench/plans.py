@@ -539,6 +539,18 @@ PLANS["final_burst"] = {"timing": {"warmup": 3, "alternate": 10, "idle_s": 10},
                                      for k, v in PLANS["final_alt2"]["problems"].items()}}
 
 
+# diag_*: where patch_embed's time goes at boost clock. DIAG=1 records the SM clock each launch really ran at
+# (CTA 0's clock64 over the global timer), DIAG=2 leaves the wgmmas out (the memory pipeline alone); multicast of W
+# across 2 / 4 row blocks (CLUSTER_M) halves / quarters W's L2 -> SM traffic, which is most of it at N = K = 768
+D1, D2 = {"DIAG": 1}, {"DIAG": 2}
+DIAG_JOBS = [JP({**PE_SS4, **D1}), JP({**PE_SS4, **D2}), JP({**PE_SS4, **CR, **D1}),
+             JP({**PE_SS4, "CLUSTER_M": 4, "CLUSTER_RELEASE": 1, **D1}), JP({**PE_M2, **D1})]
+PLANS["diag_burst"] = {"timing": {"warmup": 3, "alternate": 10, "idle_s": 10},
+                       "problems": {"patch_embed": {"problem": PATCH, "jobs": DIAG_JOBS}}}
+PLANS["diag_sustained"] = {"timing": {"warmup": 10, "alternate": 60},
+                           "problems": {"patch_embed": {"problem": PATCH, "jobs": DIAG_JOBS}}}
+
+
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]

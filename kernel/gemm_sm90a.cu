@@ -163,6 +163,10 @@ typedef unsigned short uint16_t;
 #ifndef BUG_POS_OFF_BY_ONE
 #define BUG_POS_OFF_BY_ONE 0   // 1: deliberately wrong row % SEQ_LEN (must be caught as mismatch)
 #endif
+#ifndef DIAG
+#define DIAG 0   // benchmark only, never in a study: 1 = CTA 0 records its SM's clock64 and the global timer at
+#endif           // start and end of every launch (gemm_diag): the SM clock the kernel really ran at;
+                 // 2 = the same with the wgmmas left out: what the memory pipeline alone takes
 
 // ---------------------------------------------------------------- derived constants
 #define BLOCK_K 128                                   // one 128-byte swizzle atom of FP8
@@ -229,7 +233,7 @@ static_assert(NUM_CONSUMERS == 1 || NUM_CONSUMERS == 2, "NUM_CONSUMERS is 1 or 2
 static_assert(WG_M % 64 == 0 && WG_M_TILES >= 1, "rows per consumer must be a multiple of 64");
 static_assert(BLOCK_M <= 256 && BLOCK_N <= 256, "TMA box dims are at most 256");
 static_assert(N_STAGES >= 2, "at least two stages");
-static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CLUSTER_M is 1 or 2");
+static_assert(CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4, "CLUSTER_M is 1, 2 or 4");
 static_assert(TILES_M % CLUSTER_M == 0, "row blocks must pair up in a cluster");
 static_assert(B_SLICE_ROWS % 8 == 0, "multicast slice of W: whole 8-row swizzle groups");
 static_assert(!PINGPONG || N_STAGES <= K_ITERS, "PINGPONG needs N_STAGES <= K_ITERS (mbarrier parity)");
@@ -645,6 +649,17 @@ static __device__ __forceinline__ void tma_store_wait_read_upto(int pending) {
   }
 }
 
+#if DIAG
+#define DIAG_SLOTS 64
+__device__ unsigned int gemm_diag_count;                       // launches so far
+__device__ unsigned long long gemm_diag[DIAG_SLOTS][4];        // launch % DIAG_SLOTS: clock0, ns0, clock1, ns1
+static __device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_M, BLOCK_K)
            const __grid_constant__ TmaDesc tm_b,   // W [N, K] E4M3, box (BLOCK_N, BLOCK_K)
@@ -668,6 +683,15 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
 
+#if DIAG
+  __shared__ unsigned int diag_slot;
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    diag_slot = atomicAdd(&gemm_diag_count, 1u) % DIAG_SLOTS;
+    gemm_diag[diag_slot][0] = clock64();
+    gemm_diag[diag_slot][1] = global_ns();
+    gemm_diag[diag_slot][2] = gemm_diag[diag_slot][3] = 0;
+  }
+#endif
   if (threadIdx.x == 0) {
     for (int s = 0; s < N_STAGES; ++s) {
       mbar_init(FULL_BAR(s), 1);
@@ -915,7 +939,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
         for (int kk = 0; kk < BLOCK_K / MMA_K; ++kk) {
 #pragma unroll
           for (int mi = 0; mi < WG_M_TILES; ++mi)
-            Wgmma<BLOCK_N>::mma(acc[mi], smem_desc(a + mi * 64 * BLOCK_K + kk * MMA_K),
+            if (DIAG != 2) Wgmma<BLOCK_N>::mma(acc[mi], smem_desc(a + mi * 64 * BLOCK_K + kk * MMA_K),
                                 smem_desc(b + kk * MMA_K), (BIAS_ACC || EPI_DIRECT || k > 0 || kk > 0) ? 1u : 0u);
 #if MMA_INFLIGHT == 2
           if (kk == SPLIT_K32 - 1) {
@@ -1191,6 +1215,12 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
     }
 #if STORE_TMA && !SHARED_STAGING
     if (tid == 0) tma_store_wait_all();
+#endif
+#if DIAG
+    if (tid == 0 && blockIdx.x == 0) {   // the later of the consumers' ends
+      atomicMax(&gemm_diag[diag_slot][2], (unsigned long long)clock64());
+      atomicMax(&gemm_diag[diag_slot][3], global_ns());
+    }
 #endif
   }
 #if CLUSTER_M > 1

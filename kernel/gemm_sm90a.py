@@ -74,8 +74,9 @@ class Spec(KernelSpec):
         "EPI_DIRECT": 0,
         "SHARED_STAGING": 0,
         "PREFETCH_A": 0,
-        # test hook (never in a study's space)
+        # test hook and benchmark diagnostics (never in a study's space)
         "BUG_POS_OFF_BY_ONE": 0,
+        "DIAG": 0,
     }
     problem_keys = ("M", "N", "K", "EPILOGUE", "SEQ_LEN")
     compile_options = ("-std=c++17",)
@@ -145,6 +146,8 @@ class Spec(KernelSpec):
                      "GELU_F16X2", "CLUSTER_RELEASE", "BIAS_ACC", "GELU_H2", "EPI_DIRECT", "SHARED_STAGING", "PREFETCH_A"):
             if _i(c, flag, 0) not in (0, 1):
                 return f"{flag} must be 0 or 1"
+        if _i(c, "DIAG", 0) not in (0, 1, 2):
+            return "DIAG must be 0, 1 (record the SM clock) or 2 (also leave the wgmmas out)"
         if _i(c, "MMA_INFLIGHT", 0) not in (0, 1, 2):
             return "MMA_INFLIGHT must be 0 (drain each k-block), 1 (release one k-block late) or 2 (split release)"
         if _i(c, "SPLIT_K32", 1) not in (1, 2, 3):
@@ -174,8 +177,8 @@ class Spec(KernelSpec):
         if pp and st > K // BLOCK_K:
             return f"PINGPONG needs N_STAGES <= K/BLOCK_K = {K // BLOCK_K} (mbarrier parity)"
         cm = _i(c, "CLUSTER_M", 1)
-        if cm not in (1, 2):
-            return "CLUSTER_M must be 1 or 2"
+        if cm not in (1, 2, 4):
+            return "CLUSTER_M must be 1, 2 or 4"
         if d["tiles_m"] % cm:
             return f"{d['tiles_m']} row blocks do not pair up in clusters of {cm}"
         if (bn // cm) % 8:
