@@ -551,19 +551,6 @@ PLANS["diag_sustained"] = {"timing": {"warmup": 10, "alternate": 60},
                            "problems": {"patch_embed": {"problem": PATCH, "jobs": DIAG_JOBS}}}
 
 
-# xres_*: X_RESIDENT (the combined tile loaded once per class of row blocks with the same rows % 196, tiles dealt out
-# in contiguous class runs): -48 KB of L2 -> SM traffic and of shared-memory fills per 128x192 tile; 3 stages (the
-# buffer takes the 4th stage's room); with W multicast (CLUSTER_M=2) on 64 clusters (a multiple of the 4 column blocks)
-XR = {**PE_M2, **SS, "X_RESIDENT": 1}
-XR_JOBS = [JP({**PE_SS4, **D1}), JP({**PE_SS4, **CR, **D1}), JP({**XR, **D1}), JP({**XR, **CR, **D1}),
-           JP({**XR, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True),
-           JP({**XR, **CR, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True)]
-PLANS["xres_burst"] = {"timing": {"warmup": 3, "alternate": 10, "idle_s": 10},
-                       "problems": {"patch_embed": {"problem": PATCH, "jobs": XR_JOBS}}}
-PLANS["xres_sustained"] = {"timing": {"warmup": 10, "alternate": 100},
-                           "problems": {"patch_embed": {"problem": PATCH, "jobs": XR_JOBS}}}
-
-
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]

@@ -145,11 +145,6 @@ typedef unsigned short uint16_t;
                            // the second staging tile's shared memory can hold another stage
 #endif
 
-#ifndef X_RESIDENT
-#define X_RESIDENT 0       // BIAS_POS: 1 = the combined tile stays in a shared buffer of its own while the CTA walks
-#endif                     // the row blocks with the same rows % SEQ_LEN (every SEQ_PERIOD-th one, same column
-                           // block): tiles are dealt out in contiguous runs of such a class and the combined rows
-                           // are loaded once per class, not once per tile (needs PINGPONG, SHARED_STAGING, EXTRA_TMA)
 #ifndef PREFETCH_A
 #define PREFETCH_A 0       // 1: at the start of each tile the producer whose next tile is the first visit of that
                            // tile's A row block prefetches those rows into L2 (cp.async.bulk.prefetch.tensor), so
@@ -223,13 +218,9 @@ typedef unsigned short uint16_t;
 #define OPND_WORDS ((EPI_DIRECT && EPILOGUE != BIAS_GELU) ? WG_M_TILES * 2 * (BLOCK_N / 8) : 1)   // prefetched words
 #define PF_K (K_ITERS >= 2 ? K_ITERS - 2 : 0)         // EPI_DIRECT: k-block that issues the next tile's operand loads
 #define EPI_ADD_BIAS ((EPILOGUE == BIAS_GELU || EPILOGUE == BIAS_RESIDUAL) && !BIAS_ACC)   // bias added in the epilogue
-static constexpr __host__ __device__ int gcd_c(int a, int b) { return b ? gcd_c(b, a % b) : a; }
-#define SEQ_PERIOD (SEQ_LEN / gcd_c(BLOCK_M, SEQ_LEN))   // row blocks after which rows % SEQ_LEN repeat
-#define CLASS_UNITS (TILES_M / (SEQ_PERIOD * CLUSTER_M)) // X_RESIDENT: units of one class (same combined rows)
-#define XBUF_BYTES (X_RESIDENT ? EXTRA_TX_BYTES : 0)     // X_RESIDENT: the combined tile's own buffer
 #define BARRIER_BYTES (8 * (2 * N_STAGES + 2 * NUM_CONSUMERS + SHARED_STAGING))
 #define SMEM_ALIGN 1024
-#define SMEM_BYTES (SMEM_ALIGN + N_STAGES * STAGE_BYTES + STAGING_BYTES + XBUF_BYTES + BARRIER_BYTES)
+#define SMEM_BYTES (SMEM_ALIGN + N_STAGES * STAGE_BYTES + STAGING_BYTES + BARRIER_BYTES)
 
 // ---------------------------------------------------------------- compile-time checks
 static_assert(K % BLOCK_K == 0, "K must be a multiple of BLOCK_K");
@@ -239,9 +230,6 @@ static_assert(!PARTIAL_N || N % 8 == 0, "partial column block: N a multiple of 8
 static_assert(TAIL_COLS == 0 || TAIL_COLS == 32, "BLOCK_N % 64 is 0 or 32");
 static_assert(BLOCK_N % 32 == 0 && BLOCK_N >= 64 && BLOCK_N <= 256, "BLOCK_N: 64..256, multiple of 32");
 static_assert(NUM_CONSUMERS == 1 || NUM_CONSUMERS == 2, "NUM_CONSUMERS is 1 or 2");
-static_assert(!X_RESIDENT || (EPILOGUE == BIAS_POS && PINGPONG && SHARED_STAGING && EXTRA_TMA && !EPI_SLOTS && !PARTIAL_N),
-              "X_RESIDENT needs BIAS_POS, PINGPONG, SHARED_STAGING, EXTRA_TMA, EPI_SLOTS=0 and whole column blocks");
-static_assert(!X_RESIDENT || TILES_M % (SEQ_PERIOD * CLUSTER_M) == 0, "X_RESIDENT: row blocks must split into whole classes");
 static_assert(WG_M % 64 == 0 && WG_M_TILES >= 1, "rows per consumer must be a multiple of 64");
 static_assert(BLOCK_M <= 256 && BLOCK_N <= 256, "TMA box dims are at most 256");
 static_assert(N_STAGES >= 2, "at least two stages");
@@ -610,14 +598,6 @@ static __device__ __forceinline__ void release_stage_wg(uint32_t bar, int tid) {
 // CTA of a cluster walks the same units (same count, same column block) and takes its own row.
 // visit: how many column blocks of this row block the walk has visited before this one (0 = first visit).
 static __device__ __forceinline__ void tile_coords(int u, uint32_t rank, int& m_blk, int& n_blk, int* visit = nullptr) {
-#if X_RESIDENT
-  // column block, then class (row block % SEQ_PERIOD), then the class's row blocks in order
-  n_blk = u / UNITS_M;
-  const int v = u % UNITS_M;
-  m_blk = v / CLASS_UNITS + SEQ_PERIOD * ((v % CLASS_UNITS) * CLUSTER_M + (int)rank);
-  if (visit) *visit = n_blk;
-  return;
-#endif
   const int group_units = GROUP_M * TILES_N;
   const int g = u / group_units;
   const int first_m = g * GROUP_M;
@@ -693,9 +673,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
   const uint32_t base = (smem_u32(smem_raw) + SMEM_ALIGN - 1) & ~(uint32_t)(SMEM_ALIGN - 1);
   const uint32_t stages = base;
   const uint32_t staging_all = base + N_STAGES * STAGE_BYTES;
-  const uint32_t xbuf = staging_all + STAGING_BYTES;   // X_RESIDENT only
-  const uint32_t bars = xbuf + XBUF_BYTES;
-  (void)xbuf;
+  const uint32_t bars = staging_all + STAGING_BYTES;
 #define FULL_BAR(s) (bars + 8 * (s))
 #define EMPTY_BAR(s) (bars + 8 * (N_STAGES + (s)))
 #define EXTRA_BAR(c) (bars + 8 * (2 * N_STAGES + (c)))
@@ -736,18 +714,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
   __syncthreads();
   const uint32_t rank = 0;
 #endif
-#if X_RESIDENT
-  // Each cluster takes one contiguous run of one column block's units. The launch makes the cluster count a
-  // multiple of TILES_N, so the clusters that read the same rows of A (one per column block) stay in step and
-  // A comes from DRAM once.
-  const int clusters = gridDim.x / CLUSTER_M, q = blockIdx.x / CLUSTER_M, per_n = clusters / TILES_N;
-  if (clusters % TILES_N) asm volatile("trap;");   // tiles would be left out
-  const int u_begin = (q / per_n) * UNITS_M + (int)((long long)(q % per_n) * UNITS_M / per_n);
-  const int u_end = (q / per_n) * UNITS_M + (int)((long long)(q % per_n + 1) * UNITS_M / per_n);
-  const int u_step = 1;
-#else
-  const int u_begin = blockIdx.x / CLUSTER_M, u_end = TOTAL_UNITS, u_step = gridDim.x / CLUSTER_M;
-#endif
+  const int unit0 = blockIdx.x / CLUSTER_M, unit_step = gridDim.x / CLUSTER_M;
 
   if (wg == 0) {
     // ------------------------------------------------------------ producer warpgroup
@@ -756,13 +723,13 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
       asm volatile("prefetch.tensormap [%0];" :: "l"(&tm_a) : "memory");
       asm volatile("prefetch.tensormap [%0];" :: "l"(&tm_b) : "memory");
       uint32_t s = 0, ph = 0;
-      for (int u = u_begin; u < u_end; u += u_step) {
+      for (int u = unit0; u < TOTAL_UNITS; u += unit_step) {
         int mb, nb;
         tile_coords(u, rank, mb, nb);
 #if PREFETCH_A
-        if (u + u_step < u_end) {   // a whole tile of lead time; one prefetch per row block, not one per
+        if (u + unit_step < TOTAL_UNITS) {   // a whole tile of lead time; one prefetch per row block, not one per
           int mb_next, nb_next, visit;       // reader (all readers prefetching loaded L2 and measured 9-10 % slower)
-          tile_coords(u + u_step, rank, mb_next, nb_next, &visit);
+          tile_coords(u + unit_step, rank, mb_next, nb_next, &visit);
           if (visit == 0)
             for (int k = 0; k < K_ITERS; ++k) tma_prefetch_l2_2d(&tm_a, k * BLOCK_K, mb_next * BLOCK_M);
         }
@@ -800,15 +767,13 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
     if (tid == 32) {
       (void)extra_tx_bytes; (void)load_extra_slab;
       int prev_m0 = 0, prev_n0 = 0;
-      int prev_xkey = -1;   // X_RESIDENT: class of the combined tile in xbuf
-      (void)prev_xkey;
-      for (int u = u_begin, i = 0;; u += u_step, ++i) {
-        const bool more = u < u_end;   // tile i exists (otherwise only tile i - 1 is left to store)
+      for (int u = unit0, i = 0;; u += unit_step, ++i) {
+        const bool more = u < TOTAL_UNITS;   // tile i exists (otherwise only tile i - 1 is left to store)
         int mb = 0, nb = 0;
         if (more) tile_coords(u, rank, mb, nb);
         const int m0 = mb * BLOCK_M, n0 = nb * BLOCK_N;
         const uint32_t bar = EXTRA_BAR(i % NUM_CONSUMERS);
-#if EXTRA_TMA && !X_RESIDENT
+#if EXTRA_TMA
         if (more) mbar_expect_tx(bar, extra_tx_bytes(n0));
 #endif
         if (i > 0) {
@@ -820,19 +785,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
           }
         }
         if (!more) break;
-#if X_RESIDENT
-        // the previous tile's epilogue is done with xbuf (STG_FULL above); reload it only for a new class
-        if (i > 0) tma_store_wait_read();   // the staging tile is free for this tile's output
-        const int xkey = nb * SEQ_PERIOD + mb % SEQ_PERIOD;
-        if (xkey != prev_xkey) {
-          mbar_expect_tx(bar, extra_tx_bytes(n0));
-#pragma unroll
-          for (int sl = 0; sl < EPI_SLABS; ++sl) load_extra_slab(&tm_x, xbuf, bar, sl, m0, n0);
-        } else {
-          mbar_arrive(bar);
-        }
-        prev_xkey = xkey;
-#elif EXTRA_TMA
+#if EXTRA_TMA
 #pragma unroll
         for (int sl = 0; sl < EPI_SLABS; ++sl) {
           if (i > 0) tma_store_wait_read_upto(EPI_SLABS - 1 - sl);
@@ -856,8 +809,6 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
     const int cq = 2 * (lane % 4);             // fragment column within an 8-column group
     const uint32_t swz = (uint32_t)(lane / 4); // row % 8 of both fragment rows
     const uint32_t staging = staging_all + (SHARED_STAGING ? 0 : c * STAGING_BYTES_PER_WG);
-    const uint32_t xsrc = X_RESIDENT ? xbuf : staging;   // where the staged operand is read (EXTRA_TMA)
-    (void)xsrc;
     (void)staging; (void)extra; (void)bias; (void)out; (void)swz;
     (void)tma_store_2d; (void)ld_shared_u32; (void)st_shared_u32; (void)st_global_u32; (void)gelu_tanh; (void)gelu_pair;
 #if EXTRA_TMA || SHARED_STAGING
@@ -878,7 +829,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
     // operand words of this consumer's next tile, fragment layout: opnd[(mi * 2 + h) * (BLOCK_N / 8) + j]
     uint32_t opnd[OPND_WORDS];
     (void)opnd;
-    const int my_step = u_step * (PINGPONG ? NUM_CONSUMERS : 1);
+    const int my_step = unit_step * (PINGPONG ? NUM_CONSUMERS : 1);
     auto load_opnd = [&](int uu) {
 #if EPILOGUE != BIAS_GELU
       int mb2, nb2;
@@ -902,12 +853,12 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #endif
     };
     {
-      const int u_first = u_begin + (PINGPONG ? c * u_step : 0);
-      if (u_first < u_end) load_opnd(u_first);
+      const int u_first = unit0 + (PINGPONG ? c * unit_step : 0);
+      if (u_first < TOTAL_UNITS) load_opnd(u_first);
     }
 #endif
     int it = 0;
-    for (int u = u_begin; u < u_end; u += u_step, ++it) {
+    for (int u = unit0; u < TOTAL_UNITS; u += unit_step, ++it) {
 #if PINGPONG
       if (it % NUM_CONSUMERS != c) continue;
       const int row_off = 0;
@@ -1003,7 +954,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
         wgmma_commit();
 #if EPI_DIRECT && EPILOGUE != BIAS_GELU
         // the next tile's operand words, while this tile's last wgmmas run (registers free since the tile start)
-        if (k == PF_K && u + my_step < u_end) load_opnd(u + my_step);
+        if (k == PF_K && u + my_step < TOTAL_UNITS) load_opnd(u + my_step);
 #endif
 #if MMA_INFLIGHT == 1
         wgmma_wait<1>();
@@ -1180,12 +1131,12 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
             if (j % EPI_BATCH == 0) {   // read the next EPI_BATCH staged words back to back
 #pragma unroll
               for (int q = 0; q < EPI_BATCH; ++q)
-                xs[q] = ld_shared_u32(xsrc + ((j + q) / 8) * (WG_M * 128) + r * 128 +
+                xs[q] = ld_shared_u32(staging + ((j + q) / 8) * (WG_M * 128) + r * 128 +
                                       ((((uint32_t)(j + q)) % 8 ^ swz) << 4) + 4 * (lane % 4));
             }
             const uint32_t xx = xs[j % EPI_BATCH];
 #elif EXTRA_TMA
-            const uint32_t xx = ld_shared_u32(sa - staging + xsrc);
+            const uint32_t xx = ld_shared_u32(sa);
 #else
             const uint32_t xx = (!PARTIAL_N || n0 + 8 * j < N) ? ld_global_u32(xrow + 8 * j) : 0u;
 #endif

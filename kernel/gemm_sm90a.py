@@ -12,8 +12,6 @@ disagreement is a compile error, not a silent wrong launch.
 
 from __future__ import annotations
 
-import math
-
 from typing import Mapping
 
 import numpy as np
@@ -76,7 +74,6 @@ class Spec(KernelSpec):
         "EPI_DIRECT": 0,
         "SHARED_STAGING": 0,
         "PREFETCH_A": 0,
-        "X_RESIDENT": 0,
         # test hook and benchmark diagnostics (never in a study's space)
         "BUG_POS_OFF_BY_ONE": 0,
         "DIAG": 0,
@@ -114,9 +111,7 @@ class Spec(KernelSpec):
         shared = _i(c, "SHARED_STAGING", 0)   # ping-pong: one staging tile for both consumers + a STG_FULL barrier
         staging = (1 if shared else nc) * staging_per_wg if (store_tma or extra_tma) else 0
         barrier_bytes = 8 * (2 * st + 2 * nc + shared)
-        # X_RESIDENT: the combined tile's own buffer (whole 64-column slabs of a consumer tile)
-        xbuf = wg_m * (bn // EPI_SLAB_COLS) * EPI_SLAB_COLS * 2 if _i(c, "X_RESIDENT", 0) else 0
-        smem = SMEM_ALIGN + st * stage_bytes + staging + xbuf + barrier_bytes
+        smem = SMEM_ALIGN + st * stage_bytes + staging + barrier_bytes
         tiles_m = M // bm if bm else 0
         tiles_n = -(-N // bn) if bn else 0   # ceil: a partial last column block (kernel PARTIAL_N)
         return {
@@ -131,7 +126,6 @@ class Spec(KernelSpec):
             "smem_bytes": smem,
             "tiles_m": tiles_m,
             "tiles_n": tiles_n,
-            "seq_period": seq // math.gcd(bm, seq) if bm else 0,   # row blocks after which rows % SEQ_LEN repeat
             "total_tiles": tiles_m * tiles_n,
             "regfile": _i(c, "PRODUCER_REGS", 40) * 128 + _i(c, "CONSUMER_REGS", 232) * 128 * nc,
         }
@@ -149,8 +143,7 @@ class Spec(KernelSpec):
         pp, store_tma, extra_tma = _i(c, "PINGPONG", 0), _i(c, "STORE_TMA", 1), _i(c, "EXTRA_TMA", 0)
         creg, preg = _i(c, "CONSUMER_REGS", 232), _i(c, "PRODUCER_REGS", 40)
         for flag in ("PINGPONG", "STORE_TMA", "EXTRA_TMA", "SNAKE_ORDER", "BUG_POS_OFF_BY_ONE",
-                     "GELU_F16X2", "CLUSTER_RELEASE", "BIAS_ACC", "GELU_H2", "EPI_DIRECT", "SHARED_STAGING", "PREFETCH_A",
-                     "X_RESIDENT"):
+                     "GELU_F16X2", "CLUSTER_RELEASE", "BIAS_ACC", "GELU_H2", "EPI_DIRECT", "SHARED_STAGING", "PREFETCH_A"):
             if _i(c, flag, 0) not in (0, 1):
                 return f"{flag} must be 0 or 1"
         if _i(c, "DIAG", 0) not in (0, 1, 2):
@@ -242,17 +235,6 @@ class Spec(KernelSpec):
             if d["acc_regs"] + held > creg - ACC_REG_HEADROOM:
                 return (f"EPI_DIRECT: {d['acc_regs']} accumulators + {held} prefetched operand registers leave "
                         f"less than {ACC_REG_HEADROOM} of CONSUMER_REGS={creg} (ptxas spills)")
-        if _i(c, "X_RESIDENT", 0):
-            if not (epi == "BIAS_POS" and _i(c, "SHARED_STAGING", 0) and extra_tma and N % bn == 0):
-                return ("X_RESIDENT=1 (the combined tile kept per class of row blocks) needs EPILOGUE=BIAS_POS, "
-                        "SHARED_STAGING=1, EXTRA_TMA=1 and BLOCK_N dividing N")
-            if cm == 4:
-                return "X_RESIDENT=1 with CLUSTER_M=4: 30 clusters fit, not a multiple of the column blocks"
-            if d["tiles_m"] % (d["seq_period"] * cm):
-                return (f"X_RESIDENT=1: {d['tiles_m']} row blocks do not split into classes of "
-                        f"{d['seq_period']} x CLUSTER_M={cm}")
-            if (dev.sm_count // cm) < d["tiles_n"]:
-                return f"X_RESIDENT=1 needs at least {d['tiles_n']} clusters (one per column block)"
         if slots not in (0, 1, 2, 3, 4):
             return "EPI_SLOTS must be 0..4"
         if slots and not (store_tma and not extra_tma):
@@ -311,10 +293,7 @@ class Spec(KernelSpec):
         else:
             tm_x = tm_c  # unused by BIAS_GELU
             extra, bias = Buffer("bias"), Buffer("bias")
-        clusters = min(device.sm_count, d["total_tiles"]) // cm
-        if _i(c, "X_RESIDENT", 0):   # the clusters split evenly over the column blocks (the kernel traps otherwise)
-            clusters -= clusters % d["tiles_n"]
-        grid = clusters * cm
+        grid = (min(device.sm_count, d["total_tiles"]) // cm) * cm
         return Launch(
             grid=(grid, 1, 1),
             block=(d["threads"], 1, 1),
