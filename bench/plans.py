@@ -551,6 +551,40 @@ PLANS["diag_sustained"] = {"timing": {"warmup": 10, "alternate": 60},
                            "problems": {"patch_embed": {"problem": PATCH, "jobs": DIAG_JOBS}}}
 
 
+# cm2_*: W multicast (CLUSTER_M=2) on the final configs and its neighbours. The DIAG runs showed every config
+# power-limited (patch_embed at 1.40-1.47 GHz even after 10 s idle) with time ~ 1 / (SMs x clock): multicast
+# halves W's L2 -> SM traffic, lowers the power and raises the clock
+PE_CM2 = {**PE_SS4, **CR}
+CM2_JOBS = {
+    "patch_embed": [JP({**PE_CM2, **D1}), JP({**PE_SS4, **D1}), JP({**PE_CM2, "GROUP_M": 4, **D1}),
+                    JP({**PE_CM2, "GROUP_M": 16, **D1}), JP({**PE_CM2, "EXTRA_TMA": 0, "EPI_BATCH": 0, **D1}),
+                    JP({**PE_CM2, "SNAKE_ORDER": 1, **D1}), JP({**PE_CM2, "L2_PROMO": 256, **D1}),
+                    JP({**PE_CM2, "N_STAGES": 3, **D1})],
+    "fc1": [JP({**FC1_BEST, **D1}), JP({**FC1_BEST, **CR, **D1})],
+    "fc2": [JP({**FC2_PP4, **D1}), JP({**FC2_PP4, **CR, **D1})],
+}
+_PROBS = {"patch_embed": PATCH, "fc1": FC1, "fc2": FC2}
+PLANS["cm2_burst"] = {"timing": {"warmup": 3, "alternate": 10, "idle_s": 10},
+                      "problems": {k: {"problem": _PROBS[k], "jobs": v} for k, v in CM2_JOBS.items()}}
+PLANS["cm2_sustained"] = {"timing": {"warmup": 10, "alternate": 100},
+                          "problems": {k: {"problem": _PROBS[k], "jobs": v} for k, v in CM2_JOBS.items()}}
+
+
+# final3: patch_embed with W multicast (CLUSTER_M=2, the cm2 winner) next to the final configs of every shape; paired
+# timing, sustained (run twice in one device call) and burst (with the SM clock each launch ran at)
+PLANS["final3"] = {
+    "timing": {"warmup": 10, "alternate": 200},
+    "problems": {
+        "patch_embed": {"problem": PATCH, "jobs": [
+            JP(PE_CM2), JP(PE_SS4), JP({**PE_CM2, "BUG_POS_OFF_BY_ONE": 1}, time=False, expect_fail=True)]},
+        "fc1": {"problem": FC1, "jobs": [JP(FC1_BEST)]},
+        "fc2": {"problem": FC2, "jobs": [JP(FC2_PP4)]},
+    },
+}
+PLANS["final3_burst"] = {"timing": {"warmup": 3, "alternate": 10, "idle_s": 10},
+                         "problems": {"patch_embed": {"problem": PATCH, "jobs": [JP({**PE_CM2, **D1}), JP({**PE_SS4, **D1})]}}}
+
+
 def main(name):
     from harness import build, SPEC
     plan = PLANS[name]

@@ -1,11 +1,11 @@
 #!/bin/bash
 # On the device: the benchmark (best configs of each shape vs cuBLAS, one process; plan PLAN, default
-# final_alt2 = paired timing) + an ncu look
+# final3 = paired timing) + an ncu look
 # at the patch_embed kernel. Writes $OUT/results.md, $OUT/full.log, $OUT/ncu.txt.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader > "$OUT/gpu.txt"
-PLAN=${PLAN:-final_alt2}
+PLAN=${PLAN:-final3}
 # SM clock and power every 100 ms while the benchmark runs: these kernels are power-limited (1.36-1.60 GHz under ncu)
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 > "$OUT/clocks.csv" &
 SMI=$!

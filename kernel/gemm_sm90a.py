@@ -177,8 +177,11 @@ class Spec(KernelSpec):
         if pp and st > K // BLOCK_K:
             return f"PINGPONG needs N_STAGES <= K/BLOCK_K = {K // BLOCK_K} (mbarrier parity)"
         cm = _i(c, "CLUSTER_M", 1)
-        if cm not in (1, 2, 4):
-            return "CLUSTER_M must be 1, 2 or 4"
+        if cm == 4:   # the kernel builds it; kept out of the model: 30 clusters of 4 fit on an H200 (120 of 132
+            # SMs) and it measured no faster than CLUSTER_M=1 (bench/logs/diag_*_h200.log)
+            return "CLUSTER_M=4 leaves SMs idle (30 clusters of 4 fit on an H200): use 1 or 2"
+        if cm not in (1, 2):
+            return "CLUSTER_M must be 1 or 2"
         if d["tiles_m"] % cm:
             return f"{d['tiles_m']} row blocks do not pair up in clusters of {cm}"
         if (bn // cm) % 8:

@@ -117,6 +117,8 @@ def test_rejections_have_reasons():
     assert "SHARED_STAGING" in SPEC.check({"SHARED_STAGING": 1}, P)                          # needs ping-pong
     assert "SHARED_STAGING" in SPEC.check({**pp192, "N_STAGES": 2, "EPI_SLOTS": 2, "SHARED_STAGING": 1}, P)
     assert SPEC.check({"MMA_INFLIGHT": 2}, P) is None and "MMA_INFLIGHT" in SPEC.check({"MMA_INFLIGHT": 3}, P)
+    assert "SMs idle" in SPEC.check({"CLUSTER_M": 4}, P)
+    assert SPEC.check({"DIAG": 1}, P) is None and "DIAG" in SPEC.check({"DIAG": 3}, P)
 
 
 def test_partial_column_block_model():
@@ -262,6 +264,17 @@ def test_cluster_release_has_no_gpu_scope_fence_in_the_loop():
     src = (ROOT / "kernel" / "gemm_sm90a.cu").read_text()
     body = src.split("mbar_arrive_cluster_cta(uint32_t bar, uint32_t cta) {", 1)[1].split("}", 2)[0]
     assert "mbarrier.arrive.shared::cluster.b64" in body and "release.cluster" not in body
+
+
+def test_diag_build_records_clocks_and_can_drop_the_wgmmas():
+    """DIAG=1 adds the per-launch clock record the bench harness reads (gemm_diag); DIAG=2 leaves the QGMMAs out."""
+    P = study("patch_embed")["problem"]
+    cfg = {"PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 4, "EXTRA_TMA": 1, "EPI_BATCH": 8, "MMA_INFLIGHT": 2,
+           "SHARED_STAGING": 1}
+    plain, diag1, diag2 = (nvrtc_build({**cfg, **d}, P) for d in ({}, {"DIAG": 1}, {"DIAG": 2}))
+    assert plain[0] and diag1[0] and diag2[0]
+    assert b"gemm_diag_count" not in plain[2] and b"gemm_diag_count" in diag1[2]
+    assert len(diag2[2]) < len(diag1[2])   # no wgmma code
 
 
 def test_smem_model_mismatch_is_a_compile_error():
