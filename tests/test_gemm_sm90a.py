@@ -284,24 +284,22 @@ def test_smem_model_mismatch_is_a_compile_error():
 
 
 # ------------------------------------------------------------------ device (gpu)
-@pytest.mark.gpu
-@pytest.mark.parametrize("epi,n,k", [("BIAS_POS", 768, 768), ("BIAS_GELU", 3072, 768), ("BIAS_RESIDUAL", 768, 3072)])
-def test_device_correctness(epi, n, k):
-    """Standalone harness (bench/harness.py) until tuner's worker runs specs: exact small-int
-    and random inputs, poisoned output; the off-by-one variant must be caught."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no GPU")
-    sys.path.insert(0, str(ROOT / "bench"))
-    import harness
+DEVICE_PROBLEMS = [("BIAS_POS", 768, 768), ("BIAS_GELU", 3072, 768), ("BIAS_RESIDUAL", 768, 3072)]
 
+
+def device_jobs(epi, n, k):
+    """The problem and the configs test_device_correctness runs: defaults, ping-pong, multicast, rings, partial
+    column blocks, the split release + shared staging, and the off-by-one variants that must be caught."""
     P = {"M": 196 * 256, "N": n, "K": k, "EPILOGUE": epi, "SEQ_LEN": 196}
     jobs = [{"config": {}, "time": False}, {"config": {"PINGPONG": 1, "BLOCK_M": 64, "N_STAGES": 4}, "time": False},
             {"config": {"CLUSTER_M": 2}, "time": False}]
     jobs.append({"config": {"N_STAGES": 4, "EPI_SLOTS": 2}, "time": False})
     t160 = {"BLOCK_N": 160, "N_STAGES": 5, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1}   # partial last column block
     jobs.append({"config": t160, "time": False})
-    jobs.append({"config": {"BLOCK_N": 160, "N_STAGES": 4, "PINGPONG": 1}, "time": False})
+    # the 32-column register tail of a 160-column tile: with the operand read from global per word it spills
+    # (BIAS_POS / BIAS_RESIDUAL take it through TMA, the tail's words still from global)
+    tail_operand = {} if epi == "BIAS_GELU" else {"EXTRA_TMA": 1}
+    jobs.append({"config": {"BLOCK_N": 160, "N_STAGES": 4, "PINGPONG": 1, **tail_operand}, "time": False})
     if epi == "BIAS_GELU":
         jobs.append({"config": {**t160, "BIAS_ACC": 1, "GELU_H2": 1}, "time": False})
         jobs.append({"config": {"GELU_F16X2": 1}, "time": False})
@@ -325,9 +323,33 @@ def test_device_correctness(epi, n, k):
         pp["BIAS_ACC"] = 1
     jobs += [{"config": pp, "time": False}, {"config": {**pp, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1}, "time": False},
              {"config": {"MMA_INFLIGHT": 2, "PREFETCH_A": 1}, "time": False},
-             {"config": {"BLOCK_N": 160, "N_STAGES": 5, "PINGPONG": 1, "SHARED_STAGING": 1}, "time": False}]
+             {"config": {"BLOCK_N": 160, "N_STAGES": 5, "PINGPONG": 1, "SHARED_STAGING": 1, **tail_operand},
+              "time": False}]
     if epi == "BIAS_POS":
         jobs.append({"config": {**pp, "BUG_POS_OFF_BY_ONE": 1}, "time": False, "expect_fail": True})
+    return P, jobs
+
+
+@pytest.mark.parametrize("epi,n,k", DEVICE_PROBLEMS)
+def test_device_jobs_are_valid_configs(epi, n, k):
+    """Every config the device test runs is one the model accepts (an invalid one is reported, not run)."""
+    P, jobs = device_jobs(epi, n, k)
+    for job in jobs:
+        assert SPEC.check(job["config"], P) is None, (job["config"], SPEC.check(job["config"], P))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("epi,n,k", DEVICE_PROBLEMS)
+def test_device_correctness(epi, n, k):
+    """Standalone harness (bench/harness.py) until tuner's worker runs specs: exact small-int
+    and random inputs, poisoned output; the off-by-one variant must be caught."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    sys.path.insert(0, str(ROOT / "bench"))
+    import harness
+
+    P, jobs = device_jobs(epi, n, k)
     res = harness.run_problem(torch, epi, P, jobs, {"cublas": False}, np.random.default_rng(0), print)
     for job, r in zip(jobs, res):
         assert r.get("status") is None, r
