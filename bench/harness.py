@@ -87,12 +87,6 @@ class Kernel:
         self.max_clusters = None
         if self.cfg.numAttrs:
             self.max_clusters = ck(drv.cuOccupancyMaxActiveClusters(self.fn, self.cfg))
-            # a persistent grid must be co-resident: clusters that do not fit would run after the others
-            cm = launch.cluster[0]
-            if self.max_clusters * cm < self.cfg.gridDimX:
-                print(f"grid {self.cfg.gridDimX} -> {self.max_clusters * cm} ({self.max_clusters} clusters of {cm} fit)",
-                      file=sys.stderr)
-                self.cfg.gridDimX = self.max_clusters * cm
 
     def __call__(self, stream=0):
         drv = _drv()

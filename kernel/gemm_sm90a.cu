@@ -939,8 +939,9 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
         for (int kk = 0; kk < BLOCK_K / MMA_K; ++kk) {
 #pragma unroll
           for (int mi = 0; mi < WG_M_TILES; ++mi)
-            if (DIAG != 2) Wgmma<BLOCK_N>::mma(acc[mi], smem_desc(a + mi * 64 * BLOCK_K + kk * MMA_K),
-                                smem_desc(b + kk * MMA_K), (BIAS_ACC || EPI_DIRECT || k > 0 || kk > 0) ? 1u : 0u);
+            if (DIAG != 2)
+              Wgmma<BLOCK_N>::mma(acc[mi], smem_desc(a + mi * 64 * BLOCK_K + kk * MMA_K),
+                                  smem_desc(b + kk * MMA_K), (BIAS_ACC || EPI_DIRECT || k > 0 || kk > 0) ? 1u : 0u);
 #if MMA_INFLIGHT == 2
           if (kk == SPLIT_K32 - 1) {
             // this block's first k32 step(s) are queued on the tensor pipe: wait for everything before them
