@@ -25,7 +25,7 @@ from tuner.study_file import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = [
-    ("pnpoly RTX 3090 (Kernel Tuner)", None, ROOT.parent / "shared/datasets/kernel_tuner/pnpoly_RTX_3090.json.gz", 100),
+    ("pnpoly RTX 3090 (Kernel Tuner)", None, ROOT / "tests/data/kernel_tuner/pnpoly_RTX_3090.json.gz", 100),
     ("patch_embed H200 (ours)", ROOT / "studies/patch_embed_sm90a_grid.toml",
      ROOT / "studies/recorded/patch_embed_sm90a_grid_h200.csv", 40),
 ]

@@ -32,7 +32,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DATASETS = ROOT.parent / "shared" / "datasets" / "kernel_tuner"
+DATASETS = ROOT / "tests" / "data" / "kernel_tuner"
 POSTGRES_URL = os.environ.get("TUNER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 

@@ -16,7 +16,6 @@ appear in the failure breakdown.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime as _dt
 import hashlib
@@ -577,7 +576,6 @@ def render_study_page(data: StudyData, plotly_js: str, footer: str, index_href: 
     n_complete = len(data.complete)
     parts: list[str] = []
 
-    problem = attrs.get("problem") if isinstance(attrs.get("problem"), dict) else {}
     summary = (f"{_e(attrs.get('shape', '–'))} · {_e(attrs.get('arch', '–'))} · {_e(_device_name(attrs))}"
                f" · {len(df)} trials")
     if index_href:

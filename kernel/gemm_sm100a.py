@@ -54,7 +54,7 @@ import numpy as np
 
 from tuner.errors import UserError
 from tuner.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32, random_fp8
-from tuner.spec import Buffer, DeviceInfo, KernelSpec, Launch, OutputSpec, Scalar, TensorMap
+from tuner.spec import EXPECTED, Buffer, DeviceInfo, KernelSpec, Launch, OutputSpec, ReferenceKernel, Scalar, TensorMap
 
 # fixed by the design
 TM = 128  # rows per CTA = TMEM lanes
@@ -401,6 +401,24 @@ class Spec(KernelSpec):
             res = bf16_to_f32(inputs["residual"][rows]).astype(np.float64)
             out = acc + bias[None, :] + res
         return out.astype(np.float32)
+
+    def reference_kernel(self, problem) -> ReferenceKernel:
+        """kernel/gemm_reference.cu (shared with gemm_sm90a): :meth:`reference`'s math for
+        every row in FP32; BIAS_POS adds bias and pos_embed (not the BF16 combined table)."""
+        m, n, k, epilogue, seq = self._prob(problem)
+        addend = {"BIAS_POS": Buffer("pos_embed"), "BIAS_RESIDUAL": Buffer("residual")}.get(epilogue, Scalar("uint64", 0))
+        tile = 128   # REF_TILE of the .cu
+        return ReferenceKernel(
+            source="gemm_reference.cu",
+            kernel_name="gemm_reference_fp8",
+            launch=Launch(
+                grid=(-(-n // tile), -(-m // tile), 1),
+                block=(256, 1, 1),
+                args=[Buffer("A"), Buffer("W"), Buffer("bias"), addend, Scalar("int32", seq if epilogue == "BIAS_POS" else m),
+                      Scalar("int32", int(epilogue == "BIAS_GELU")), Buffer(EXPECTED),
+                      Scalar("int32", m), Scalar("int32", n), Scalar("int32", k)],
+            ),
+        )
 
     def check_rows(self, problem) -> int:
         return 64

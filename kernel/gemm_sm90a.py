@@ -18,12 +18,14 @@ import numpy as np
 
 from tuner.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32, E4M3_TO_F32
 from tuner.spec import (
+    EXPECTED,
     Buffer,
     DeviceInfo,
     KernelSpec,
     Launch,
     OutputSpec,
-    Scalar,  # noqa: F401  (part of the contract; no scalars needed here)
+    ReferenceKernel,
+    Scalar,
     TensorMap,
 )
 
@@ -362,6 +364,39 @@ class Spec(KernelSpec):
                    + bf16_to_f32(inputs["residual"][rows]).astype(np.float64))
         return acc.astype(np.float32)
 
+    def baseline(self, problem, buffers, stream):
+        """cuBLAS FP8 GEMM-only on the same A and W (torch._scaled_mm, unit scales, BF16 out).
+
+        The epilogue is left out: the fused kernel is compared with the bare GEMM it replaces
+        plus more. Needs PyTorch with CUDA in the GPU worker; None without it.
+        """
+        try:
+            import torch
+        except ImportError:
+            return None
+        M, N, K, epi, seq = self._prob(problem)
+
+        def device_array(name, shape):
+            class _View:  # a raw device allocation, seen by torch without a copy
+                __cuda_array_interface__ = {"shape": shape, "typestr": "|u1", "data": (buffers[name], False), "version": 3}
+            return torch.as_tensor(_View(), device="cuda").view(torch.float8_e4m3fn)
+
+        a, w = device_array("A", (M, K)), device_array("W", (N, K))
+        one = torch.ones((), device="cuda", dtype=torch.float32)
+        on_stream = torch.cuda.ExternalStream(stream)
+
+        def gemm():
+            with torch.cuda.stream(on_stream):
+                torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        return gemm
+
+    def reference_kernel(self, problem):
+        """kernel/gemm_reference.cu computes :meth:`reference`'s math for every row in FP32."""
+        M, N, K, epi, seq = self._prob(problem)
+        return gemm_reference_kernel(M, N, K, epi, seq, bias=None if epi == "BIAS_POS" else "bias",
+                                     addend={"BIAS_POS": "combined", "BIAS_RESIDUAL": "residual"}.get(epi))
+
     def check_rows(self, problem):
         return 256
 
@@ -379,6 +414,27 @@ class Spec(KernelSpec):
         if epi == "BIAS_RESIDUAL":
             b += 2 * M * N
         return float(b)
+
+
+def gemm_reference_kernel(M: int, N: int, K: int, epilogue: str, seq: int, bias: str | None,
+                          addend: str | None) -> ReferenceKernel:
+    """The plain FP32 reference of an FP8 GEMM + epilogue: v = A W^T (+ bias[col])
+    (+ addend[row % rows, col]), then GELU for BIAS_GELU; ``addend`` rows: SEQ_LEN
+    (a position table) or M (a residual). Shared by the sm_90a and sm_100a specs."""
+    tile = 128   # REF_TILE of the .cu
+    addend_rows = seq if epilogue == "BIAS_POS" else M
+    pointer = lambda name: Buffer(name) if name else Scalar("uint64", 0)  # noqa: E731
+    return ReferenceKernel(
+        source="gemm_reference.cu",
+        kernel_name="gemm_reference_fp8",
+        launch=Launch(
+            grid=(-(-N // tile), -(-M // tile), 1),
+            block=(256, 1, 1),
+            args=[Buffer("A"), Buffer("W"), pointer(bias), pointer(addend), Scalar("int32", addend_rows),
+                  Scalar("int32", int(epilogue == "BIAS_GELU")), Buffer(EXPECTED),
+                  Scalar("int32", M), Scalar("int32", N), Scalar("int32", K)],
+        ),
+    )
 
 
 # ---------------------------------------------------------------- input generators

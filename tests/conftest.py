@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-PNPOLY = SHARED / "datasets" / "kernel_tuner" / "pnpoly_RTX_3090.json.gz"
+DATA = ROOT / "tests" / "data"
+KERNEL_TUNER_CACHES = DATA / "kernel_tuner"  # recorded Kernel Tuner spaces (MIT, see LICENSE there)
+PNPOLY = KERNEL_TUNER_CACHES / "pnpoly_RTX_3090.json.gz"
 FAKE_BACKEND = f"{ROOT / 'tests' / 'fake_backend.py'}:FakeBackend"
 POSTGRES_URL = os.environ.get("TUNER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -49,5 +50,5 @@ def unique_name():
 @pytest.fixture
 def pnpoly():
     if not PNPOLY.is_file():
-        pytest.fail(f"shared dataset missing: {PNPOLY}")
+        pytest.fail(f"test dataset missing: {PNPOLY}")
     return PNPOLY

@@ -1,36 +1,79 @@
-"""A worker backend without a GPU, for testing the supervisor's fault handling.
+"""A worker backend without a GPU: the measurement protocol runs on it unchanged.
 
 It really runs in the worker process and really misbehaves: PLANT_HANG=1 spins
 forever, CRASH=1 kills the process (like a segfault in the driver would), STICKY=1
-reports a poisoned context. Otherwise its time is a smooth function of the config.
+reports a poisoned context, PLANT_BUG=1 gives a wrong output. Otherwise a config's
+time is a smooth function of its values, times a clock that drifts slowly (a sine of
+``FAKE_DRIFT`` amplitude over ``FAKE_DRIFT_PERIOD`` launches, as a power-capped GPU's
+does) with ``FAKE_NOISE`` relative noise per launch.
 """
 
+import math
 import os
 import time
 
+import numpy as np
+
+from tuner.measure import LaunchFailed
 from tuner.record import Measurement
 
 
-class FakeBackend:
-    def hello(self):
-        return {"name": "Fake GPU", "sm_count": 4, "cc": [9, 0], "max_smem_per_block": 232448, "driver": 0, "pid": os.getpid()}
+def base_ms(config: dict) -> float:
+    return 1.0 + 0.1 * sum(v for v in config.values() if isinstance(v, int) and not isinstance(v, bool)) / 100
 
-    def measure(self, job, channel):
-        config = job["config"]
-        channel.ready()
-        if config.get("PLANT_HANG"):
+
+class FakeBackend:
+    def __init__(self):
+        self.drift = float(os.environ.get("FAKE_DRIFT", "0.05"))
+        self.period = float(os.environ.get("FAKE_DRIFT_PERIOD", "2000"))
+        self.noise = float(os.environ.get("FAKE_NOISE", "0.002"))
+        self.rng = np.random.default_rng(int(os.environ.get("FAKE_SEED", "0")))
+        self.launches = 0
+
+    def hello(self):
+        return {"name": "Fake GPU", "sm_count": 4, "cc": [9, 0], "max_smem_per_block": 232448, "driver": 0,
+                "pid": os.getpid(), "uuid": "GPU-fake"}
+
+    def prepare(self, spec, problem, seed):
+        pass
+
+    def load(self, spec, config, problem, cubin_path):
+        return dict(config)
+
+    def load_baseline(self, spec, problem):
+        return {"BASELINE_MS": 1.2}
+
+    def unload(self, handle):
+        pass
+
+    def check(self, handle, spec, problem, check_rows, seed):
+        if handle.get("PLANT_HANG"):
             while True:  # a kernel that never finishes
                 time.sleep(0.01)
-        if config.get("CRASH"):
+        if handle.get("CRASH"):
             os._exit(77)
-        if config.get("STICKY"):
-            return Measurement("launch_error", reason="CUDA_ERROR_ILLEGAL_ADDRESS"), True
+        if handle.get("STICKY"):
+            raise LaunchFailed("CUDA_ERROR_ILLEGAL_ADDRESS", restart=True)
         time.sleep(float(os.environ.get("FAKE_TRIAL_DELAY_S", "0")))
-        ms = 1.0 + 0.1 * sum(v for v in config.values() if isinstance(v, int)) / 100
-        blocks = []
-        repeats, block = job.get("repeats", 20), job.get("block", 10)
-        for step in range((repeats + block - 1) // block):
-            blocks.append(ms)
-            if channel.block(step, ms):
-                return Measurement("pruned_slow", reason="stopped", blocks=blocks), False
-        return Measurement("ok", ms=ms, blocks=blocks), False
+        if handle.get("PLANT_BUG"):
+            return Measurement("mismatch", reason="row 0 col 1: got 2, expected 1")
+        return Measurement("ok", checksum=1.0, max_err=0.01)
+
+    def clock(self) -> float:
+        """Relative speed of the fake GPU right now (1 = nominal)."""
+        return 1.0 + self.drift * math.sin(2 * math.pi * self.launches / self.period)
+
+    def time(self, handles, rounds):
+        times = []
+        for r in range(rounds):
+            row = [0.0] * len(handles)
+            for j in range(len(handles)):
+                i = (r + j) % len(handles)
+                nominal = handles[i].get("BASELINE_MS") or base_ms(handles[i])
+                row[i] = nominal * self.clock() * (1.0 + self.noise * self.rng.standard_normal())
+                self.launches += 1
+            times.append(row)
+        return times
+
+    def sensors(self):
+        return {"sm_clock_mhz": round(1500 / self.clock())}

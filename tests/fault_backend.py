@@ -1,5 +1,5 @@
 """The worker double of tests/fake_backend.py, plus a marker: ``FAULT_MARK_DIR/<pid>``
-exists while a measurement is in progress, so a test can kill the worker mid-trial."""
+exists while a config is being checked, so a test can kill the worker mid-trial."""
 
 import os
 import sys
@@ -10,10 +10,10 @@ from fake_backend import FakeBackend  # noqa: E402
 
 
 class MarkingBackend(FakeBackend):
-    def measure(self, job, channel):
+    def check(self, handle, spec, problem, check_rows, seed):
         mark = Path(os.environ["FAULT_MARK_DIR"]) / str(os.getpid())
-        mark.write_text(str(job["config"]))
+        mark.write_text(str(handle))
         try:
-            return super().measure(job, channel)
+            return super().check(handle, spec, problem, check_rows, seed)
         finally:
             mark.unlink(missing_ok=True)

@@ -4,8 +4,9 @@ import csv
 import json
 
 import optuna
+import pytest
 
-from tests.conftest import FAKE_BACKEND, ROOT, tuner
+from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"
 FAKE = {"TUNER_WORKER_BACKEND": FAKE_BACKEND}
@@ -34,8 +35,10 @@ def test_run_best_status_export_notes_artifacts(tmp_path, cache_dir):
     run = tuner("run", STUDY, "--storage", db, "--trials", 6, "--json", "--cache-dir", cache_dir, "--artifacts", art, env=FAKE)
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout.strip().splitlines()[-1])
-    assert set(summary) == {"study", "storage", "trials", "statuses", "best"}
+    assert set(summary) == {"study", "storage", "trials", "statuses", "best", "confirmed"}
     assert summary["trials"] == 6 and summary["best"]["flags"].startswith("-DM_DIM=2048")
+    confirmed = summary["confirmed"]  # the top configs re-measured against each other at the end of the run
+    assert confirmed["winner"] in confirmed["tied"] and len(confirmed["standings"]) >= 2
 
     study = optuna.load_study(study_name="example_sgemm", storage=db)
     assert study.user_attrs["device_name"] == "Fake GPU" and study.user_attrs["source_hash"]
@@ -50,7 +53,8 @@ def test_run_best_status_export_notes_artifacts(tmp_path, cache_dir):
 
     header = tmp_path / "best.h"
     best = tuner("best", "--study", "example_sgemm", "--storage", db, "--header", header)
-    assert best.returncode == 0 and best.stdout.strip() == summary["best"]["flags"]
+    winner = next(r for r in confirmed["standings"] if r["trial"] == confirmed["winner"])
+    assert best.returncode == 0 and best.stdout.strip() == winner["flags"]
     text = header.read_text()
     assert "#define BLOCK " in text and "#ifndef THREAD_TILE" in text
 
@@ -203,3 +207,58 @@ def test_bad_search_start_is_one_line_and_stores_nothing(tmp_path, cache_dir):
         assert run.returncode == 2 and message in run.stderr, run.stderr
         assert len(run.stderr.strip().splitlines()) == 1
     assert not db.exists() or optuna.get_all_study_summaries(f"sqlite:///{db}") == []
+
+
+def test_workers_honour_every_setting_of_the_run(tmp_path):
+    """`--workers 2` hands the run's settings to both workers: here the warm start."""
+    from tuner.storage import open_storage
+
+    url = str(tmp_path / "store.log")
+    first = tuner("run", "--replay", PNPOLY, "--storage", url, "--study-name", "src", "--trials", 10, "--seed", 1, "--json")
+    assert first.returncode == 0, first.stderr
+    run = tuner("run", "--replay", PNPOLY, "--storage", url, "--study-name", "dst", "--trials", 6, "--workers", 2,
+                "--warm-start", "src", "--warm-start-top", 3, "--seed", 5, "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.splitlines()[-1])["workers"] == 2
+    storage = open_storage(url)
+    source = optuna.load_study(study_name="src", storage=storage)
+    top3 = {tuple(sorted(t.params.items())) for t in sorted(
+        source.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)), key=lambda t: t.value)[:3]}
+    target = optuna.load_study(study_name="dst", storage=storage)
+    assert target.user_attrs["warm_started_from"] == ["src"]
+    warm = [t for t in target.trials if "warm_started_from" in t.user_attrs]
+    assert {tuple(sorted(t.params.items())) for t in warm} == top3
+    # measured (the pruner may stop one that is significantly slower than the best), none left waiting
+    assert all(t.state.is_finished() and t.value is not None for t in warm)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--trials", 0), "--trials must be >= 1, got 0"),
+        (("--trials", -3), "--trials must be >= 1, got -3"),
+        (("--trials", "ten"), "--trials must be an integer, got 'ten'"),
+        (("--timeout-min", 0), "--timeout-min must be > 0, got 0.0"),
+        (("--timeout-min", -1), "--timeout-min must be > 0, got -1.0"),
+        (("--timeout-min", "nan"), "--timeout-min must be a finite number, got nan"),
+        (("--workers", 0), "--workers must be >= 1, got 0"),
+        (("--workers", -2), "--workers must be >= 1, got -2"),
+        (("--warm-start-top", -1), "--warm-start-top must be >= 1, got -1"),
+        (("--seed", -1), "--seed must be >= 0, got -1"),
+        (("--seed", 2**32), f"--seed must be <= {2**32 - 1}, got {2**32}"),
+        (("--sampler", "annealing"), "--sampler 'annealing' unknown; expected one of tpe, gp, random, grid"),
+    ],
+)
+def test_bad_numbers_on_the_command_line_are_one_line_exit_2(tmp_path, args, message):
+    result = tuner("run", "--replay", PNPOLY, "--storage", tmp_path / "s.log", *args)
+    assert result.returncode == 2 and result.stderr == f"tuner: error: {message}\n", result.stderr
+    assert not (tmp_path / "s.log").exists()  # refused before a study is made
+
+
+def test_worker_and_check_flags_follow_the_same_rules(tmp_path):
+    worker = tuner("worker", "--replay", PNPOLY, "--storage", tmp_path / "s.log", "--seed", -1)
+    assert worker.returncode == 2 and worker.stderr == "tuner: error: --seed must be >= 0, got -1\n"
+    check = tuner("check", STUDY, "--jobs", 0)
+    assert check.returncode == 2 and check.stderr == "tuner: error: --jobs must be >= 1, got 0\n"
+    handed = tuner("worker", "--replay", PNPOLY, "--storage", tmp_path / "s.log", env={"TUNER_OPTIONS": '{"trials": 0}'})
+    assert handed.returncode == 2 and handed.stderr == "tuner: error: $TUNER_OPTIONS trials must be >= 1, got 0\n"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import os
 import re
 import shutil
 import subprocess

@@ -35,14 +35,12 @@ def valid_configs(name):
 
 
 def nvrtc_build(config, problem, extra=None):
-    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
-    sys.path.insert(0, str(ROOT / "bench"))
-    from nvrtc_build import nvrtc_compile
+    """The engine's NVRTC build of a config, with ``extra`` defines (kernel-side asserts): (ok, log, cubin, stats)."""
+    from tuner.compile import SourceBundle, _nvrtc_compile, compile_options, parse_ptxas
 
-    defines = SPEC.defines(config, problem)
-    defines.update(extra or {})
-    del nvrtc
-    return nvrtc_compile(defines)
+    options = compile_options(SPEC, config, problem, "sm_90a") + [f"-D{k}={v}" for k, v in (extra or {}).items()]
+    ok, log, cubin = _nvrtc_compile(SourceBundle.load(SPEC.source_path), options)
+    return ok, log, cubin, parse_ptxas(log)
 
 
 # ------------------------------------------------------------------ model / study files
@@ -235,7 +233,7 @@ def test_nvrtc_build_sm90a(name, cfg):
     assert ok, log[-2000:]
     assert len(cubin) > 0
     assert stats["regs"] is not None and stats["regs"] <= 255
-    assert (stats["spill_stores"] or 0) == 0 and (stats["spill_loads"] or 0) == 0, log
+    assert (stats["spills"] or 0) == 0, log
 
 
 def test_model_and_ptxas_agree_on_register_limit():
@@ -244,7 +242,7 @@ def test_model_and_ptxas_agree_on_register_limit():
     cfg = {"BLOCK_M": 256, "BLOCK_N": 256, "STORE_TMA": 0, "N_STAGES": 2}
     assert "accumulator" in SPEC.check(cfg, P)
     ok, log, _, stats = nvrtc_build(cfg, P)
-    assert ok and (stats["spill_stores"] or 0) > 0
+    assert ok and (stats["spills"] or 0) > 0
 
 
 def test_model_and_ptxas_agree_on_192_accumulator_epilogues():
@@ -253,9 +251,9 @@ def test_model_and_ptxas_agree_on_192_accumulator_epilogues():
     cfg = {"PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 3}
     assert "BIAS_ACC" in SPEC.check(cfg, P)
     ok, log, _, stats = nvrtc_build(cfg, P)
-    assert ok and (stats["spill_stores"] or 0) > 0
+    assert ok and (stats["spills"] or 0) > 0
     ok, log, _, stats = nvrtc_build({**cfg, "BIAS_ACC": 1}, P)
-    assert ok and (stats["spill_stores"] or 0) == 0, log
+    assert ok and (stats["spills"] or 0) == 0, log
 
 
 def test_cluster_release_has_no_gpu_scope_fence_in_the_loop():
@@ -340,17 +338,22 @@ def test_device_jobs_are_valid_configs(epi, n, k):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("epi,n,k", DEVICE_PROBLEMS)
-def test_device_correctness(epi, n, k):
-    """Standalone harness (bench/harness.py) until tuner's worker runs specs: exact small-int
-    and random inputs, poisoned output; the off-by-one variant must be caught."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no GPU")
-    sys.path.insert(0, str(ROOT / "bench"))
-    import harness
+@pytest.mark.parametrize("inputs", ["small_int", "random"])
+def test_device_correctness(epi, n, k, inputs, tmp_path):
+    """Through the engine's evaluator and worker: exact small-int and random inputs, poisoned output;
+    the off-by-one variants must be caught."""
+    from tuner.gpu import GpuEvaluator
+    from tuner.study_file import MeasureSettings
 
     P, jobs = device_jobs(epi, n, k)
-    res = harness.run_problem(torch, epi, P, jobs, {"cublas": False}, np.random.default_rng(0), print)
-    for job, r in zip(jobs, res):
-        assert r.get("status") is None, r
-        assert r["ok"] != job.get("expect_fail", False), r
+    P = {**P, "INPUT_KIND": inputs}
+    evaluator = GpuEvaluator(SPEC, P, "sm_90a", MeasureSettings(warmup=1, repeats=10, min_pairs=10, timeout_s=20),
+                             cache_dir=tmp_path)
+    evaluator.start()
+    try:
+        for job in jobs:
+            m = evaluator.evaluate(job["config"], {**SPEC.params, **job["config"]}, lambda step, value, samples: False)
+            expected = "mismatch" if job.get("expect_fail") else "ok"
+            assert m.status == expected, (job["config"], m.status, m.reason)
+    finally:
+        evaluator.close()

@@ -13,11 +13,11 @@ pytestmark = pytest.mark.gpu
 
 def evaluate(spec_file, problem, configs, arch="sm_90a", timeout_s=20.0, tmp_path=None):
     spec = load_spec(ROOT / "kernel" / spec_file)
-    evaluator = GpuEvaluator(spec, problem, arch, MeasureSettings(warmup=2, repeats=10, block=5, timeout_s=timeout_s),
+    evaluator = GpuEvaluator(spec, problem, arch, MeasureSettings(warmup=2, repeats=10, min_pairs=10, block=5, timeout_s=timeout_s),
                              cache_dir=tmp_path)
     device = evaluator.start()
     try:
-        return device, [evaluator.evaluate(c, {**spec.params, **c}, lambda step, ms: False) for c in configs]
+        return device, [evaluator.evaluate(c, {**spec.params, **c}, lambda step, value, samples: False) for c in configs]
     finally:
         evaluator.close()
 
@@ -56,3 +56,100 @@ def test_sm100a_refuses_to_launch_on_hopper(tmp_path):
                              MeasureSettings(), cache_dir=tmp_path)
     with pytest.raises(UserError, match="tuner check --compile"):
         evaluator.start()
+
+
+# -- the full-output check (tuner/verify.py): every value on the device, a bitwise relaunch ---------------------------
+
+
+def test_sm90a_full_check_flags_every_value_of_the_off_by_one(tmp_path):
+    problem = {"M": 196 * 64, "N": 768, "K": 768, "EPILOGUE": "BIAS_POS", "SEQ_LEN": 196, "INPUT_KIND": "small_int"}
+    _, (good, bad) = evaluate("gemm_sm90a.py", problem, [{}, {"BUG_POS_OFF_BY_ONE": 1}], tmp_path=tmp_path)
+    assert good.status == "ok", good.reason
+    assert good.extra["checked_fraction"] == 1.0 and good.extra["n_bad"] == 0 and good.extra["race"] == 0
+    assert good.max_err == 0.0  # small integers: exact
+    assert bad.status == "mismatch" and bad.extra["checked_fraction"] == 1.0
+    # combined[(r + 1) % 196] - combined[r % 196] is 5..12 in every column: every value is wrong
+    assert bad.extra["n_bad"] == problem["M"] * problem["N"], bad.reason
+    assert "(100 % bad)" in bad.reason and "expected" in bad.reason
+
+
+@pytest.mark.parametrize("study", ["patch_embed_sm90a", "fc1_sm90a", "fc2_sm90a"])
+def test_sm90a_winners_pass_the_full_check(study, tmp_path):
+    """The studies' best known configs at full size: every value within tolerance, the relaunch bit-identical.
+    Prints the check's cost against the trial's GPU time (checked launch, warm-up, timed pairs)."""
+    from tuner.study_file import load_study
+
+    cfg = load_study(ROOT / "studies" / f"{study}.toml")
+    spec = load_spec(cfg.kernel)
+    config = {**cfg.fixed, **cfg.search.start[0]}
+    settings = cfg.measure
+    evaluator = GpuEvaluator(spec, cfg.problem, cfg.arch, settings, cache_dir=tmp_path)
+    evaluator.start()
+    try:
+        m = evaluator.evaluate(config, {**spec.params, **config}, lambda step, value, samples: False)
+    finally:
+        evaluator.close()
+    assert m.status == "ok", m.reason
+    assert m.extra["checked_fraction"] == 1.0 and m.extra["n_bad"] == 0 and m.extra["race"] == 0
+    assert 0.0 < m.max_err <= 1.0
+    pair_ms = m.ms + m.extra["reference_ms"]   # paired timing: the candidate and the reference alternate
+    trial_ms = m.ms + max(settings.warmup_ms, settings.warmup * pair_ms) + m.extra["pairs"] * pair_ms
+    print(f"{study}: {m.ms:.4f} ms per launch, max_err {m.max_err:.4f}, check {m.extra['check_ms']:.2f} ms "
+          f"= {100 * m.extra['check_ms'] / trial_ms:.2f} % of the trial's {trial_ms:.1f} ms of launches "
+          f"(checked launch, warm-up, {m.extra['pairs']} pairs)")
+
+
+def test_host_check_fallback_records_the_sampled_fraction(tmp_path):
+    problem = {"M_DIM": 512, "N_DIM": 512, "K_DIM": 512}
+    _, (m,) = evaluate("example_sgemm.py", problem, [{}], tmp_path=tmp_path)
+    assert m.status == "ok", m.reason
+    # 64 sampled rows, fewer where the random draws repeat a row
+    assert 0.1 < m.extra["checked_fraction"] <= 64 / 512 and m.extra["race"] == 0
+
+
+@pytest.mark.parametrize("dtype, decode, cols", [("uint16", "bfloat16", 264), ("uint16", "bfloat16", 100), ("float32", "float32", 36)])
+def test_device_comparison_agrees_with_the_host_check(dtype, decode, cols):
+    """The comparison kernel against tuner.verify.host_check on the same planted errors (16-byte rows go the
+    vector path, 200-byte rows the value-by-value one), and the relaunch hash on one changed value."""
+    import numpy as np
+
+    from tuner.numerics import POISON_BF16, bf16_to_f32, f32_to_bf16
+    from tuner.spec import OutputSpec
+    from tuner.verify import DeviceVerifier, device_arch, host_check
+    from tuner.worker import CudaBackend
+
+    backend = CudaBackend()
+    device = backend.hello()
+    cu = backend.cu
+    verifier = DeviceVerifier(cu, backend.stream, device_arch(device["cc"]), device["sm_count"])
+    rows = 300
+    out = OutputSpec((rows, cols), dtype, decode)
+    verifier.prepare_hashes(out)
+    rng = np.random.default_rng(1)
+    expected = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    got = f32_to_bf16(expected) if dtype == "uint16" else expected.copy()
+    bad = [(5, 7, 1.0), (17, cols - 1, -0.3), (299, 0, 0.5)]
+    for r, c, delta in bad:
+        value = np.float32(expected[r, c] + delta)
+        got[r, c] = f32_to_bf16(np.array([value]))[0] if dtype == "uint16" else value
+    if dtype == "uint16":
+        got[120, 3] = POISON_BF16
+    verifier.load_expected(expected)
+    buf = cu.cuMemAlloc(got.nbytes)[1]
+    cu.cuMemcpyHtoD(buf, got.ctypes.data, got.nbytes)
+    device_result = verifier.compare(buf, out, 2e-2, 2e-2)
+    values = bf16_to_f32(got) if dtype == "uint16" else got
+    host_result = host_check(values, expected, np.arange(rows), rows * cols, 2e-2, 2e-2)
+    assert device_result.n_nan == host_result.n_nan == (1 if dtype == "uint16" else 0)
+    assert device_result.n_over == host_result.n_over == 3
+    assert device_result.worst == host_result.worst
+    if not device_result.n_nan:
+        assert device_result.max_err == pytest.approx(host_result.max_err, rel=1e-5)
+        assert device_result.checksum == pytest.approx(host_result.checksum, rel=1e-9)
+    # relaunch comparison: same bits, then one value changed
+    assert verifier.relaunch_differs(buf)[0] == (0 if (cols * got.itemsize) % 16 == 0 else None)
+    if (cols * got.itemsize) % 16 == 0:
+        one = got.view(np.uint16 if got.itemsize == 2 else np.uint32)[42, 9:10] ^ 1   # the lowest bit of one value
+        cu.cuMemcpyHtoD(int(buf) + (42 * cols + 9) * got.itemsize, one.ctypes.data, got.itemsize)
+        assert verifier.relaunch_differs(buf) == (1, 42)
+    cu.cuMemFree(buf)

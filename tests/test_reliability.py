@@ -369,7 +369,7 @@ def test_truncated_journal_recovers_every_complete_record(tmp_path, pnpoly):
     before = finished(load(str(log), name))
     assert len(before) == 4  # trial 4's end was cut: it is RUNNING, with a dead runner
     rerun = tuner("run", "--replay", pnpoly, "--storage", log, "--study-name", name, "--trials", 8, "--seed", 1, "--json")
-    summary = summary_of(rerun)
+    assert summary_of(rerun)["trials"] == 8
     assert "re-queued" not in rerun.stdout
     assert log.read_bytes().startswith(complete_lines)
     sides = list(tmp_path.glob("j.log.partial-*"))

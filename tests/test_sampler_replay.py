@@ -11,7 +11,7 @@ from tuner.replay import load_recording, make_replay_spec, ReplayEvaluator
 from tuner.runner import Runner, RunSettings
 from tuner.space import Space
 from tuner.errors import UserError
-from tests.conftest import SHARED, tuner
+from tests.conftest import KERNEL_TUNER_CACHES, tuner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -78,7 +78,7 @@ def test_grid_sampler_visits_every_valid_config_once(tmp_path):
 
 
 def test_t4_and_broken_files(tmp_path):
-    t4 = SHARED / "datasets" / "kernel_tuner" / "convolution_milo_A100_T4.json.gz"
+    t4 = KERNEL_TUNER_CACHES / "convolution_milo_A100_T4.json.gz"
     recording = load_recording(t4)
     assert recording.format == "t4" and len(recording.records) == 4362
     assert sum(r.status == "compile_error" for r in recording.records.values()) == 6

@@ -1,12 +1,14 @@
 """Study files: valid files load; every kind of bad input is one line naming file and key."""
 
+import re
 import textwrap
 
 import pytest
 
+from tests.conftest import PNPOLY, ROOT, tuner
 from tuner.errors import UserError
+from tuner.options import OPTIONS
 from tuner.study_file import load_study
-from tests.conftest import ROOT, tuner
 
 GOOD = textwrap.dedent(
     f"""
@@ -56,8 +58,8 @@ def test_good_file_loads(tmp_path):
     [
         ('sampler = "random"', 'sampler = "annealing"', "[search.sampler] 'annealing' unknown"),
         ('arch = "sm_90a"', 'arch = "sm_91"', "[study.arch] 'sm_91' unknown"),
-        ("trials = 5", 'trials = "five"', "[search.trials] must be a int"),
-        ("trials = 5", "trials = -1", "[search.trials] must be > 0"),
+        ("trials = 5", 'trials = "five"', "[search.trials] must be an integer, got 'five'"),
+        ("trials = 5", "trials = -1", "[search.trials] must be >= 1, got -1"),
         ("BLOCK = [32, 64]", "BLOCK = []", "[space.tier1.BLOCK] is empty"),
         ("BLOCK = [32, 64]", "BLOCK = 32", "[space.tier1.BLOCK] must be a list"),
         ("BLOCK = [32, 64]", 'BLOCK = ["1 -Xptxas"]', "must be an integer or a C identifier"),
@@ -109,3 +111,24 @@ def test_space_without_valid_config_is_refused(tmp_path):
     result = tuner("run", path, "--storage", f"sqlite:///{tmp_path / 'x.db'}", "--replay", csv)
     assert result.returncode == 2
     assert "no valid configuration in the space" in result.stderr
+
+
+@pytest.mark.parametrize("opt", [o for o in OPTIONS if o.toml and o.kind in (int, float)], ids=lambda o: o.name)
+def test_study_file_key_and_flag_share_one_rule(tmp_path, opt):
+    """Every numeric setting refuses the same values in a study file and on the command line."""
+    bound = opt.above if opt.above is not None else opt.minimum
+    bad = opt.kind(bound - 1 if opt.above is None else bound)
+    with pytest.raises(UserError) as err:
+        text = re.sub(rf"(?m)^{opt.name} = .*$", "", GOOD)
+        load_study(write(tmp_path, text.replace(f"[{opt.section}]", f"[{opt.section}]\n{opt.name} = {bad}", 1)))
+    rule = str(err.value).split(f"[{opt.section}.{opt.name}] ", 1)[1]
+    assert rule.startswith("must be")
+    if "run" in opt.commands:
+        result = tuner("run", "--replay", PNPOLY, "--storage", tmp_path / "s.log", opt.flags[0], bad)
+        assert result.returncode == 2 and result.stderr == f"tuner: error: {opt.flags[0]} {rule}\n"
+
+
+def test_seed_out_of_range_in_a_study_file(tmp_path):
+    for seed, rule in ((-1, "must be >= 0, got -1"), (2**32, f"must be <= {2**32 - 1}, got {2**32}")):
+        with pytest.raises(UserError, match=rf"\[search.seed\] {rule}$"):
+            load_study(write(tmp_path, GOOD.replace("seed = 3", f"seed = {seed}")))

@@ -8,6 +8,20 @@ from tuner.supervisor import Supervisor
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
 
 
+EXAMPLE_SPEC = str(ROOT / "kernel" / "example_sgemm.py")
+
+
+def job(config, **timing):
+    """A measure job as the GPU evaluator sends it; the fake backend never opens the cubins."""
+    return {"spec_path": EXAMPLE_SPEC, "problem": {"M_DIM": 64, "N_DIM": 64, "K_DIM": 64}, "config": config,
+            "cubin_path": "candidate.cubin", "reference": {"config": {}, "cubin_path": "reference.cubin"},
+            "timing": {"session_warmup_ms": 10, "warmup_ms": 5, **timing}}
+
+
+def never(step, value, samples):
+    return False
+
+
 @pytest.fixture
 def supervisor():
     s = Supervisor(backend=FAKE_BACKEND)
@@ -19,30 +33,32 @@ def supervisor():
 def test_hang_is_killed_and_next_trial_runs(supervisor):
     first_pid = supervisor._proc.pid
     started = time.monotonic()
-    hung = supervisor.measure({"config": {"PLANT_HANG": 1}}, timeout_s=1.5, report=lambda s, v: False)
+    hung = supervisor.measure(job({"PLANT_HANG": 1}), timeout_s=1.5, report=never)
     assert hung.status == "hang" and "killed" in hung.reason
     assert 1.4 < time.monotonic() - started < 10
     assert not supervisor.alive  # the stuck process is gone
-    after = supervisor.measure({"config": {"X": 1}}, timeout_s=5, report=lambda s, v: False)
+    after = supervisor.measure(job({"X": 1}), timeout_s=5, report=never)
     assert after.status == "ok" and after.ms > 0
     assert supervisor._proc.pid != first_pid and supervisor.restarts == 1
 
 
 def test_crash_and_sticky_error_restart_the_worker(supervisor):
-    crashed = supervisor.measure({"config": {"CRASH": 1}}, timeout_s=5, report=lambda s, v: False)
+    crashed = supervisor.measure(job({"CRASH": 1}), timeout_s=5, report=never)
     assert crashed.status == "launch_error" and "exit code 77" in crashed.reason
-    sticky = supervisor.measure({"config": {"STICKY": 1}}, timeout_s=5, report=lambda s, v: False)
+    sticky = supervisor.measure(job({"STICKY": 1}), timeout_s=5, report=never)
     assert sticky.status == "launch_error" and "ILLEGAL_ADDRESS" in sticky.reason
-    assert supervisor.measure({"config": {"X": 3}}, timeout_s=5, report=lambda s, v: False).status == "ok"
+    assert supervisor.measure(job({"X": 3}), timeout_s=5, report=never).status == "ok"
     assert supervisor.restarts == 2
 
 
-def test_block_medians_flow_to_the_parent_and_stop_prunes(supervisor):
+def test_blocks_of_pair_ratios_flow_to_the_parent_and_stop_prunes(supervisor):
     seen = []
-    result = supervisor.measure({"config": {"X": 1}, "repeats": 40, "block": 10}, timeout_s=5,
-                                report=lambda step, v: seen.append((step, v)) or step >= 1)
+    result = supervisor.measure(job({"X": 1}, max_pairs=40, min_pairs=40, block=10), timeout_s=5,
+                                report=lambda step, value, samples: seen.append((step, value, samples)) or step >= 1)
     assert result.status == "pruned_slow"
-    assert [s for s, _ in seen] == [0, 1] and len(result.blocks) == 2
+    assert [s for s, _, _ in seen] == [0, 1] and len(result.blocks) == 2
+    assert all(len(samples) == 10 for _, _, samples in seen)  # one ratio per pair
+    assert seen[1][1] == pytest.approx(1.001, rel=0.01)  # X=1 is 0.1 % slower than the empty reference
 
 
 def test_run_records_hang_and_goes_on(tmp_path, cache_dir):

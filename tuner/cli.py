@@ -1,7 +1,7 @@
 """``tuner``: the command line.
 
     tuner run STUDY.toml [--storage URL] [--replay FILE] [--json]   Bayesian search
-    tuner grid STUDY.toml [--csv FILE]                              every valid config, the seed's table
+    tuner grid STUDY.toml [--csv FILE]                              every valid config, as a table and a CSV
     tuner check STUDY.toml [--compile] [--json]                     space summary, compile without a GPU
     tuner best STUDY.toml|--study NAME [--header FILE] [--json]     the winner's -D flags
     tuner status [--storage URL] [--json]                           studies in a storage
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import optuna
 
-from tuner import __version__
+from tuner import __version__, options
 from tuner.errors import UserError
 
 
@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     try:
+        args.given = options.from_flags(args, args.command)
+        if args.command == "worker" and os.environ.get(options.ENV):
+            args.given = {**options.decode(os.environ[options.ENV]), **args.given}
+        args.run = options.run_options(args.given)
         return args.func(args) or 0
     except UserError as exc:
         from tuner.storage import redact
@@ -59,61 +63,40 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="search a study (Bayesian by default)")
     run.add_argument("study_file", nargs="?", help="studies/NAME.toml (optional with a Kernel Tuner --replay file)")
     storage_arg(run)
-    run.add_argument("--replay", metavar="FILE", help="evaluate against a recorded table (our CSV, Kernel Tuner cache or T4) instead of a GPU")
-    run.add_argument("--study-name", help="store under this name instead of the file's")
-    run.add_argument("--sampler", choices=("tpe", "gp", "random", "grid"))
-    run.add_argument("--mode", choices=("joint", "tiered"))
-    run.add_argument("--trials", type=int, help="trials the study should reach (resume counts what is stored)")
-    run.add_argument("--timeout-min", type=float, help="stop after this many minutes")
-    run.add_argument("--seed", type=int)
-    run.add_argument("--no-pruner", action="store_true", help="measure every config to the end")
-    run.add_argument("--workers", type=int, default=1, help="worker processes, one per GPU (needs a journal or Postgres storage)")
-    run.add_argument("--accept-mismatch", action="store_true", help="resume even if GPU, kernel source or NVRTC differ")
-    run.add_argument("--warm-start", metavar="STUDY", action="append", default=[],
-                     help="queue the best configs of an earlier study in the same storage first (repeatable)")
-    run.add_argument("--warm-start-top", type=int, default=5, metavar="N", help="configs taken from each warm-start study")
+    options.add_flags(run, "run")
     run.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
-    run.add_argument("--cache-dir", type=Path, help="compile cache (default ~/.cache/tuner/cubin or $TUNER_CACHE_DIR)")
-    run.add_argument("--artifacts", type=Path, help="keep each trial's compile log as an optuna artifact in this folder")
     run.set_defaults(func=cmd_run)
 
-    worker = sub.add_parser("worker", help="join a shared study as one more worker (one GPU)")
+    worker = sub.add_parser("worker", help="join a shared study as one more worker (one GPU)",
+                            description=f"Settings not given as flags come from ${options.ENV} (JSON), "
+                                        "which `tuner run --workers N` sets for its workers.")
     worker.add_argument("study_file", nargs="?", help="studies/NAME.toml (optional with a Kernel Tuner --replay file)")
     storage_arg(worker)
-    worker.add_argument("--replay", metavar="FILE")
-    worker.add_argument("--study-name")
-    worker.add_argument("--sampler", choices=("tpe", "gp", "random", "grid"))
-    worker.add_argument("--mode", choices=("joint", "tiered"))
-    worker.add_argument("--trials", type=int, help="trials the whole study should reach (all workers together)")
-    worker.add_argument("--timeout-min", type=float)
-    worker.add_argument("--seed", type=int)
-    worker.add_argument("--no-pruner", action="store_true")
-    worker.add_argument("--accept-mismatch", action="store_true")
+    options.add_flags(worker, "worker")
     worker.add_argument("--json", action="store_true")
-    worker.add_argument("--cache-dir", type=Path)
-    worker.add_argument("--artifacts", type=Path)
-    worker.set_defaults(func=cmd_worker, workers=1)
+    worker.set_defaults(func=cmd_worker)
 
-    grid = sub.add_parser("grid", help="evaluate every valid config; print the seed's table and a CSV")
+    grid = sub.add_parser("grid", help="evaluate every valid config; print the table and a CSV")
     grid.add_argument("study_file")
     storage_arg(grid)
-    grid.add_argument("--replay", metavar="FILE")
-    grid.add_argument("--study-name")
-    grid.add_argument("--mode", choices=("joint", "tiered"), help="joint = full cross (default), tiered = tier 1 then tier 2 on the winner")
+    options.add_flags(grid, "grid")
     grid.add_argument("--csv", type=Path, help="where to write the table as CSV (default NAME_grid.csv)")
-    grid.add_argument("--accept-mismatch", action="store_true")
-    grid.add_argument("--cache-dir", type=Path)
-    grid.add_argument("--artifacts", type=Path)
     grid.add_argument("--json", action="store_true")
-    grid.set_defaults(func=cmd_grid, sampler="grid", trials=None, timeout_min=None, seed=0, no_pruner=True, workers=1)
+    grid.set_defaults(func=cmd_grid)
 
     check = sub.add_parser("check", help="count valid configs; with --compile, compile them all (no GPU)")
     check.add_argument("study_file")
     check.add_argument("--compile", action="store_true", help="compile every valid config in parallel and print REGS/SPILL/SMEM")
-    check.add_argument("--jobs", type=int, help="compile processes (default: CPU count)")
+    options.add_flags(check, "check")
     check.add_argument("--json", action="store_true")
-    check.add_argument("--cache-dir", type=Path)
     check.set_defaults(func=cmd_check)
+
+    confirm = sub.add_parser("confirm", help="re-measure a study's best configs against each other on this GPU")
+    confirm.add_argument("study_file")
+    storage_arg(confirm)
+    options.add_flags(confirm, "confirm")
+    confirm.add_argument("--json", action="store_true")
+    confirm.set_defaults(func=cmd_confirm)
 
     best = sub.add_parser("best", help="print the best config's -D flags")
     best.add_argument("study_file", nargs="?")
@@ -154,7 +137,7 @@ def _load(args):
     from tuner.spec import load_spec
     from tuner.study_file import load_study
 
-    recording = load_recording(args.replay) if getattr(args, "replay", None) else None
+    recording = load_recording(args.run.replay) if args.run.replay else None
     if not args.study_file:
         if recording is None:
             raise UserError("give a study file (studies/NAME.toml), or --replay FILE with a Kernel Tuner cache")
@@ -174,28 +157,29 @@ def _load(args):
     return cfg, space, recording
 
 
+def _search(args, cfg) -> options.SearchSettings:
+    """The study file's [search] settings with the flags given on top."""
+    search = options.apply(cfg.search if cfg else options.SearchSettings(), args.given)
+    if args.func is cmd_grid:  # every valid config once, in order, measured to the end
+        search = options.apply(search, {"sampler": "grid", "mode": args.given.get("mode", "joint"), "trials": None,
+                                        "timeout_min": None, "seed": 0, "pruner": False})
+    return search
+
+
 def _settings(args, cfg, space, attrs, name):
     from tuner.runner import RunSettings
-    from tuner.study_file import SearchSettings
 
-    s = cfg.search if cfg else SearchSettings()
-    trials = args.trials if args.trials is not None else (s.trials if args.func is not cmd_grid else None)
+    search = _search(args, cfg)
     if args.func is cmd_grid:
-        trials = len(space.valid)
+        search.trials = len(space.valid)
     return RunSettings(
-        **{**vars(s),
-           "sampler": args.sampler or s.sampler,
-           "mode": args.mode or (s.mode if args.func is not cmd_grid else "joint"),
-           "trials": trials,
-           "timeout_min": args.timeout_min if args.timeout_min is not None else s.timeout_min,
-           "seed": args.seed if args.seed is not None else s.seed,
-           "pruner": s.pruner and not args.no_pruner},
+        **vars(search),
         study_name=name,
-        accept_mismatch=args.accept_mismatch,
+        accept_mismatch=args.run.accept_mismatch,
         progress=not args.json and sys.stderr.isatty(),
-        artifact_dir=str(args.artifacts) if getattr(args, "artifacts", None) else None,
-        warm_start=list(getattr(args, "warm_start", None) or []),
-        warm_start_top=getattr(args, "warm_start_top", 5),
+        artifact_dir=str(args.run.artifacts) if args.run.artifacts else None,
+        warm_start=args.run.warm_start,
+        warm_start_top=args.run.warm_start_top,
         study_attrs=attrs,
     )
 
@@ -203,15 +187,14 @@ def _settings(args, cfg, space, attrs, name):
 def _evaluator(args, cfg, space, recording):
     """(evaluator, study attrs, study name, closer)."""
     from tuner.runner import study_attrs
-    from tuner.study_file import MeasureSettings
 
-    measure = cfg.measure if cfg else MeasureSettings()
-    base_name = args.study_name or (cfg.name if cfg else recording.path.name.split(".")[0])
+    measure = cfg.measure if cfg else options.MeasureSettings()
+    base_name = args.run.study_name or (cfg.name if cfg else recording.path.name.split(".")[0])
     shape = cfg.shape if cfg else (recording.kernel or base_name)
     if recording is not None:
         from tuner.replay import ReplayEvaluator
 
-        name = args.study_name or f"{base_name}.replay"
+        name = args.run.study_name or f"{base_name}.replay"
         device = {"name": f"replay of {recording.device or recording.path.name}"}
         attrs = study_attrs("replay", space, cfg.arch if cfg else "", device, "", shape,
                             {"replay_file": str(recording.path), "replay_format": recording.format,
@@ -220,11 +203,30 @@ def _evaluator(args, cfg, space, recording):
     from tuner.compile import nvrtc_version
     from tuner.gpu import GpuEvaluator
 
-    evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, cache_dir=args.cache_dir,
-                             seed=args.seed if args.seed is not None else 0)
+    evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, cache_dir=args.run.cache_dir,
+                             seed=_search(args, cfg).seed or 0, reference=_reference(cfg, space))
     device = evaluator.start()
-    attrs = study_attrs("gpu", space, cfg.arch, device, nvrtc_version(), shape, {"baseline_ms": cfg.baseline})
+    attrs = study_attrs("gpu", space, cfg.arch, device, nvrtc_version(), shape,
+                        {"baseline_ms": cfg.baseline, **evaluator.objective_attrs()})
     return evaluator, attrs, base_name, evaluator.close
+
+
+def _reference(cfg, space):
+    """The config every trial is paired with: [measure] reference, else the first [search] start, else defaults."""
+    from tuner.gpu import BASELINE
+    from tuner.warm_start import start_params
+
+    chosen = cfg.measure.reference
+    if chosen == BASELINE:
+        return BASELINE
+    if chosen is not None:
+        return space.full_config(start_params(space, [chosen], what="[measure] reference")[0])
+    if cfg.search.start:
+        return space.full_config(start_params(space, cfg.search.start[:1])[0])
+    space.require_valid()
+    # the spec's defaults where the model accepts them, else the first valid config: never an invalid one
+    defaults = space.defaults()
+    return space.full_config(defaults if space.is_valid(defaults) else space.valid[0])
 
 
 def _write_note(runner) -> None:
@@ -245,7 +247,9 @@ def _print_summary(summary: dict, as_json: bool) -> None:
     statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary["statuses"].items()))
     print(f"study {summary['study']} in {summary['storage']}: {summary['trials']} trials ({statuses})")
     best = summary.get("best")
-    if best:
+    if best and "ratio" in best:
+        print(f"best: {best['ratio']:.4f} x the reference, {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}")
+    elif best:
         print(f"best: {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}")
     else:
         print("best: none yet (no trial completed)")
@@ -258,8 +262,8 @@ def cmd_run(args) -> int:
     from tuner.runner import Runner
     from tuner.storage import check_workers
 
-    if args.workers > 1:
-        check_workers(args.storage, args.workers)
+    if args.run.workers > 1:
+        check_workers(args.storage, args.run.workers)
         from tuner.scale import run_workers
 
         return run_workers(args)
@@ -270,14 +274,64 @@ def cmd_run(args) -> int:
         if runner.requeued and not args.json:
             print(f"re-queued {len(runner.requeued)} trial(s) left RUNNING by a dead process: {runner.requeued}", file=sys.stderr)
         if runner.warm_queued and not args.json:
-            print(f"warm start: {len(runner.warm_queued)} config(s) from {', '.join(args.warm_start)} queued first", file=sys.stderr)
+            print(f"warm start: {len(runner.warm_queued)} config(s) from {', '.join(args.run.warm_start)} queued first", file=sys.stderr)
         if runner.start_queued and not args.json:
             print(f"start: {len(runner.start_queued)} config(s) from [search] start queued first", file=sys.stderr)
         summary = runner.run()
+        _confirm_after_run(args, cfg, space, evaluator, runner.study, recording, summary)
         _write_note(runner)
     finally:
         close()
     _print_summary(summary, args.json)
+    return 0
+
+
+def _confirm_after_run(args, cfg, space, evaluator, study, recording, summary: dict) -> None:
+    search = _search(args, cfg) if cfg else None
+    if recording is None and search is not None and search.confirm_top >= 2:
+        summary["confirmed"] = _confirm(study, space, evaluator, search.confirm_top, search.confirm_rounds, args.json)
+
+
+def _confirm(study, space, evaluator, top: int, rounds: int, quiet: bool) -> dict | None:
+    from tuner.confirm import confirm_study, describe
+
+    if not quiet:
+        print(f"confirming the top {top} configs ({rounds} rounds, round-robin)...", file=sys.stderr)
+    record = confirm_study(study, space, evaluator, evaluator.supervisor.device, top, rounds)
+    if record is None:
+        return None
+    if not quiet:
+        print(describe(record), file=sys.stderr)
+    return {"winner": record["winner"], "tied": record["tied"], "standings": record["standings"]}
+
+
+def cmd_confirm(args) -> int:
+    """Re-measure a stored study's top configs in this session (a later one, or another GPU of the model)."""
+    from tuner.runner import bind_study
+    from tuner.storage import open_storage
+
+    cfg, space, _ = _load(args)
+    search = _search(args, cfg)
+    if search.confirm_top < 2:
+        raise UserError("--top must be >= 2: a confirmation compares configs")
+    evaluator, attrs, name, close = _evaluator(args, cfg, space, None)
+    try:
+        try:
+            study = optuna.load_study(study_name=name, storage=open_storage(args.storage))
+        except KeyError:
+            raise UserError(f"no study {name!r} in this storage: run it first (tuner run {args.study_file})") from None
+        bind_study(study, attrs, args.run.accept_mismatch)
+        confirmed = _confirm(study, space, evaluator, search.confirm_top, search.confirm_rounds, args.json)
+    finally:
+        close()
+    if confirmed is None:
+        raise UserError(f"study {name!r} has fewer than 2 completed configs: nothing to confirm yet")
+    if args.json:
+        print(json.dumps({"study": name, **confirmed}))
+    else:
+        for row in confirmed["standings"]:
+            print(f"trial {row['trial']:>5}  x{row['to_winner']:.4f} of the winner "
+                  f"[{row['to_winner_ci'][0]:.4f}, {row['to_winner_ci'][1]:.4f}]  {'TIED' if row['tied'] else ''}")
     return 0
 
 
@@ -291,13 +345,14 @@ def cmd_grid(args) -> int:
 
     cfg, space, recording = _load(args)
     evaluator, attrs, name, close = _evaluator(args, cfg, space, recording)
-    if args.study_name is None and recording is None:
+    if args.run.study_name is None and recording is None:
         name = f"{name}.grid"
     try:
         if recording is None:  # compile every config up front, in parallel, into the cache
             _precompile(cfg, space, args)
         runner = Runner(space, evaluator, _settings(args, cfg, space, attrs, name), args.storage)
         summary = runner.run()
+        _confirm_after_run(args, cfg, space, evaluator, runner.study, recording, summary)
         _write_note(runner)
     finally:
         close()
@@ -326,7 +381,7 @@ def _precompile(cfg, space, args) -> None:
         bar = tqdm(total=len(space.valid), desc="compiling", unit="config", file=sys.stderr)
         progress = lambda: bar.update(1)  # noqa: E731
     full = [space.full_config(p) for p in space.valid]
-    compile_many(space.spec, full, space.problem, cfg.arch, args.cache_dir,
+    compile_many(space.spec, full, space.problem, cfg.arch, args.run.cache_dir,
                  CompileLimits(cfg.measure.max_regs, cfg.measure.reject_spills), None, progress)
 
 
@@ -352,7 +407,7 @@ def cmd_check(args) -> int:
             bar = tqdm(total=len(space.valid), desc="compiling", unit="config", file=sys.stderr)
             progress = lambda: bar.update(1)  # noqa: E731
         full = [space.full_config(p) for p in space.valid]
-        results = compile_many(spec, full, space.problem, cfg.arch, args.cache_dir, limits, args.jobs, progress)
+        results = compile_many(spec, full, space.problem, cfg.arch, args.run.cache_dir, limits, args.run.jobs, progress)
         for params, config, r in zip(space.valid, full, results):
             smem = spec.derive(config, space.problem).get("smem_bytes", r.smem_static)
             configs.append({"params": params, "regs": r.regs, "spills": r.spills, "smem_bytes": smem,
@@ -400,26 +455,28 @@ def _open_study(args):
 
 
 def cmd_best(args) -> int:
-    from optuna.trial import TrialState
+    from tuner.confirm import confirmed_best, describe
 
     study, _ = _open_study(args)
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not complete:
-        raise UserError(f"study {study.study_name!r} has no completed trial yet: run it first")
-    best = min(complete, key=lambda t: t.value)
+    best, confirmation = confirmed_best(study)
     flags = best.user_attrs.get("flags", "")
+    metric = (study.metric_names or ["ms"])[0]
     if args.header:
-        lines = [f"// Best configuration of study {study.study_name}: {best.value:.4g} ms (trial {best.number})",
+        lines = [f"// Best configuration of study {study.study_name}: {best.value:.4g} {metric} (trial {best.number})",
                  f"// device: {study.user_attrs.get('device_name', '')}; kernel source {study.user_attrs.get('source_hash', '')}",
                  "#pragma once"]
         for flag in flags.split():
             name, _, value = flag[2:].partition("=")
             lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
         args.header.write_text("\n".join(lines) + "\n")
+    tied = confirmation["tied"] if confirmation else None
     if args.json:
-        print(json.dumps({"study": study.study_name, "ms": best.value, "params": best.params, "flags": flags, "trial": best.number}))
+        print(json.dumps({"study": study.study_name, metric: best.value, "params": best.params, "flags": flags,
+                          "trial": best.number, "confirmed": confirmation is not None, "tied": tied}))
     else:
         print(flags)
+        if confirmation:  # stdout stays the flags alone, for $(tuner best ...)
+            print(describe(confirmation), file=sys.stderr)
     return 0
 
 

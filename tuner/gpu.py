@@ -1,17 +1,27 @@
-"""Evaluate configs for real: compile here (NVRTC), measure in the isolated worker."""
+"""Evaluate configs for real: compile here (NVRTC), measure in the isolated worker.
+
+Every trial is timed in pairs against one reference, compiled once per session: by
+default a config of the same kernel (``[measure] reference``, else the first ``[search]
+start`` config, else the spec's defaults), or the spec's host-side baseline
+(``reference = "baseline"``, e.g. cuBLAS). The trial's value is the median ratio
+candidate / reference; see :mod:`tuner.paired`.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
 
 from tuner.compile import CompileLimits, compile_kernel
 from tuner.errors import UserError
+from tuner.measure import Timing
+from tuner.paired import Standing, rank_interleaved
 from tuner.record import Measurement
-from tuner.spec import KernelSpec, Problem, Value
+from tuner.spec import KernelSpec, Problem, Value, define_flags
 from tuner.study_file import MeasureSettings
-from tuner.supervisor import Supervisor, WorkerDied
+from tuner.supervisor import Report, Supervisor, WorkerDied
+
+BASELINE = "baseline"
 
 ARCH_OF_CC = {(9, 0): "sm_90a", (10, 0): "sm_100a", (8, 0): "sm_80", (8, 6): "sm_86", (8, 9): "sm_89", (12, 0): "sm_120a"}
 
@@ -37,6 +47,7 @@ class GpuEvaluator:
         supervisor: Supervisor | None = None,
         cache_dir: Path | None = None,
         seed: int = 0,
+        reference: dict[str, Value] | str | None = None,
     ):
         self.spec = spec
         self.problem = problem
@@ -47,6 +58,55 @@ class GpuEvaluator:
         self.cache_dir = cache_dir
         self.seed = seed
         self.limits = CompileLimits(measure.max_regs, measure.reject_spills)
+        #: a full config of the kernel, or BASELINE for the spec's host-side baseline
+        self.reference = reference if reference is not None else dict(spec.params)
+        self._reference_job: dict | None = None
+        self._study = None  # set by bind(): where "ms" values keep the first session's reference time
+
+    @property
+    def timing(self) -> Timing:
+        m = self.measure_settings
+        return Timing(warmup=m.warmup, warmup_ms=m.warmup_ms, block=m.block, min_pairs=m.min_pairs,
+                      max_pairs=m.repeats, ci_target=m.ci_target, regime=m.regime, idle_s=m.idle_s)
+
+    def objective_attrs(self) -> dict:
+        """What a study's values mean: a resumed study must have been measured the same way."""
+        if self.reference == BASELINE:
+            reference = BASELINE
+        else:
+            reference = " ".join(define_flags(self.spec.defines(self.reference, self.problem)))
+        metric = "ratio" if self.measure_settings.value == "ratio" else "ms"
+        return {"objective": {"metric": metric, "reference": reference, "regime": self.measure_settings.regime}}
+
+    def bind(self, study) -> None:
+        self._study = study
+
+    def _scale(self, reference_ms: float | None) -> float | None:
+        """Ratio -> value: 1, or (``value = "ms"``) the reference's time in the study's first session."""
+        if self.measure_settings.value == "ratio":
+            return 1.0
+        if self._study is None:
+            return None
+        stored = self._study.user_attrs.get("reference_ms")
+        if stored is None and reference_ms is not None:
+            self._study.set_user_attr("reference_ms", reference_ms)
+            stored = reference_ms
+        return stored
+
+    def reference_job(self) -> dict:
+        """The reference as the worker loads it (compiled on first use, then from the cache)."""
+        if self._reference_job is None:
+            if self.reference == BASELINE:
+                self._reference_job = {"baseline": True}
+            else:
+                reason = self.spec.check(self.reference, self.problem)
+                if reason:
+                    raise UserError(f"[measure] reference is rejected by the kernel's constraint model: {reason}")
+                built = compile_kernel(self.spec, self.reference, self.problem, self.arch, self.cache_dir, self.limits)
+                if not built.ok:
+                    raise UserError(f"[measure] reference does not build ({built.status}: {built.reason}): choose another")
+                self._reference_job = {"config": self.reference, "cubin_path": built.cubin_path}
+        return self._reference_job
 
     def start(self) -> dict:
         """Start the worker and check that this GPU can run the study's arch."""
@@ -69,7 +129,18 @@ class GpuEvaluator:
     def close(self) -> None:
         self.supervisor.stop()
 
-    def evaluate(self, params: dict[str, Value], config: dict[str, Value], report: Callable[[int, float], bool]) -> Measurement:
+    def _job(self, **fields) -> dict:
+        return {
+            "spec_path": str(self.spec.path),
+            "problem": self.problem,
+            "reference": self.reference_job(),
+            "timing": vars(self.timing),
+            "check_rows": self.measure_settings.check_rows or 0,  # 0: the spec's own count
+            "seed": self.seed,
+            **fields,
+        }
+
+    def evaluate(self, params: dict[str, Value], config: dict[str, Value], report: Report) -> Measurement:
         derived = self.spec.derive(config, self.problem)
         built = compile_kernel(self.spec, config, self.problem, self.arch, self.cache_dir, self.limits)
         common = dict(regs=built.regs, spills=built.spills, smem_bytes=derived.get("smem_bytes", built.smem_static),
@@ -77,24 +148,36 @@ class GpuEvaluator:
         logs = {"compile.log": built.log}
         if not built.ok:
             return Measurement(built.status, reason=built.reason, artifacts=logs, **common)
-        m = self.supervisor.measure(
-            {
-                "spec_path": str(self.spec.path),
-                "problem": self.problem,
-                "config": config,
-                "cubin_path": built.cubin_path,
-                "warmup": self.measure_settings.warmup,
-                "warmup_ms": self.measure_settings.warmup_ms,
-                "repeats": self.measure_settings.repeats,
-                "block": self.measure_settings.block,
-                "check_rows": self.measure_settings.check_rows,
-                "seed": self.seed,
-            },
-            self.measure_settings.timeout_s,
-            report,
-        )
+        scale = self._scale(None)
+
+        def scaled(step: int, value: float, samples: list[float]) -> bool:
+            k = scale or 1.0
+            return report(step, value * k, [x * k for x in samples])
+
+        m = self.supervisor.measure(self._job(config=config, cubin_path=built.cubin_path),
+                                    self.measure_settings.timeout_s, scaled)
+        if m.status == "ok" and "ratio" in m.extra:
+            m.value = m.extra["ratio"] * (self._scale(m.extra.get("reference_ms")) or 1.0)
         for key, value in common.items():
             if getattr(m, key) in (None, ""):
                 setattr(m, key, value)
         m.artifacts = logs
         return m
+
+    def confirm(self, configs: list[dict[str, Value]], rounds: int) -> tuple[list[Standing], dict]:
+        """Time ``configs`` round-robin with the reference; their standings, best first.
+
+        ``Standing.index`` counts from 1 in ``configs`` order (0 is the reference).
+        """
+        kernels = []
+        for config in configs:
+            built = compile_kernel(self.spec, config, self.problem, self.arch, self.cache_dir, self.limits)
+            if not built.ok:
+                raise UserError(f"cannot confirm {built.flags}: {built.status}: {built.reason}")
+            kernels.append({"config": config, "cubin_path": built.cubin_path})
+        timeout = self.measure_settings.timeout_s * max(1, len(configs))
+        m = self.supervisor.confirm(self._job(kernels=kernels, rounds=rounds), timeout)
+        if m.status != "ok":
+            raise UserError(f"confirmation stopped: {m.status}: {m.reason}")
+        times = m.extra.pop("times")
+        return rank_interleaved(times, reference=0, tolerance=self.measure_settings.ci_target), m.extra

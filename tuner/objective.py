@@ -15,6 +15,7 @@ from typing import Any, Callable, Protocol
 import optuna
 from optuna.trial import TrialState
 
+from tuner.paired import SlowerTest
 from tuner.record import COMPLETE_STATUSES, Measurement
 from tuner.space import Space
 from tuner.spec import Value, define_flags
@@ -28,19 +29,22 @@ class Evaluator(Protocol):
     kind: str
 
     def evaluate(
-        self, params: dict[str, Value], config: dict[str, Value], report: Callable[[int, float], bool]
+        self, params: dict[str, Value], config: dict[str, Value], report: Callable[[int, float, list[float]], bool]
     ) -> Measurement: ...
 
 
 class Objective:
     def __init__(self, space: Space, evaluator: Evaluator, flops: float | None = None, phase: str = "joint",
-                 on_result=None, artifact_dir: str | None = None):
+                 on_result=None, artifact_dir: str | None = None, slower_test: SlowerTest | None = None):
         self.space = space
         self.evaluator = evaluator
         self.flops = flops
         self.phase = phase
         self.on_result = on_result  # called with (trial number, params, Measurement)
         self.artifact_dir = artifact_dir  # compile logs kept as optuna artifacts when set
+        #: stops a measurement whose samples say it is slower than the best (else Optuna's pruner decides)
+        self.slower_test = slower_test
+        self._best_cache: tuple[int, float | None] = (-1, None)
 
     def __call__(self, trial: optuna.Trial) -> float:
         params = {a: trial.suggest_categorical(a, v) for a, v in self.space.axes.items()}
@@ -71,8 +75,8 @@ class Objective:
             self._attach(trial, measurement.artifacts)
         if self.on_result:
             self.on_result(trial.number, params, measurement)
-        if measurement.status in COMPLETE_STATUSES and measurement.ms is not None:
-            return measurement.ms
+        if measurement.status in COMPLETE_STATUSES and measurement.objective is not None:
+            return measurement.objective
         raise optuna.TrialPruned(f"{measurement.status}: {measurement.reason}")
 
     def _attach(self, trial: optuna.Trial, files: dict[str, str]) -> None:
@@ -85,12 +89,24 @@ class Objective:
         except Exception as exc:  # artifacts are a convenience: never lose a trial over them
             warnings.warn(f"could not store artifacts of trial {trial.number}: {exc}")
 
-    def _reporter(self, trial: optuna.Trial) -> Callable[[int, float], bool]:
-        def report(step: int, value: float) -> bool:
+    def _reporter(self, trial: optuna.Trial) -> Callable[[int, float, list[float]], bool]:
+        """Each block: its running value becomes an intermediate value; then stop or go on."""
+        seen: list[float] = []
+
+        def report(step: int, value: float, samples: list[float]) -> bool:
             trial.report(value, step)
-            return trial.should_prune()
+            if self.slower_test is None:
+                return trial.should_prune()
+            seen.extend(samples)
+            return self.slower_test.slower(seen, self._best_value(trial.study))
 
         return report
+
+    def _best_value(self, study: optuna.Study) -> float | None:
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if len(complete) != self._best_cache[0]:
+            self._best_cache = (len(complete), min((t.value for t in complete if t.value is not None), default=None))
+        return self._best_cache[1]
 
     def _stored(self, trial: optuna.Trial, params: dict[str, Any], twin: bool = False) -> Measurement | None:
         """A repeat of a finished configuration reuses its stored result: no GPU time.

@@ -32,6 +32,8 @@ COMPLETE_STATUSES = ("ok", "duplicate")
 class Measurement:
     status: str
     ms: float | None = None
+    #: the trial's objective value where it is not ``ms`` (a paired measurement's ratio)
+    value: float | None = None
     reason: str = ""
     regs: int | None = None
     spills: int | None = None
@@ -59,8 +61,12 @@ class Measurement:
 
     @classmethod
     def from_attrs(cls, attrs: dict[str, Any]) -> "Measurement":
-        names = set(cls.__dataclass_fields__) - {"blocks", "extra", "artifacts"}
+        names = set(cls.__dataclass_fields__) - {"blocks", "extra", "artifacts", "value"}
         return cls(**{k: v for k, v in attrs.items() if k in names})
+
+    @property
+    def objective(self) -> float | None:
+        return self.value if self.value is not None else self.ms
 
     def to_json(self) -> dict:
         return asdict(self)

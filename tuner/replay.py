@@ -206,7 +206,7 @@ class ReplayEvaluator:
         self.recording = recording
         self.block = block
 
-    def evaluate(self, params: dict[str, Value], config: dict[str, Value], report: Callable[[int, float], bool]) -> Measurement:
+    def evaluate(self, params: dict[str, Value], config: dict[str, Value], report: Callable[[int, float, list[float]], bool]) -> Measurement:
         record = self.recording.lookup(params)
         if record is None:
             return Measurement("invalid", reason="not in the recording")
@@ -218,7 +218,7 @@ class ReplayEvaluator:
         medians = []
         for step, chunk in enumerate(blocks):
             medians.append(statistics.median(chunk))
-            if report(step, medians[-1]):
+            if report(step, medians[-1], list(chunk)):
                 return Measurement("pruned_slow", reason=f"running median {statistics.median(medians):.4g} ms after {step + 1} blocks", blocks=medians, **_known(attrs))
         return Measurement("ok", ms=record.ms, blocks=medians, **_known(attrs))
 

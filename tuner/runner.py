@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 from tuner import __version__
 from tuner.errors import UserError
 from tuner.objective import Evaluator, Objective
+from tuner.paired import SlowerTest
 from tuner.pruner import MarginPruner
 from tuner.record import Measurement
 from tuner.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
@@ -31,7 +32,9 @@ from tuner.warm_start import queue_start_configs, start_params, warm_start
 from tuner.storage import open_storage, recover_stale_trials, redact, resolve_url
 
 #: fingerprint keys a resumed study must match
-BINDING_KEYS = ("kind", "device_name", "source_hash", "nvrtc_version", "arch", "problem")
+BINDING_KEYS = ("kind", "device_name", "source_hash", "nvrtc_version", "arch", "problem", "objective")
+#: what a study's values meant before paired timing (and still mean in replay): raw milliseconds
+LEGACY_OBJECTIVE = {"metric": "ms"}
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 STORAGE_WAIT_S = 60.0  # how long to wait for a restarted database; 3 outages ridden out per phase
 
@@ -74,8 +77,8 @@ def fingerprint(attrs: dict[str, Any]) -> dict[str, Any]:
 
 def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool) -> None:
     """Record the study's fingerprint, or stop if a resumed study was made elsewhere."""
-    stored = study.user_attrs
-    if not stored.get("kind"):
+    stored = {"objective": LEGACY_OBJECTIVE, **study.user_attrs}
+    if not study.user_attrs.get("kind"):
         # "kind" is written last: it marks the binding complete, so a worker starting at
         # the same moment never compares against a half-written fingerprint.
         for key, value in attrs.items():
@@ -83,7 +86,7 @@ def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool
                 study.set_user_attr(key, value)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names(["ms"])
+            study.set_metric_names([attrs.get("objective", LEGACY_OBJECTIVE)["metric"]])
         study.set_user_attr("kind", attrs.get("kind"))
         return
     differs = [
@@ -126,6 +129,7 @@ def study_attrs(kind: str, space: Space, arch: str, device: dict, nvrtc: str, sh
         "tier2": list(space.tier2),
         "flops": float(spec.flops(space.problem)),
         "created": _now(),
+        "objective": LEGACY_OBJECTIVE,
     }
     attrs.update(extra or {})
     return attrs
@@ -133,9 +137,7 @@ def study_attrs(kind: str, space: Space, arch: str, device: dict, nvrtc: str, sh
 
 class Runner:
     def __init__(self, space: Space, evaluator: Evaluator, settings: RunSettings, storage_url: str | None = None):
-        if not space.valid:
-            reasons = "; ".join(f"{k} x{n}" for k, n in space.invalid.most_common(3))
-            raise UserError(f"no valid configuration in the space ({space.total} total; invalid: {reasons}): widen the axes")
+        space.require_valid()
         self.space = space
         self.evaluator = evaluator
         self.settings = settings
@@ -144,9 +146,9 @@ class Runner:
         start = start_params(space, settings.start, settings.mode == "tiered")   # bad input fails before a study exists
         base = make_base_sampler(settings.sampler, settings.seed)
         self.sampler = ValidOnlySampler(space, base, seed=settings.seed, order="grid" if settings.sampler == "grid" else "random")
-        pruner = (
-            MarginPruner(settings.pruner_margin, settings.pruner_min_blocks) if settings.pruner else optuna.pruners.NopPruner()
-        )
+        margin = settings.pruner and settings.prune_by == "margin"
+        pruner = MarginPruner(settings.pruner_margin, settings.pruner_min_blocks) if margin else optuna.pruners.NopPruner()
+        self.slower_test = SlowerTest() if settings.pruner and settings.prune_by == "sign" else None
         self.study = optuna.create_study(
             study_name=settings.study_name,
             storage=self.storage,
@@ -156,6 +158,8 @@ class Runner:
             load_if_exists=True,
         )
         bind_study(self.study, settings.study_attrs, settings.accept_mismatch)
+        if hasattr(evaluator, "bind"):
+            evaluator.bind(self.study)
         self.requeued = recover_stale_trials(self.study)
         self.warm_queued = (
             warm_start(self.study, space, settings.warm_start, settings.warm_start_top, settings.mode == "tiered")
@@ -195,7 +199,7 @@ class Runner:
         if todo <= 0:
             return
         objective = Objective(self.space, self.evaluator, self.flops, phase, on_result=self._on_result,
-                              artifact_dir=self.settings.artifact_dir)
+                              artifact_dir=self.settings.artifact_dir, slower_test=self.slower_test)
         timeout = self.settings.timeout_min * 60 if self.settings.timeout_min else None
         self._open_bar(phase, todo)
         try:
@@ -305,7 +309,9 @@ def summarize(study: optuna.Study, storage_url: str) -> dict:
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     if complete:
         b = min(complete, key=lambda t: t.value)
-        best = {"params": b.params, "ms": b.value, "flags": b.user_attrs.get("flags", ""), "trial": b.number}
+        metric = (study.metric_names or ["ms"])[0]
+        best = {"params": b.params, "ms": b.user_attrs.get("ms", b.value), metric: b.value,
+                "flags": b.user_attrs.get("flags", ""), "trial": b.number}
     return {
         "study": study.study_name,
         "storage": redact(storage_url),

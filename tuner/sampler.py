@@ -18,7 +18,7 @@ visiting invalid configurations).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import optuna
@@ -32,24 +32,36 @@ from tuner.space import Space
 TRIED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 
 
+def _tpe(seed: int | None, n_startup_trials: int) -> BaseSampler:
+    return TPESampler(
+        seed=seed,
+        multivariate=True,  # proposes whole configurations: defines interact
+        n_startup_trials=n_startup_trials,
+    )
+
+
+def _gp(seed: int | None, n_startup_trials: int) -> BaseSampler:
+    try:
+        import torch  # noqa: F401  (GPSampler needs it)
+    except ImportError:
+        raise UserError("sampler 'gp' needs PyTorch: pip install 'kernel-tuner-service[gp]', or use sampler = 'tpe'") from None
+    return GPSampler(seed=seed, n_startup_trials=n_startup_trials)
+
+
+#: sampler name -> factory(seed, n_startup_trials); None walks the valid set in order.
+#: The study-file key and the --sampler flag take their choices from here.
+BASE_SAMPLERS: dict[str, Callable[[int | None, int], BaseSampler | None]] = {
+    "tpe": _tpe,
+    "gp": _gp,
+    "random": lambda seed, n_startup_trials: RandomSampler(seed=seed),
+    "grid": lambda seed, n_startup_trials: None,
+}
+
+
 def make_base_sampler(name: str, seed: int | None, n_startup_trials: int = 10) -> BaseSampler | None:
-    if name == "tpe":
-        return TPESampler(
-            seed=seed,
-            multivariate=True,  # proposes whole configurations: defines interact
-            n_startup_trials=n_startup_trials,
-        )
-    if name == "gp":
-        try:
-            import torch  # noqa: F401  (GPSampler needs it)
-        except ImportError:
-            raise UserError("sampler 'gp' needs PyTorch: pip install 'kernel-tuner-service[gp]', or use sampler = 'tpe'") from None
-        return GPSampler(seed=seed, n_startup_trials=n_startup_trials)
-    if name == "random":
-        return RandomSampler(seed=seed)
-    if name == "grid":
-        return None
-    raise UserError(f"unknown sampler {name!r}: use tpe, gp, random or grid")
+    if name not in BASE_SAMPLERS:
+        raise UserError(f"unknown sampler {name!r}: use {', '.join(BASE_SAMPLERS)}")
+    return BASE_SAMPLERS[name](seed, n_startup_trials)
 
 
 class ValidOnlySampler(BaseSampler):

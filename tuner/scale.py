@@ -20,35 +20,25 @@ from pathlib import Path
 
 import optuna
 
+from tuner import options
 from tuner.errors import UserError
 from tuner.storage import open_storage, redact, resolve_url
 
 STOP_GRACE_S = 20.0  # after Ctrl-C, how long workers get to record their trial before SIGKILL
 
 
-def worker_command(args, index: int) -> list[str]:
-    """The ``tuner worker`` command line of worker ``index`` (options passed through)."""
-    cmd = [sys.executable, "-m", "tuner", "worker"] + ([str(args.study_file)] if args.study_file else [])
-    cmd += ["--json"]  # the storage URL goes by environment (TUNER_STORAGE): a password never shows in `ps`
-    if args.replay:
-        cmd += ["--replay", str(args.replay)]
-    if args.study_name:
-        cmd += ["--study-name", args.study_name]
-    if args.trials is not None:
-        cmd += ["--trials", str(args.trials)]
-    if args.seed is not None:  # one seed per worker: the same seed would propose the same configs
-        cmd += ["--seed", str(args.seed + index)]
-    if args.cache_dir is not None:
-        cmd += ["--cache-dir", str(args.cache_dir)]
-    if args.accept_mismatch:
-        cmd += ["--accept-mismatch"]
-    for option, value in (("--sampler", args.sampler), ("--mode", args.mode), ("--timeout-min", args.timeout_min),
-                          ("--artifacts", getattr(args, "artifacts", None))):
-        if value is not None:
-            cmd += [option, str(value)]
-    if args.no_pruner:
-        cmd += ["--no-pruner"]
-    return cmd
+def worker_command(args) -> list[str]:
+    """The ``tuner worker`` command line; the settings go by environment (:func:`worker_env`)."""
+    return [sys.executable, "-m", "tuner", "worker", *([str(args.study_file)] if args.study_file else []), "--json"]
+
+
+def worker_settings(args, index: int) -> dict:
+    """Worker ``index``'s settings: the run's, with a seed of its own (the same seed would
+    propose the same configs)."""
+    given = dict(args.given)
+    if given.get("seed") is not None:
+        given["seed"] = (given["seed"] + index) % (options.SEED_MAX + 1)
+    return given
 
 
 def _gpu_count() -> int:
@@ -62,18 +52,19 @@ def _gpu_count() -> int:
 
 def worker_env(args, index: int) -> dict[str, str]:
     env = dict(os.environ)
-    if not args.replay:  # one GPU each; respects an outer CUDA_VISIBLE_DEVICES list
+    if not args.run.replay:  # one GPU each; respects an outer CUDA_VISIBLE_DEVICES list
         outer = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
         gpus = outer or [str(i) for i in range(_gpu_count())]
         if gpus:  # more workers than GPUs share them round-robin
             env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
     env["TUNER_WORKER_INDEX"] = str(index)
-    env["TUNER_STORAGE"] = resolve_url(args.storage)
+    env["TUNER_STORAGE"] = resolve_url(args.storage)  # not on the command line: a password never shows in `ps`
+    env[options.ENV] = options.encode(worker_settings(args, index))
     return env
 
 
 def run_workers(args) -> int:
-    n = args.workers
+    n = args.run.workers
     url = resolve_url(args.storage)
     out_dir = Path(tempfile.mkdtemp(prefix="tuner-workers-"))
     procs: list[subprocess.Popen] = []
@@ -84,7 +75,7 @@ def run_workers(args) -> int:
         for i in range(n):
             outs.append(open(out_dir / f"{i}.out", "w+"))
             errs.append(open(out_dir / f"{i}.err", "w+"))
-            procs.append(subprocess.Popen(worker_command(args, i), env=worker_env(args, i), stdout=outs[i], stderr=errs[i],
+            procs.append(subprocess.Popen(worker_command(args), env=worker_env(args, i), stdout=outs[i], stderr=errs[i],
                                           stdin=subprocess.DEVNULL))
         if not args.json:
             print(f"started {n} workers on {redact(url)}", file=sys.stderr)

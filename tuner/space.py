@@ -89,6 +89,12 @@ class Space:
     def check(self, params: dict[str, Value]) -> str | None:
         return self.spec.check(self.full_config(params), self.problem)
 
+    def require_valid(self) -> None:
+        """Raise the error that says how to fix a space with no valid configuration."""
+        if not self.valid:
+            reasons = "; ".join(f"{k} x{n}" for k, n in self.invalid.most_common(3))
+            raise UserError(f"no valid configuration in the space ({self.total} total; invalid: {reasons}): widen the axes")
+
     def defaults(self) -> dict[str, Value]:
         """The axes at the spec's defaults (or the first value where the default is absent)."""
         return {a: self.spec.params[a] if self.spec.params[a] in v else v[0] for a, v in self.axes.items()}

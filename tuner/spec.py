@@ -19,9 +19,9 @@ import hashlib
 import importlib.util
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Callable, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -87,6 +87,27 @@ class OutputSpec:
     shape: tuple[int, ...]
     dtype: str  # numpy dtype name; "uint16" holds BF16 bit patterns
     decode: str = "bfloat16"  # how to turn stored values into float32: "bfloat16" or "float32"
+
+
+#: the buffer name a reference kernel writes its FP32 expected output to
+EXPECTED = "expected"
+
+
+@dataclass(frozen=True)
+class ReferenceKernel:
+    """A plain, obviously correct kernel that computes the whole first output in FP32.
+
+    The worker compiles it once per session for the GPU it runs on (no tuned defines),
+    launches it once per problem into :data:`EXPECTED` (a float32 array of the first
+    output's shape, row-major) and then checks every value of every trial on the device.
+    ``launch`` names the spec's input buffers and :data:`EXPECTED`, as :meth:`KernelSpec.launch`
+    does; only :class:`Buffer` and :class:`Scalar` arguments.
+    """
+
+    source: str  # the ``.cu`` file, relative to the spec file
+    kernel_name: str
+    launch: Launch
+    defines: Mapping[str, Value] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -173,8 +194,27 @@ class KernelSpec:
         """The exact expected first output (float32) for the given row indices."""
         raise NotImplementedError
 
+    def baseline(self, problem: Problem, buffers: Mapping[str, int], stream: int) -> "Callable[[], None] | None":
+        """Optional: a host-side baseline on the same inputs (e.g. a library call), for benchmarks.
+
+        ``buffers`` maps the names of :meth:`inputs` and :meth:`outputs` to device addresses;
+        the returned callable enqueues one run on ``stream`` (a CUDA stream handle). It runs in
+        the GPU worker, paired with a config like any reference (``[measure] reference =
+        "baseline"``). None: this kernel has no baseline.
+        """
+        return None
+
+    def reference_kernel(self, problem: Problem) -> ReferenceKernel | None:
+        """The kernel that computes the whole expected output on the GPU, or None.
+
+        With one, the worker checks 100 % of every trial's output on the device; without
+        one, it checks :meth:`check_rows` sampled rows against :meth:`reference` on the host.
+        """
+        return None
+
     def check_rows(self, problem: Problem) -> int:
-        """How many rows of the first output to check."""
+        """How many rows of the first output the host check samples, unless a study's
+        ``measure.check_rows`` says otherwise."""
         return 64
 
     def flops(self, problem: Problem) -> float:

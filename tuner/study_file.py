@@ -11,47 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner import options
 from tuner.compile import SUPPORTED_ARCHS
 from tuner.errors import UserError
+from tuner.options import MeasureSettings, SearchSettings
 from tuner.spec import Value, as_define_value, validate_define
-
-SAMPLERS = ("tpe", "gp", "random", "grid")
-MODES = ("joint", "tiered")
 
 _SECTIONS = {
     "study": {"name", "kernel", "arch", "shape", "description"},
     "problem": None,  # free-form: the kernel's problem keys
     "space": {"tier1", "tier2"},
     "fixed": None,
-    "search": {"sampler", "mode", "trials", "timeout_min", "seed", "pruner", "pruner_margin", "pruner_min_blocks", "start"},
-    "measure": {"warmup", "warmup_ms", "repeats", "block", "timeout_s", "check_rows", "max_regs", "reject_spills"},
+    "search": None,  # keys and their rules: tuner.options
+    "measure": None,
     "baseline": None,  # e.g. cublas = 1.04 (ms), shown in reports
 }
-
-
-@dataclass
-class SearchSettings:
-    sampler: str = "tpe"
-    mode: str = "joint"
-    trials: int | None = 100
-    timeout_min: float | None = None
-    seed: int | None = None
-    pruner: bool = True
-    pruner_margin: float = 0.10
-    pruner_min_blocks: int = 2
-    start: list[dict[str, Value]] = field(default_factory=list)  # known configs tried first (axes not named: defaults)
-
-
-@dataclass
-class MeasureSettings:
-    warmup: int = 5
-    warmup_ms: float = 100.0  # and at least this long: clocks ramp up under load
-    repeats: int = 50
-    block: int = 10
-    timeout_s: float = 30.0
-    check_rows: int = 64
-    max_regs: int = 255
-    reject_spills: bool = True
 
 
 @dataclass
@@ -145,34 +119,23 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
             raise fail(f"fixed.{key}", "is also a search axis; keep it in one place")
         fixed[key] = value
 
-    s = data.get("search", {})
-    search = SearchSettings(
-        sampler=_choice(s, "sampler", SAMPLERS, "tpe", where, "search"),
-        mode=_choice(s, "mode", MODES, "joint", where, "search"),
-        trials=_positive(s, "trials", int, 100, where, "search"),
-        timeout_min=_positive(s, "timeout_min", (int, float), None, where, "search"),
-        seed=_get(s, "seed", int, f"{where}: [search.seed]"),
-        pruner=_get(s, "pruner", bool, f"{where}: [search.pruner]", default=True),
-        pruner_margin=_positive(s, "pruner_margin", (int, float), 0.10, where, "search"),
-        pruner_min_blocks=_positive(s, "pruner_min_blocks", int, 2, where, "search"),
-        start=_start_configs(s.get("start", []), {**tier1, **tier2}, fail),
-    )
+    search_values = options.from_toml("search", data.get("search", {}), where)
+    search_values["start"] = _start_configs(search_values.get("start", []), {**tier1, **tier2}, fail)
+    search = options.apply(SearchSettings(), search_values)
     if search.mode == "tiered" and not (tier1 and tier2):
         raise fail("search.mode", "'tiered' needs axes in both [space.tier1] and [space.tier2]; use mode = \"joint\" for one tier")
 
-    m = data.get("measure", {})
-    measure = MeasureSettings(
-        warmup=_positive(m, "warmup", int, 5, where, "measure", allow_zero=True),
-        warmup_ms=_positive(m, "warmup_ms", (int, float), 100.0, where, "measure", allow_zero=True),
-        repeats=_positive(m, "repeats", int, 50, where, "measure"),
-        block=_positive(m, "block", int, 10, where, "measure"),
-        timeout_s=_positive(m, "timeout_s", (int, float), 30.0, where, "measure"),
-        check_rows=_positive(m, "check_rows", int, 64, where, "measure"),
-        max_regs=_positive(m, "max_regs", int, 255, where, "measure"),
-        reject_spills=_get(m, "reject_spills", bool, f"{where}: [measure.reject_spills]", default=True),
-    )
+    measure_values = options.from_toml("measure", data.get("measure", {}), where)
+    measure_values["reference"] = _reference(measure_values.get("reference"), {**tier1, **tier2}, fail)
+    measure = options.apply(MeasureSettings(), measure_values)
+    # A short study (repeats = 10, say) keeps working with the defaults: they shrink to fit.
+    for key in ("block", "min_pairs"):
+        if key not in measure_values and getattr(measure, key) > measure.repeats:
+            setattr(measure, key, measure.repeats)
     if measure.block > measure.repeats:
         raise fail("measure.block", f"{measure.block} > repeats={measure.repeats}; a block is a slice of the repeats")
+    if measure.min_pairs > measure.repeats:
+        raise fail("measure.min_pairs", f"{measure.min_pairs} > repeats={measure.repeats} (the most pairs measured)")
 
     baseline = {}
     for key, value in data.get("baseline", {}).items():
@@ -200,6 +163,15 @@ def _axes(table: Any, prefix: str, fail) -> dict[str, list[Value]]:
             raise UserError(f"{where} lists a value twice")
         axes[key] = converted
     return axes
+
+
+def _reference(value, axes: dict[str, list[Value]], fail) -> dict[str, Value] | str | None:
+    """[measure] reference = {BLOCK_N = 192, ...} (axes not named: defaults) or "baseline"."""
+    if value is None or value == "baseline":
+        return value
+    if isinstance(value, dict):
+        return _start_configs([value], axes, lambda key, msg: fail(key.replace("search.start #1", "measure.reference"), msg))[0]
+    raise fail("measure.reference", f"{value!r}: give an inline table of axis = value, or \"baseline\"")
 
 
 def _start_configs(entries, axes: dict[str, list[Value]], fail) -> list[dict[str, Value]]:
@@ -231,20 +203,4 @@ def _get(table: dict, key: str, kind, where: str, required: bool = False, defaul
     if kind is int and isinstance(value, bool) or not isinstance(value, kind):
         name = kind.__name__ if isinstance(kind, type) else "number"
         raise UserError(f"{where} must be a {name}, got {value!r}")
-    return value
-
-
-def _choice(table, key, choices, default, where, section):
-    value = _get(table, key, str, f"{where}: [{section}.{key}]", default=default)
-    if value not in choices:
-        raise UserError(f"{where}: [{section}.{key}] {value!r} unknown; expected one of {', '.join(choices)}")
-    return value
-
-
-def _positive(table, key, kind, default, where, section, allow_zero=False):
-    value = _get(table, key, kind, f"{where}: [{section}.{key}]", default=default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or value < 0 or (value == 0 and not allow_zero):
-        raise UserError(f"{where}: [{section}.{key}] must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
     return value

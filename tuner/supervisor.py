@@ -6,10 +6,10 @@ illegal address, leave a sticky error in the context, or kill the process — st
 the child: the parent records the trial's status, kills and restarts the worker, and
 the study goes on.
 
-Protocol (dicts over a Pipe): the parent sends ``{"op": "measure", ...}``; the worker
-answers ``{"type": "ready"}`` once inputs are in place, then one ``{"type": "block",
-"step", "ms"}`` per timed block (the parent answers ``continue`` or ``stop``), then
-``{"type": "result", ...}``.
+Protocol (dicts over a Pipe): the parent sends ``{"op": "measure" | "confirm", ...}``;
+the worker answers ``{"type": "ready"}`` once inputs are in place, then one ``{"type":
+"block", "step", "value", "samples", "pairs"}`` per timed block (the parent answers
+``continue`` or ``stop``), then ``{"type": "result", ...}``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ import time
 from typing import Any, Callable
 
 from tuner.record import Measurement
+
+#: called with each block (step, running value, the block's samples); True means stop
+Report = Callable[[int, float, list[float]], bool]
 
 SETUP_TIMEOUT_S = 600.0  # allocating and uploading a problem's inputs (GBs) can take a while
 
@@ -95,15 +98,22 @@ class Supervisor:
         return self._proc is not None and self._proc.is_alive()
 
     # -- one job ------------------------------------------------------------------------------
-    def measure(self, job: dict[str, Any], timeout_s: float, report: Callable[[int, float], bool]) -> Measurement:
+    def measure(self, job: dict[str, Any], timeout_s: float, report: "Report") -> Measurement:
         """Run one measurement job; a hang or a dead worker becomes a status, never a raise."""
+        return self._run("measure", job, timeout_s, report)
+
+    def confirm(self, job: dict[str, Any], timeout_s: float) -> Measurement:
+        """Time several configs round-robin (``extra["times"]``); faults become a status."""
+        return self._run("confirm", job, timeout_s, lambda step, value, samples: False)
+
+    def _run(self, op: str, job: dict[str, Any], timeout_s: float, report: "Report") -> Measurement:
         if not self.alive:
             self.start()
         try:
-            self._conn.send({"op": "measure", **job})
+            self._conn.send({"op": op, **job})
         except (OSError, BrokenPipeError):
             self.restart()
-            self._conn.send({"op": "measure", **job})
+            self._conn.send({"op": op, **job})
 
         deadline_s = SETUP_TIMEOUT_S  # until the worker says its inputs are ready
         blocks: list[float] = []
@@ -122,8 +132,8 @@ class Supervisor:
             if kind == "ready":
                 deadline_s = timeout_s
             elif kind == "block":
-                blocks.append(message["ms"])
-                stop = report(message["step"], message["ms"])
+                blocks.append(message["value"])
+                stop = report(message["step"], message["value"], message.get("samples", []))
                 self._conn.send({"op": "stop" if stop else "continue"})
                 deadline_s = timeout_s
             elif kind == "result":

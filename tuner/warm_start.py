@@ -70,16 +70,16 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
     return queue.queued
 
 
-def start_params(space: Space, configs: list[dict], tiered: bool = False) -> list[dict]:
+def start_params(space: Space, configs: list[dict], tiered: bool = False, what: str = "[search.start] #{}") -> list[dict]:
     """The study file's ``[search] start`` configs as full parameter sets (axes not named take the
     defaults; in tiered mode tier 2 is held at its defaults); one the constraint model rejects is an
-    error that says why, raised before anything is stored."""
+    error that says why (``what`` names it), raised before anything is stored."""
     out = []
     for i, config in enumerate(configs):
         params = _hold_tier2(space, {**space.defaults(), **config}, tiered)
         reason = space.check(params)
         if reason:
-            raise UserError(f"[search.start] #{i + 1} is rejected by the kernel's constraint model: {reason}")
+            raise UserError(f"{what.format(i + 1)} is rejected by the kernel's constraint model: {reason}")
         out.append(params)
     return out
 

@@ -1,20 +1,22 @@
 """The GPU worker process: the only code that imports the CUDA driver.
 
-It owns one CUDA context, allocates a problem's inputs once (fresh random data, never
-zeros), and for each job loads the CUBIN, poisons the outputs, launches once and checks
-sampled rows against the spec's reference, then times warm launches with CUDA events,
-reporting block medians as it goes. See :mod:`tuner.supervisor` for the protocol.
+``worker_main`` answers the supervisor's jobs with :class:`tuner.measure.Measurer`,
+which runs the measurement protocol (check, paired timing, confirmation) over a
+backend. :class:`CudaBackend` is the real one: it owns one CUDA context, allocates a
+problem's inputs once (fresh random data, never zeros), loads CUBINs, poisons outputs
+and checks them (every value on the device when the spec has a reference kernel, sampled
+rows on the host otherwise, then a bitwise relaunch: :mod:`tuner.verify`), and times
+launches with CUDA events. See :mod:`tuner.supervisor` for
+the protocol between the processes.
 
-``worker_main`` can also run a test backend (``"path/to/file.py:Class"`` or
-``"module:Class"``) so that the supervisor's fault handling is tested without a GPU.
+A test backend (``"path/to/file.py:Class"`` or ``"module:Class"``) takes its place so
+that the protocol and the supervisor's fault handling are tested without a GPU.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
-import statistics
 import time
 import traceback
 from typing import Any
@@ -22,11 +24,13 @@ from typing import Any
 import numpy as np
 
 from tuner.driver import CudaError, check as _ck, kernel_params, launch_config
+from tuner.measure import LaunchFailed, Measurer
 from tuner.record import Measurement
+from tuner.verify import CheckResult, rows_to_sample, verdict
 
 
 class Channel:
-    """The worker's end of the pipe, as a backend sees it."""
+    """The worker's end of the pipe, as the measurement protocol sees it."""
 
     def __init__(self, conn):
         self.conn = conn
@@ -34,9 +38,9 @@ class Channel:
     def ready(self) -> None:
         self.conn.send({"type": "ready"})
 
-    def block(self, step: int, ms: float) -> bool:
-        """Report a block median; True when the parent says stop (pruned)."""
-        self.conn.send({"type": "block", "step": step, "ms": ms})
+    def block(self, step: int, value: float, samples: list[float], pairs: int) -> bool:
+        """Report a block of pair ratios; True when the parent says stop (pruned)."""
+        self.conn.send({"type": "block", "step": step, "value": value, "samples": samples, "pairs": pairs})
         answer = self.conn.recv()
         return answer.get("op") == "stop"
 
@@ -63,6 +67,8 @@ def worker_main(conn, backend_name: str) -> None:
         return
     conn.send({"type": "hello", "device": device})
     channel = Channel(conn)
+    measurer = Measurer(backend)
+    jobs = {"measure": measurer.measure, "confirm": measurer.confirm}
     while True:
         try:
             job = conn.recv()
@@ -70,10 +76,10 @@ def worker_main(conn, backend_name: str) -> None:
             return
         if job.get("op") == "exit":
             return
-        if job.get("op") != "measure":
+        if job.get("op") not in jobs:
             continue
         try:
-            measurement, restart = backend.measure(job, channel)
+            measurement, restart = jobs[job["op"]](job, channel)
         except Exception as exc:  # a bug or an unexpected driver error: report, then restart
             measurement = Measurement("launch_error", reason=f"{type(exc).__name__}: {exc}"[:500])
             measurement.extra["traceback"] = traceback.format_exc()[-2000:]
@@ -120,22 +126,21 @@ class CudaBackend:
             "driver": _ck("cuDriverGetVersion", cu.cuDriverGetVersion()),
             "uuid": _uuid_text(cu, self.dev),
         }
-        self._problem_key = None
         self.buffers: dict[str, Any] = {}
         self.host_inputs: dict[str, np.ndarray] = {}
         self.outputs = {}
+        self.verifier = None  # tuner.verify.DeviceVerifier, built on the first problem
+        self.reference_error = ""
         return self.device
 
     # -- inputs, once per problem -------------------------------------------------------------
-    def _prepare(self, spec, problem: dict, seed: int) -> None:
-        key = (str(spec.path), json.dumps(problem, sort_keys=True), seed)
-        if key == self._problem_key:
-            return
+    def prepare(self, spec, problem: dict, seed: int) -> None:
         cu = self.cu
+        if self.verifier is not None:
+            self.verifier.forget()
         for ptr in self.buffers.values():
             cu.cuMemFree(ptr)
         self.buffers.clear()
-        self._problem_key = None
         rng = np.random.default_rng(seed)
         self.host_inputs = {k: np.ascontiguousarray(v) for k, v in spec.inputs(problem, rng).items()}
         for name, array in self.host_inputs.items():
@@ -146,72 +151,121 @@ class CudaBackend:
         for name, out in self.outputs.items():
             nbytes = int(np.prod(out.shape)) * np.dtype(out.dtype).itemsize
             self.buffers[name] = _ck("cuMemAlloc", cu.cuMemAlloc(nbytes))
-        self._problem_key = key
+        self._prepare_check(spec, problem)
 
-    # -- one job -------------------------------------------------------------------------------
-    def measure(self, job: dict, channel: Channel) -> tuple[Measurement, bool]:
-        from tuner.spec import DeviceInfo, load_spec
+    def _prepare_check(self, spec, problem: dict) -> None:
+        """The comparison kernels, and the expected output when the spec has a reference kernel."""
+        from tuner.verify import DeviceVerifier, device_arch
 
-        cu = self.cu
-        spec = load_spec(job["spec_path"])
-        problem, config = job["problem"], job["config"]
-        self._prepare(spec, problem, job.get("seed", 0))
-        channel.ready()
-        d = self.device
+        out = next(iter(self.outputs.values()))
+        if self.verifier is None:
+            self.verifier = DeviceVerifier(self.cu, self.stream, device_arch(self.device["cc"]), self.device["sm_count"])
+        self.verifier.prepare_hashes(out)
+        self.reference_error = ""
+        ref = spec.reference_kernel(problem)
+        if ref is None:
+            return
+        try:
+            self.verifier.compute_reference(spec, ref, out, lambda n: int(self.buffers[n]))
+        except CudaError as exc:  # e.g. no room for the FP32 expected output: check sampled rows instead
+            if self._context_broken():
+                raise
+            self.verifier.forget()
+            self.verifier.prepare_hashes(out)
+            self.reference_error = f"reference kernel: {exc}"
+
+    # -- kernels ---------------------------------------------------------------------------------
+    def load(self, spec, config: dict, problem: dict, cubin_path: str) -> "_Kernel":
+        from tuner.spec import DeviceInfo
+
+        cu, d = self.cu, self.device
         launch = spec.launch(config, problem, DeviceInfo(d["name"], d["sm_count"], tuple(d["cc"]), d["max_smem_per_block"]))
+        if launch.smem_bytes > d["max_smem_per_block"]:
+            raise LaunchFailed(f"{launch.smem_bytes} B dynamic SMEM > device limit {d['max_smem_per_block']}")
         module = None
         try:
-            with open(job["cubin_path"], "rb") as f:
-                image = f.read()
-            module = _ck("cuModuleLoadData", cu.cuModuleLoadData(image))
+            with open(cubin_path, "rb") as f:
+                module = _ck("cuModuleLoadData", cu.cuModuleLoadData(f.read()))
             func = _ck("cuModuleGetFunction", cu.cuModuleGetFunction(module, spec.kernel_name.encode()))
-            if launch.smem_bytes > d["max_smem_per_block"]:
-                return Measurement("launch_error", reason=f"{launch.smem_bytes} B dynamic SMEM > device limit {d['max_smem_per_block']}"), False
             _ck("cuFuncSetAttribute", cu.cuFuncSetAttribute(
                 func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.smem_bytes))
             params, keepalive = kernel_params(launch, lambda name: int(self.buffers[name]))
-            config_obj = launch_config(launch, self.stream, func)
-            run = lambda: _ck("cuLaunchKernelEx", cu.cuLaunchKernelEx(config_obj, func, params, 0))  # noqa: E731
-
-            # Checked launch on poisoned outputs.
-            self._poison()
-            try:
-                run()
-            except CudaError as exc:
-                return Measurement("launch_error", reason=str(exc)), self._context_broken()
-            try:
-                _ck("cuStreamSynchronize", cu.cuStreamSynchronize(self.stream))
-            except CudaError as exc:
-                return Measurement("launch_error", reason=f"kernel fault: {exc}"), True
-            ok, reason, checksum, max_err = self._check(spec, problem, job.get("check_rows", 64), job.get("seed", 0))
-            if not ok:
-                return Measurement("mismatch", reason=reason, checksum=checksum, max_err=max_err), False
-
-            self._warm_up(run, job.get("warmup", 5), job.get("warmup_ms", 100.0))
-            times, blocks = self._time(run, job.get("repeats", 50), job.get("block", 10), channel)
-            clock = self._sm_clock_mhz()
-            if times is None:
-                return Measurement("pruned_slow", reason=f"running median {statistics.median(blocks):.4g} ms after {len(blocks)} blocks",
-                                   blocks=blocks, checksum=checksum, max_err=max_err), False
-            done = Measurement("ok", ms=statistics.median(times), blocks=blocks, checksum=checksum, max_err=max_err)
-            if clock is not None:
-                done.extra["sm_clock_mhz"] = clock
-            return done, False
+            return _Kernel(cu, module, func, params, keepalive, launch_config(launch, self.stream, func))
         except CudaError as exc:
-            return Measurement("launch_error", reason=str(exc)), self._context_broken()
-        finally:
             if module is not None:
                 cu.cuModuleUnload(module)
+            raise LaunchFailed(str(exc), self._context_broken()) from None
 
-    def _warm_up(self, run, launches: int, min_ms: float) -> None:
-        """At least ``launches`` launches and ``min_ms`` of them: an idle GPU starts at low clocks."""
-        started = time.perf_counter()
-        while True:
-            for _ in range(max(1, launches)):
-                run()
-            _ck("cuStreamSynchronize", self.cu.cuStreamSynchronize(self.stream))
-            if (time.perf_counter() - started) * 1e3 >= min_ms:
-                return
+    def load_baseline(self, spec, problem: dict) -> "_HostBaseline":
+        launch = spec.baseline(problem, {name: int(ptr) for name, ptr in self.buffers.items()}, int(self.stream))
+        if launch is None:
+            raise LaunchFailed(f"kernel spec {spec.name} offers no baseline: give [measure] reference as a config")
+        return _HostBaseline(launch)
+
+    def unload(self, handle) -> None:
+        handle.close()
+
+    # -- checks and timing -------------------------------------------------------------------
+    def check(self, handle, spec, problem: dict, check_rows: int, seed: int) -> Measurement:
+        cu = self.cu
+        self._poison()
+        try:
+            handle.run()
+        except CudaError as exc:
+            raise LaunchFailed(str(exc), self._context_broken()) from None
+        try:
+            _ck("cuStreamSynchronize", cu.cuStreamSynchronize(self.stream))
+        except CudaError as exc:
+            raise LaunchFailed(f"kernel fault: {exc}", True) from None
+        result = self._check(spec, problem, rows_to_sample(spec, problem, check_rows), seed, handle.run)
+        ok, reason = verdict(result)
+        extra = result.attrs()
+        if self.reference_error:
+            extra["check_note"] = self.reference_error
+        return Measurement("ok" if ok else "mismatch", reason=reason, checksum=result.checksum, max_err=result.max_err,
+                           extra=extra)
+
+    def time(self, handles, rounds: int) -> list[list[float]]:
+        cu = self.cu
+        k = len(handles)
+        events = self._events(rounds * k + 1)
+        order = []
+        try:
+            _ck("cuEventRecord", cu.cuEventRecord(events[0], self.stream))
+            for r in range(rounds):
+                for j in range(k):
+                    i = (r + j) % k  # rotate: nobody always runs first
+                    handles[i].run()
+                    _ck("cuEventRecord", cu.cuEventRecord(events[len(order) + 1], self.stream))
+                    order.append(i)
+            _ck("cuStreamSynchronize", cu.cuStreamSynchronize(self.stream))
+        except CudaError as exc:
+            raise LaunchFailed(str(exc), self._context_broken()) from None
+        times = [[0.0] * k for _ in range(rounds)]
+        for n, i in enumerate(order):
+            times[n // k][i] = _ck("cuEventElapsedTime", cu.cuEventElapsedTime(events[n], events[n + 1]))
+        return times
+
+    def _events(self, count: int) -> list:
+        pool = getattr(self, "_event_pool", [])
+        while len(pool) < count:
+            pool.append(_ck("cuEventCreate", self.cu.cuEventCreate(0)))
+        self._event_pool = pool
+        return pool
+
+    def sensors(self) -> dict[str, float]:
+        """SM clock and the energy counter where NVML has them (recorded, never required)."""
+        found: dict[str, float] = {}
+        clock = self._sm_clock_mhz()
+        if clock is not None:
+            found["sm_clock_mhz"] = clock
+        try:
+            from cuda.bindings import nvml
+
+            found["energy_mj"] = float(nvml.device_get_total_energy_consumption(self._nvml))
+        except Exception:
+            pass
+        return found
 
     def _sm_clock_mhz(self) -> int | None:
         """The SM clock right after timing, where NVML is reachable (recorded, never required)."""
@@ -243,56 +297,66 @@ class CudaBackend:
                 words = count * np.dtype(out.dtype).itemsize // 4
                 _ck("cuMemsetD32Async", cu.cuMemsetD32Async(self.buffers[name], 0x7FC00001, words, self.stream))
 
-    def _check(self, spec, problem, n_rows: int, seed: int):
-        from tuner.numerics import bf16_to_f32
+    def _check(self, spec, problem: dict, n_rows: int, seed: int, run) -> CheckResult:
+        """The checked launch's output against the expected one, then a relaunch on poisoned
+        outputs compared bitwise (row hashes). Every value on the device when the spec has a
+        reference kernel; otherwise ``n_rows`` sampled rows against the host reference."""
+        cu, verifier = self.cu, self.verifier
+        name, out = next(iter(self.outputs.items()))
+        started = time.perf_counter()
+        if verifier.expected is not None:
+            result = verifier.compare(self.buffers[name], out, spec.atol, spec.rtol)
+        else:
+            result = self._host_check(spec, problem, name, out, n_rows, seed)
+            verifier.store_hashes(self.buffers[name])
+        if not result.n_bad:
+            self._poison()
+            try:
+                run()
+                _ck("cuStreamSynchronize", cu.cuStreamSynchronize(self.stream))
+            except CudaError as exc:
+                raise LaunchFailed(f"relaunch: {exc}", self._context_broken()) from None
+            result.race_rows, result.first_race_row = verifier.relaunch_differs(self.buffers[name])
+        result.check_ms = (time.perf_counter() - started) * 1e3
+        return result
+
+    def _host_check(self, spec, problem: dict, name: str, out, n_rows: int, seed: int) -> CheckResult:
+        from tuner.verify import decode, host_check, sample_rows
 
         cu = self.cu
-        name, out = next(iter(self.outputs.items()))
         rows_total, cols = out.shape[0], int(np.prod(out.shape[1:]))
-        rng = np.random.default_rng(seed + 1)
-        rows = np.unique(np.concatenate([[0, rows_total - 1], rng.integers(0, rows_total, size=max(0, n_rows - 2))]))
+        rows = sample_rows(n_rows, rows_total, seed)
         itemsize = np.dtype(out.dtype).itemsize
         got = np.empty((len(rows), cols), dtype=out.dtype)
         base = int(self.buffers[name])
         for i, r in enumerate(rows):
             _ck("cuMemcpyDtoH", cu.cuMemcpyDtoH(got[i].ctypes.data, base + int(r) * cols * itemsize, cols * itemsize))
-        values = bf16_to_f32(got) if out.decode == "bfloat16" else got.astype(np.float32)
+        values = decode(got, out)
         ref = np.asarray(spec.reference(self.host_inputs, problem, rows), dtype=np.float32).reshape(values.shape)
-        checksum = float(np.sum(values, dtype=np.float64)) if np.isfinite(values).all() else float("nan")
-        bad_nan = ~np.isfinite(values)
-        if bad_nan.any():
-            r, c = np.argwhere(bad_nan)[0]
-            return False, f"NaN/unwritten output at row {rows[r]} col {c} ({int(bad_nan.sum())} values)", checksum, None
-        scale = np.sqrt(np.mean(ref.astype(np.float64) ** 2, axis=1, keepdims=True))
-        err = np.abs(values - ref) / (spec.atol + spec.rtol * np.maximum(np.abs(ref), scale))
-        max_err = float(err.max()) if err.size else 0.0
-        if max_err > 1.0:
-            r, c = np.unravel_index(int(np.argmax(err)), err.shape)
-            return False, f"row {rows[r]} col {c}: got {values[r, c]:.6g}, expected {ref[r, c]:.6g}", checksum, max_err
-        return True, "", checksum, max_err
+        return host_check(values, ref, rows, rows_total * cols, spec.atol, spec.rtol)
 
-    def _time(self, run, repeats: int, block: int, channel: Channel):
-        cu = self.cu
-        events = [(_ck("cuEventCreate", cu.cuEventCreate(0)), _ck("cuEventCreate", cu.cuEventCreate(0))) for _ in range(block)]
-        times: list[float] = []
-        blocks: list[float] = []
-        try:
-            step = 0
-            while len(times) < repeats:
-                n = min(block, repeats - len(times))
-                for start, end in events[:n]:
-                    _ck("cuEventRecord", cu.cuEventRecord(start, self.stream))
-                    run()
-                    _ck("cuEventRecord", cu.cuEventRecord(end, self.stream))
-                _ck("cuStreamSynchronize", cu.cuStreamSynchronize(self.stream))
-                chunk = [_ck("cuEventElapsedTime", cu.cuEventElapsedTime(s, e)) for s, e in events[:n]]
-                times.extend(chunk)
-                blocks.append(statistics.median(chunk))
-                if channel.block(step, blocks[-1]) and len(times) < repeats:
-                    return None, blocks
-                step += 1
-            return times, blocks
-        finally:
-            for start, end in events:
-                cu.cuEventDestroy(start)
-                cu.cuEventDestroy(end)
+
+class _Kernel:
+    """A loaded CUBIN with its arguments bound to the problem's buffers."""
+
+    def __init__(self, cu, module, func, params, keepalive, config):
+        self.cu, self.module, self.func, self.params, self.keepalive, self.config = cu, module, func, params, keepalive, config
+
+    def run(self) -> None:
+        _ck("cuLaunchKernelEx", self.cu.cuLaunchKernelEx(self.config, self.func, self.params, 0))
+
+    def close(self) -> None:
+        self.cu.cuModuleUnload(self.module)
+
+
+class _HostBaseline:
+    """A spec's host-side baseline (a library call enqueued on the worker's stream)."""
+
+    def __init__(self, launch):
+        self.launch = launch
+
+    def run(self) -> None:
+        self.launch()
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,82 @@
+"""Our kernels against cuBLAS, through the engine's own evaluation path.
+
+For each study, its known best config (the first ``[search] start`` entry, or the one
+given) is measured by the engine's GPU evaluator with the spec's baseline as the
+reference: ``[measure] reference = "baseline"`` (for the Hopper GEMM, cuBLAS FP8 via
+torch._scaled_mm, GEMM only). The pairs alternate launch by launch in the worker
+process; the figure is the median of the per-pair ratios with its 95 % interval.
+
+    python3 bench/bench_vs_cublas.py studies/patch_embed_sm90a.toml studies/fc1_sm90a.toml \\
+        studies/fc2_sm90a.toml [--regime sustained|burst] [--pairs 200] [--out results.json]
+
+Needs a GPU, and torch with CUDA in the worker's Python (the spec's baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tuner.gpu import BASELINE, GpuEvaluator  # noqa: E402
+from tuner.space import Space  # noqa: E402
+from tuner.spec import load_spec  # noqa: E402
+from tuner.study_file import load_study  # noqa: E402
+from tuner.warm_start import start_params  # noqa: E402
+
+
+def measure(study_path: str, regime: str, pairs: int, evaluator: GpuEvaluator | None) -> tuple[dict, GpuEvaluator]:
+    cfg = load_study(study_path)
+    spec = load_spec(cfg.kernel)
+    space = Space.from_study(cfg, spec)
+    settings = dataclasses.replace(cfg.measure, reference=BASELINE, regime=regime, repeats=pairs, min_pairs=pairs,
+                                   ci_target=0.0, timeout_s=60.0)
+    supervisor = evaluator.supervisor if evaluator else None  # one worker for every shape
+    evaluator = GpuEvaluator(spec, dict(space.problem), cfg.arch, settings, supervisor=supervisor, reference=BASELINE)
+    device = evaluator.start() if supervisor is None else supervisor.device
+    params = start_params(space, cfg.search.start[:1])[0] if cfg.search.start else space.defaults()
+    m = evaluator.evaluate(params, space.full_config(params), lambda step, value, samples: False)
+    row = {"study": cfg.name, "device": device.get("name"), "regime": regime, "status": m.status, "reason": m.reason,
+           "flags": m.flags, "ms": m.ms, **{k: m.extra.get(k) for k in ("ratio", "ratio_lo", "ratio_hi", "reference_ms",
+                                                                             "pairs", "sm_clock_mhz", "power_w")}}
+    return row, evaluator
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("studies", nargs="+")
+    parser.add_argument("--regime", choices=("sustained", "burst"), default="sustained")
+    parser.add_argument("--pairs", type=int, default=200)
+    parser.add_argument("--out", type=Path, help="write the rows as JSON here too")
+    args = parser.parse_args()
+    rows, evaluator = [], None
+    try:
+        for path in args.studies:
+            row, evaluator = measure(path, args.regime, args.pairs, evaluator)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        if evaluator is not None:
+            evaluator.close()
+    print(f"\nours / cuBLAS GEMM-only, {args.regime}, {rows[0]['device']}, "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}")
+    print(f"{'study':24} {'ratio':>7} {'95% interval':>17} {'ours ms':>8} {'cuBLAS ms':>9} {'pairs':>5} {'MHz':>5} {'W':>5}")
+    for r in rows:
+        if r["status"] != "ok":
+            print(f"{r['study']:24} {r['status']}: {r['reason']}")
+            continue
+        print(f"{r['study']:24} {r['ratio']:7.3f} [{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}] {r['ms']:8.4f} "
+              f"{r['reference_ms']:9.4f} {r['pairs']:5d} {r.get('sm_clock_mhz') or '':>5} {r.get('power_w') or '':>5}")
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The paired objective end to end: `tuner run` on the worker double, then `tuner confirm` and `tuner best`.
+
+Compiles are real NVRTC; the worker double (tests/fake_backend.py) times configs under a
+drifting clock. A config's nominal time grows with the sum of its integer defines, so
+the example study's best config is known in advance.
+"""
+
+import json
+
+from tests.conftest import FAKE_BACKEND, ROOT, tuner
+from tests.fake_backend import base_ms
+
+FAKE = {"TUNER_WORKER_BACKEND": FAKE_BACKEND}
+
+
+def study_file(tmp_path, measure_extra=""):
+    path = tmp_path / "paired.toml"
+    path.write_text(f"""
+[study]
+name = "paired"
+kernel = "{ROOT}/kernel/example_sgemm.py"
+arch = "sm_90a"
+[problem]
+M_DIM = 256
+N_DIM = 256
+K_DIM = 256
+[space.tier1]
+BLOCK = [32, 64]
+THREAD_TILE = [1, 2, 4]
+[search]
+sampler = "grid"
+trials = 6
+confirm_top = 3
+confirm_rounds = 60
+pruner = false
+[measure]
+timeout_s = 20
+{measure_extra}
+""")
+    return path
+
+
+def run_json(*args):
+    result = tuner(*args, env=FAKE)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_run_stores_ratios_and_a_confirmed_winner(tmp_path, cache_dir):
+    import optuna
+
+    study, url = study_file(tmp_path), f"sqlite:///{tmp_path / 's.db'}"
+    summary = run_json("run", study, "--storage", url, "--json", "--cache-dir", cache_dir)
+    assert summary["trials"] == 5 and set(summary["statuses"]) <= {"ok", "spills"}  # 5 of the 6 are valid
+    assert summary["statuses"]["ok"] >= 3
+    stored = optuna.load_study(study_name="paired", storage=url)
+    assert stored.metric_names == ["ratio"]
+    assert stored.user_attrs["objective"]["metric"] == "ratio"
+    for t in stored.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
+        a = t.user_attrs
+        assert a["ratio_lo"] <= t.value <= a["ratio_hi"] and a["pairs"] >= 20 and a["regime"] == "sustained"
+        assert abs(a["ms"] / a["reference_ms"] - t.value) < 0.01
+    # the config with the smallest nominal time is the confirmed winner; the confirmation is stored
+    fastest = min(stored.get_trials(states=(optuna.trial.TrialState.COMPLETE,)),
+                  key=lambda t: base_ms(dict(t.params)))
+    confirmed = summary["confirmed"]
+    winner = stored.trials[confirmed["winner"]]
+    assert winner.params == fastest.params
+    assert confirmed["winner"] in confirmed["tied"] and len(confirmed["standings"]) == 3
+    assert len(stored.user_attrs["confirmations"]) == 1
+
+    best = tuner("best", study, "--storage", url, "--json")
+    assert best.returncode == 0, best.stderr
+    answer = json.loads(best.stdout)
+    assert answer["confirmed"] is True and answer["trial"] == confirmed["winner"] and "ratio" in answer
+    text = tuner("best", study, "--storage", url)
+    assert text.stdout.strip() == winner.user_attrs["flags"]
+    assert "confirmed winner: trial" in text.stderr
+
+    # a later session confirms again: a second record, same winner
+    again = run_json("confirm", study, "--storage", url, "--json", "--top", "4", "--cache-dir", cache_dir)
+    assert again["winner"] == confirmed["winner"] and len(again["standings"]) == 4
+    assert len(optuna.load_study(study_name="paired", storage=url).user_attrs["confirmations"]) == 2
+
+
+def test_resume_with_another_reference_is_refused(tmp_path, cache_dir):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    run_json("run", study_file(tmp_path), "--storage", url, "--json", "--cache-dir", cache_dir, "--trials", 2)
+    other = study_file(tmp_path, "reference = {BLOCK = 32, THREAD_TILE = 2}")
+    refused = tuner("run", other, "--storage", url, "--cache-dir", cache_dir, env=FAKE)
+    assert refused.returncode == 2 and "objective" in refused.stderr and "--study-name" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_bad_reference_is_a_one_line_error(tmp_path, cache_dir):
+    bad = study_file(tmp_path, "reference = {BLOCK = 48}")
+    result = tuner("run", bad, "--storage", f"sqlite:///{tmp_path / 's.db'}", env=FAKE)
+    assert result.returncode == 2 and "measure.reference" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

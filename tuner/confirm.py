@@ -1,0 +1,107 @@
+"""A statistical winner: the study's top configs re-measured against each other.
+
+Trials are measured one after another, each against the reference; configs whose
+values lie within a fraction of a per cent of each other may trade places on another
+day. A confirmation times the top ``k`` distinct configs round-robin in one session
+and reports the winner together with every config statistically tied with it (see
+:func:`tuner.paired.rank_interleaved`). Each confirmation is kept on the study
+(session, device, clocks), so drift between sessions and GPUs stays visible.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import socket
+from typing import Any, Protocol
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import UserError
+from tuner.paired import Standing
+from tuner.space import Space
+from tuner.spec import Value
+
+CONFIRMATIONS = "confirmations"  # study user attr: every confirmation, oldest first
+
+
+class Confirms(Protocol):
+    def confirm(self, configs: list[dict[str, Value]], rounds: int) -> tuple[list[Standing], dict]: ...
+
+
+def top_trials(study: optuna.Study, space: Space, k: int) -> list[FrozenTrial]:
+    """The ``k`` best complete trials, one per config (a duplicate's original stands for it)."""
+    seen: set[tuple] = set()
+    chosen = []
+    for trial in sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.value):
+        if not trial.params or not all(a in trial.params for a in space.axis_names):
+            continue
+        key = space.key(trial.params)
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(trial)
+        if len(chosen) == k:
+            break
+    return chosen
+
+
+def confirm_study(study: optuna.Study, space: Space, evaluator: Confirms, device: dict[str, Any],
+                  top: int = 5, rounds: int = 100) -> dict | None:
+    """Re-measure the top configs against each other; store and return the record (None: < 2 configs)."""
+    trials = top_trials(study, space, top)
+    if len(trials) < 2:
+        return None
+    standings, sensors = evaluator.confirm([space.full_config(dict(t.params)) for t in trials], rounds)
+    rows = []
+    for s in standings:
+        trial = trials[s.index - 1]
+        rows.append({
+            "trial": trial.number,
+            "value": trial.value,
+            "ratio": s.to_reference.ratio,
+            "to_winner": s.to_winner.ratio,
+            "to_winner_ci": [s.to_winner.lo, s.to_winner.hi],
+            "tied": s.tied,
+            "flags": trial.user_attrs.get("flags", ""),
+        })
+    record = {
+        "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "session": f"{socket.gethostname()}:{os.getpid()}",
+        "device_name": device.get("name", ""),
+        "device_uuid": device.get("uuid", ""),
+        "rounds": rounds,
+        "winner": rows[0]["trial"],
+        "tied": [r["trial"] for r in rows if r["tied"]],
+        "standings": rows,
+        **sensors,
+    }
+    study.set_user_attr(CONFIRMATIONS, [*study.user_attrs.get(CONFIRMATIONS, []), record])
+    return record
+
+
+def last_confirmation(study: optuna.Study) -> dict | None:
+    history = study.user_attrs.get(CONFIRMATIONS) or []
+    return history[-1] if history else None
+
+
+def confirmed_best(study: optuna.Study) -> tuple[FrozenTrial, dict | None]:
+    """The winner of the latest confirmation, else the trial with the best value."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not complete:
+        raise UserError(f"study {study.study_name!r} has no completed trial yet: run it first")
+    record = last_confirmation(study)
+    if record is not None:
+        by_number = {t.number: t for t in complete}
+        if record["winner"] in by_number:
+            return by_number[record["winner"]], record
+    return min(complete, key=lambda t: t.value), None
+
+
+def describe(record: dict) -> str:
+    """One line: the confirmed winner and its tie set."""
+    others = [n for n in record["tied"] if n != record["winner"]]
+    ties = f"tied with trial(s) {', '.join(map(str, others))}" if others else "no tie"
+    return (f"confirmed winner: trial {record['winner']} ({ties}; {len(record['standings'])} configs, "
+            f"{record['rounds']} rounds on {record['device_name']} at {record['at']})")

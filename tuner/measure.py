@@ -1,0 +1,271 @@
+"""The measurement protocol the GPU worker runs, over a small :class:`Backend` seam.
+
+One trial: the candidate is loaded, its output checked, and then it is timed in
+pairs with a fixed reference (another config of the same kernel, or a spec's
+host-side baseline such as cuBLAS), launch by launch, until the ratio's interval is
+narrow enough (:class:`tuner.paired.StopRule`) or the parent says stop. A
+confirmation times several configs round-robin against each other.
+
+The protocol lives here once; a backend only loads, launches, times and checks. The
+CUDA backend (:mod:`tuner.worker`) is one implementation, the test doubles in
+``tests/`` are others, so the pairing logic is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+from tuner.paired import PairSeries, StopRule
+from tuner.record import Measurement
+
+REGIMES = ("sustained", "burst")
+
+
+class LaunchFailed(Exception):
+    """A load or launch failed; ``restart`` when the device context is unusable after it."""
+
+    def __init__(self, reason: str, restart: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.restart = restart
+
+
+class Channel(Protocol):
+    def ready(self) -> None: ...
+
+    def block(self, step: int, value: float, samples: list[float], pairs: int) -> bool:
+        """Report a block of pair ratios; True when the parent says stop."""
+        ...
+
+
+class Backend(Protocol):
+    """What the protocol needs from a device. Handles are opaque to it."""
+
+    def hello(self) -> dict[str, Any]: ...
+
+    def prepare(self, spec: Any, problem: dict, seed: int) -> None:
+        """Inputs and outputs of ``problem`` in place (once per problem: they are large)."""
+        ...
+
+    def load(self, spec: Any, config: dict, problem: dict, cubin_path: str) -> Any: ...
+
+    def load_baseline(self, spec: Any, problem: dict) -> Any:
+        """The spec's host-side baseline (e.g. cuBLAS) as a launchable handle."""
+        ...
+
+    def unload(self, handle: Any) -> None: ...
+
+    def check(self, handle: Any, spec: Any, problem: dict, check_rows: int, seed: int) -> Measurement:
+        """Launch once on poisoned outputs and compare: status ``ok`` or why not."""
+        ...
+
+    def time(self, handles: Sequence[Any], rounds: int) -> list[list[float]]:
+        """``rounds`` rounds, each launching every handle once; ms per round and handle.
+
+        The launch order rotates from round to round so no handle always goes first.
+        """
+        ...
+
+    def sensors(self) -> dict[str, float]:
+        """Whatever the device reports: ``sm_clock_mhz``, ``energy_mj`` (a running counter)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How one measurement is timed (the ``timing`` part of a job)."""
+
+    warmup: int = 5
+    warmup_ms: float = 100.0
+    block: int = 10
+    min_pairs: int = 20
+    max_pairs: int = 200
+    ci_target: float = 0.0025
+    regime: str = "sustained"
+    idle_s: float = 2.0  # burst: the GPU rests this long before the candidate's pairs
+    session_warmup_ms: float = 1000.0  # sustained: the reference runs this long before the first trial
+
+    @property
+    def stop_rule(self) -> StopRule:
+        return StopRule(self.ci_target, self.min_pairs, self.max_pairs)
+
+    @classmethod
+    def of(cls, data: dict | None) -> "Timing":
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+
+class Measurer:
+    """Runs jobs on a backend; keeps the reference loaded across trials of one problem."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+        self._problem_key: str | None = None
+        self._reference: tuple[str, Any] | None = None
+        self._session_warm = False
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def measure(self, job: dict, channel: Channel) -> tuple[Measurement, bool]:
+        """One trial: check, then paired timing. Returns (measurement, restart the worker)."""
+        spec, problem = self._prepare(job)
+        channel.ready()
+        timing = Timing.of(job.get("timing"))
+        handle = None
+        try:
+            handle = self.backend.load(spec, job["config"], problem, job["cubin_path"])
+            checked = self.backend.check(handle, spec, problem, job.get("check_rows", 0), job.get("seed", 0))
+            if checked.status != "ok":
+                return checked, False
+            reference = self._reference_handle(job, spec, problem)
+            result = self._paired(handle, reference, timing, channel)
+            for key in ("checksum", "max_err"):
+                setattr(result, key, getattr(checked, key))
+            result.extra = {**checked.extra, **result.extra}
+            return result, False
+        except LaunchFailed as exc:
+            return Measurement("launch_error", reason=exc.reason), exc.restart
+        finally:
+            if handle is not None:
+                self.backend.unload(handle)
+
+    def confirm(self, job: dict, channel: Channel) -> tuple[Measurement, bool]:
+        """Round-robin timing of ``job["kernels"]`` (index 0: the reference); times come back."""
+        spec, problem = self._prepare(job)
+        channel.ready()
+        timing = Timing.of(job.get("timing"))
+        handles: list[Any] = []
+        try:
+            reference = self._reference_handle(job, spec, problem)
+            for kernel in job["kernels"]:
+                handle = self.backend.load(spec, kernel["config"], problem, kernel["cubin_path"])
+                handles.append(handle)
+                checked = self.backend.check(handle, spec, problem, job.get("check_rows", 0), job.get("seed", 0))
+                if checked.status != "ok":
+                    checked.reason = f"config {kernel['config']}: {checked.reason}"
+                    return checked, False
+            everyone = [reference, *handles]
+            self._warm_up(everyone, timing)
+            before, started = self.backend.sensors(), time.perf_counter()
+            rounds: list[list[float]] = []
+            step = 0
+            while len(rounds) < job.get("rounds", 100):
+                rounds += self.backend.time(everyone, min(timing.block, job.get("rounds", 100) - len(rounds)))
+                channel.block(step, statistics.median(r[1] / r[0] for r in rounds), [], len(rounds))
+                step += 1
+            sensed = _sensor_attrs(before, self.backend.sensors(), time.perf_counter() - started)
+            done = Measurement("ok", extra={"times": rounds, **sensed})
+            return done, False
+        except LaunchFailed as exc:
+            return Measurement("launch_error", reason=exc.reason), exc.restart
+        finally:
+            for handle in handles:
+                self.backend.unload(handle)
+
+    # -- parts ---------------------------------------------------------------------------------
+    def _prepare(self, job: dict) -> tuple[Any, dict]:
+        import json
+
+        from tuner.spec import load_spec
+
+        spec = load_spec(job["spec_path"])
+        problem = job["problem"]
+        key = json.dumps([job["spec_path"], problem, job.get("seed", 0)], sort_keys=True)
+        if key != self._problem_key:
+            self._drop_reference()  # its launch arguments point at the old buffers
+            self.backend.prepare(spec, problem, job.get("seed", 0))
+            self._problem_key = key
+        return spec, problem
+
+    def _reference_handle(self, job: dict, spec: Any, problem: dict) -> Any:
+        ref = job["reference"]
+        key = "baseline" if ref.get("baseline") else ref["cubin_path"]
+        if self._reference is None or self._reference[0] != key:
+            self._drop_reference()
+            if ref.get("baseline"):
+                handle = self.backend.load_baseline(spec, problem)
+            else:
+                handle = self.backend.load(spec, ref["config"], problem, ref["cubin_path"])
+            self._reference = (key, handle)
+        return self._reference[1]
+
+    def _drop_reference(self) -> None:
+        if self._reference is not None:
+            self.backend.unload(self._reference[1])
+            self._reference = None
+
+    def _warm_up(self, handles: Sequence[Any], timing: Timing) -> None:
+        """At least ``warmup`` rounds and ``warmup_ms`` of them: an idle GPU starts at low clocks.
+
+        Sustained: the first trial of a session first runs the reference alone for
+        ``session_warmup_ms``, so the GPU reaches the clocks it holds under load.
+        Burst: the GPU rests ``idle_s`` first and warms with one round only.
+        """
+        if timing.regime == "burst":
+            time.sleep(timing.idle_s)
+            self.backend.time(handles, 1)
+            return
+        if not self._session_warm:
+            self._run_for(handles[:1], timing.session_warmup_ms, 1)
+            self._session_warm = True
+        self._run_for(handles, timing.warmup_ms, timing.warmup)
+
+    def _run_for(self, handles: Sequence[Any], min_ms: float, min_rounds: int) -> None:
+        """At least ``min_rounds`` rounds and ``min_ms`` of device time (launches, not gaps)."""
+        busy_ms, rounds = 0.0, 0
+        while rounds < min_rounds or busy_ms < min_ms:
+            busy_ms += sum(map(sum, self.backend.time(handles, max(1, min_rounds))))
+            rounds += max(1, min_rounds)
+
+    def _paired(self, candidate: Any, reference: Any, timing: Timing, channel: Channel) -> Measurement:
+        self._warm_up([reference, candidate], timing)
+        series = PairSeries()
+        rule = timing.stop_rule
+        before, started = self.backend.sensors(), time.perf_counter()
+        step = 0
+        while True:
+            n = min(timing.block, rule.max_pairs - len(series))
+            block = [series.add(c, r) for r, c in self.backend.time([reference, candidate], n)]
+            summary = series.summary()
+            stop = channel.block(step, summary.ratio, block, len(series))
+            step += 1
+            if stop and not rule.done(summary):
+                return Measurement("pruned_slow", reason=f"slower than the best: ratio {summary.ratio:.4f} "
+                                   f"[{summary.lo:.4f}, {summary.hi:.4f}] after {len(series)} pairs",
+                                   extra=_ratio_attrs(summary, timing))
+            if rule.done(summary):
+                break
+        sensed = _sensor_attrs(before, self.backend.sensors(), time.perf_counter() - started, summary.candidate_ms)
+        extra = {**_ratio_attrs(summary, timing), **sensed}
+        return Measurement("ok", ms=summary.candidate_ms, extra=extra)
+
+
+def _ratio_attrs(summary, timing: Timing) -> dict[str, Any]:
+    return {
+        "ratio": summary.ratio,
+        "ratio_lo": summary.lo,
+        "ratio_hi": summary.hi,
+        "pairs": summary.pairs,
+        "reference_ms": summary.reference_ms,
+        "regime": timing.regime,
+    }
+
+
+def _sensor_attrs(before: dict, after: dict, wall_s: float, candidate_ms: float | None = None) -> dict[str, Any]:
+    """SM clock after timing; mean power over the timed window; the candidate's energy per launch.
+
+    The energy counter covers the whole window (both kernels and the gaps between
+    launches); the candidate's share is taken at the window's mean power.
+    """
+    attrs: dict[str, Any] = {}
+    if "sm_clock_mhz" in after:
+        attrs["sm_clock_mhz"] = after["sm_clock_mhz"]
+    if "energy_mj" in before and "energy_mj" in after and wall_s > 0:
+        watts = (after["energy_mj"] - before["energy_mj"]) / 1e3 / wall_s
+        if watts > 0:
+            attrs["power_w"] = round(watts, 1)
+            if candidate_ms is not None:
+                attrs["energy_mj_per_launch"] = round(watts * candidate_ms, 4)
+    return attrs
