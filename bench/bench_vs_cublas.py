@@ -32,7 +32,8 @@ from tuner.warm_start import start_params  # noqa: E402
 
 
 def measure(study_path: str, regime: str, pairs: int, evaluator: GpuEvaluator | None) -> tuple[dict, GpuEvaluator]:
-    cfg = load_study(study_path)
+    path = Path(study_path)
+    cfg = load_study(path if path.suffix == ".toml" else ROOT / "studies" / f"{study_path}.toml")
     spec = load_spec(cfg.kernel)
     space = Space.from_study(cfg, spec)
     settings = dataclasses.replace(cfg.measure, reference=BASELINE, regime=regime, repeats=pairs, min_pairs=pairs,
@@ -45,12 +46,14 @@ def measure(study_path: str, regime: str, pairs: int, evaluator: GpuEvaluator | 
     row = {"study": cfg.name, "device": device.get("name"), "regime": regime, "status": m.status, "reason": m.reason,
            "flags": m.flags, "ms": m.ms, **{k: m.extra.get(k) for k in ("ratio", "ratio_lo", "ratio_hi", "reference_ms",
                                                                              "pairs", "sm_clock_mhz", "power_w")}}
+    if m.status != "ok" and m.extra.get("traceback"):
+        row["traceback"] = m.extra["traceback"]
     return row, evaluator
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("studies", nargs="+")
+    parser.add_argument("studies", nargs="+", help="study files, or names under studies/ (patch_embed_sm90a)")
     parser.add_argument("--regime", choices=("sustained", "burst"), default="sustained")
     parser.add_argument("--pairs", type=int, default=200)
     parser.add_argument("--out", type=Path, help="write the rows as JSON here too")
@@ -69,7 +72,7 @@ def main() -> int:
     print(f"{'study':24} {'ratio':>7} {'95% interval':>17} {'ours ms':>8} {'cuBLAS ms':>9} {'pairs':>5} {'MHz':>5} {'W':>5}")
     for r in rows:
         if r["status"] != "ok":
-            print(f"{r['study']:24} {r['status']}: {r['reason']}")
+            print(f"{r['study']:24} {r['status']}: {r['reason']}\n{r.get('traceback', '')}")
             continue
         print(f"{r['study']:24} {r['ratio']:7.3f} [{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}] {r['ms']:8.4f} "
               f"{r['reference_ms']:9.4f} {r['pairs']:5d} {r.get('sm_clock_mhz') or '':>5} {r.get('power_w') or '':>5}")

@@ -112,3 +112,14 @@ def test_parse_ptxas_sums_spill_stores_and_loads():
         "ptxas info    : Used 222 registers, used 1 barriers, 1024 bytes smem, 400 bytes cmem[0]\n"
     )
     assert parse_ptxas(log) == {"regs": 222, "spills": 20, "stack": 16, "smem_static": 1024}
+
+
+def test_compiling_leaves_the_interpreters_shared_bytes_alone():
+    """NVRTC writes its log and CUBIN into buffers we hand it. A kernel with an empty log
+    (one NUL byte) once went into CPython's shared one-byte ``b" "``: from then on every
+    space the process encoded was a NUL (torch's schema parser in the GPU worker broke)."""
+    from tuner.compile import SourceBundle, _nvrtc_compile
+
+    ok, log, cubin = _nvrtc_compile(SourceBundle("quiet.cu", 'extern "C" __global__ void k() {}'), ["-arch=sm_90a"])
+    assert ok and log == "" and cubin.startswith(b"\x7fELF")
+    assert " ".encode() == b"\x20" and "a b".encode() == b"a b"

@@ -208,17 +208,19 @@ def _nvrtc_compile(bundle: SourceBundle, options: Sequence[str]) -> tuple[bool, 
         (compile_err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
         err, size = nvrtc.nvrtcGetProgramLogSize(prog)
         _check(err, "nvrtcGetProgramLogSize")
-        log_buf = b" " * size
+        # NVRTC writes into the buffer: it must be a fresh mutable one (``b" " * 1`` is CPython's
+        # shared one-byte object, and writing into it turns every encoded space into NUL).
+        log_buf = bytearray(size)
         (err,) = nvrtc.nvrtcGetProgramLog(prog, log_buf)
-        log = log_buf.rstrip(b"\0 ").decode(errors="replace")
+        log = bytes(log_buf).rstrip(b"\0 ").decode(errors="replace")
         if compile_err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return False, log, b""
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(err, "nvrtcGetCUBINSize")
-        cubin = b" " * size
+        cubin = bytearray(size)
         (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         _check(err, "nvrtcGetCUBIN")
-        return True, log, cubin
+        return True, log, bytes(cubin)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
