@@ -114,12 +114,20 @@ def test_parse_ptxas_sums_spill_stores_and_loads():
     assert parse_ptxas(log) == {"regs": 222, "spills": 20, "stack": 16, "smem_static": 1024}
 
 
-def test_compiling_leaves_the_interpreters_shared_bytes_alone():
-    """NVRTC writes its log and CUBIN into buffers we hand it. A kernel with an empty log
-    (one NUL byte) once went into CPython's shared one-byte ``b" "``: from then on every
-    space the process encoded was a NUL (torch's schema parser in the GPU worker broke)."""
+def test_compiling_leaves_the_interpreters_shared_bytes_alone(monkeypatch):
+    """NVRTC writes its log and CUBIN into the buffers we hand it: they must be fresh and
+    mutable. An empty log (one NUL byte) written into ``b" " * 1``, which is the immutable
+    ``b" "`` itself and on CPython 3.12 the interpreter's shared one, turned every space the
+    process encoded into NUL (torch's schema parser in the GPU worker broke)."""
+    from cuda.bindings import nvrtc
+
     from tuner.compile import SourceBundle, _nvrtc_compile
 
+    handed = []
+    for name in ("nvrtcGetProgramLog", "nvrtcGetCUBIN"):
+        real = getattr(nvrtc, name)
+        monkeypatch.setattr(nvrtc, name, lambda prog, buf, real=real: (handed.append(buf), real(prog, buf))[1])
     ok, log, cubin = _nvrtc_compile(SourceBundle("quiet.cu", 'extern "C" __global__ void k() {}'), ["-arch=sm_90a"])
     assert ok and log == "" and cubin.startswith(b"\x7fELF")
-    assert " ".encode() == b"\x20" and "a b".encode() == b"a b"
+    assert len(handed) == 2 and all(isinstance(buf, bytearray) for buf in handed)
+    assert " ".encode() == b"\x20"
