@@ -369,7 +369,7 @@ def test_truncated_journal_recovers_every_complete_record(tmp_path, pnpoly):
     before = finished(load(str(log), name))
     assert len(before) == 4  # trial 4's end was cut: it is RUNNING, with a dead runner
     rerun = tuner("run", "--replay", pnpoly, "--storage", log, "--study-name", name, "--trials", 8, "--seed", 1, "--json")
-    assert summary_of(rerun)["trials"] == 8
+    summary = summary_of(rerun)
     assert "re-queued" not in rerun.stdout
     assert log.read_bytes().startswith(complete_lines)
     sides = list(tmp_path.glob("j.log.partial-*"))
@@ -377,6 +377,7 @@ def test_truncated_journal_recovers_every_complete_record(tmp_path, pnpoly):
     s = load(str(log), name)
     assert_nothing_lost(before, s)
     assert s.trials[4].state == TrialState.FAIL and s.trials[4].user_attrs["status"] == "killed"
+    assert summary["trials"] == len(s.trials) == 9  # 8 measured, and the killed one kept as FAIL
     assert [t.params for t in s.trials if t.user_attrs.get("requeued_from") == 4] == [s.trials[4].params]
     assert len([t for t in s.trials if t.state.is_finished() and t.state != TrialState.FAIL]) == 8
     assert not [t for t in s.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
