@@ -38,7 +38,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
-from dashboards._storage import describe_storage, open_storage, redact
+from tuner.storage import describe_storage, open_storage, redact
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,6 @@ class StudyData:
     """One study, loaded once: its attributes, trials and a flat table of the trials."""
 
     name: str
-    study_id: int
     direction: StudyDirection
     attrs: dict[str, Any]
     trials: list[FrozenTrial]
@@ -144,7 +143,6 @@ def _frame(trials: list[FrozenTrial]) -> pd.DataFrame:
             partial = t.intermediate_values[max(t.intermediate_values)]
         row = {
             "number": t.number,
-            "trial_id": t._trial_id,
             "state": t.state.name,
             "value": t.value if t.state == TrialState.COMPLETE and t.values is not None else None,
             "status": _status_of(t),
@@ -164,7 +162,7 @@ def _frame(trials: list[FrozenTrial]) -> pd.DataFrame:
         for k, v in t.params.items():
             row["p:" + k] = v
         rows.append(row)
-    columns = ["number", "trial_id", "state", "value", "status", "reason", "flags", "phase", "ms",
+    columns = ["number", "state", "value", "status", "reason", "flags", "phase", "ms",
                "tflops", "regs", "spills", "smem_bytes", "compile_s", "partial_ms", "start", "end"]
     df = pd.DataFrame(rows, columns=None if rows else columns)
     for col in ("value", "ms", "tflops", "regs", "spills", "smem_bytes", "compile_s", "partial_ms"):
@@ -174,18 +172,15 @@ def _frame(trials: list[FrozenTrial]) -> pd.DataFrame:
     return df
 
 
-def load_study(storage: BaseStorage, frozen) -> StudyData:
-    trials = storage.get_all_trials(frozen._study_id, deepcopy=False)
-    metric_names = frozen.system_attrs.get("study:metric_names")
-    metric = metric_names[0] if isinstance(metric_names, list) and metric_names else "ms"
+def load_study(study: optuna.Study) -> StudyData:
+    trials = study.get_trials(deepcopy=False)
     return StudyData(
-        name=frozen.study_name,
-        study_id=frozen._study_id,
-        direction=frozen.directions[0],
-        attrs=dict(frozen.user_attrs),
+        name=study.study_name,
+        direction=study.direction,
+        attrs=dict(study.user_attrs),
         trials=trials,
         df=_frame(trials),
-        metric=metric,
+        metric=(study.metric_names or ["ms"])[0],
     )
 
 
@@ -745,23 +740,23 @@ def write_report(storage: str | BaseStorage, out_dir: str | Path,
 
     started = time.perf_counter()
     label = redact(storage) if not isinstance(storage, BaseStorage) else describe_storage(storage)
-    storage = open_storage(storage)
+    storage = storage if isinstance(storage, BaseStorage) else open_storage(storage)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    frozen = {s.study_name: s for s in storage.get_all_studies()}
+    studies = {name: optuna.load_study(study_name=name, storage=storage) for name in optuna.get_all_study_names(storage)}
     if study_names is not None:
-        missing = [n for n in study_names if n not in frozen]
+        missing = [n for n in study_names if n not in studies]
         if missing:
-            known = ", ".join(sorted(frozen)) or "none"
+            known = ", ".join(sorted(studies)) or "none"
             raise UserError(f"no study named {', '.join(missing)} in {label} (studies there: {known})")
         wanted = list(dict.fromkeys(study_names))
     else:
-        wanted = sorted(frozen)
+        wanted = sorted(studies)
 
     plotly_js = _plotly_js()
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     footer = f"Built {stamp} from {_e(redact(label))} by the tuner's dashboards (plotly {_e(_plotly_version())})."
-    loaded = {name: load_study(storage, frozen[name]) for name in frozen}
+    loaded = {name: load_study(studies[name]) for name in studies}
     written: list[Path] = []
     links = {}
     for name in wanted:
@@ -769,7 +764,7 @@ def write_report(storage: str | BaseStorage, out_dir: str | Path,
         path = out / study_filename(name)
         _write(path, html_text)
         written.append(path)
-    for name in frozen:
+    for name in studies:
         if (out / study_filename(name)).exists():
             links[name] = study_filename(name)
     index_html, _ = render_index(list(loaded.values()), links, plotly_js, footer)

@@ -15,6 +15,7 @@ Bad input exits with code 2 and one line that says what to fix.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -25,6 +26,11 @@ import optuna
 
 from tuner import __version__, options
 from tuner.errors import UserError
+from tuner.storage import DEFAULT_URL
+
+#: entry points in this group add subcommands: each is called with the subparsers object
+#: (views such as ``dashboards`` register ``report`` and ``dashboard`` this way)
+COMMANDS_GROUP = "tuner.commands"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def storage_arg(p):
-        p.add_argument("--storage", help="sqlite:///FILE.db (default sqlite:///tuner.db), postgresql+psycopg://..., or FILE.log")
+        p.add_argument("--storage", help=f"sqlite:///FILE.db (default {DEFAULT_URL}), postgresql+psycopg://..., or FILE.log")
 
     run = sub.add_parser("run", help="search a study (Bayesian by default)")
     run.add_argument("study_file", nargs="?", help="studies/NAME.toml (optional with a Kernel Tuner --replay file)")
@@ -118,12 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", type=Path, required=True)
     export.set_defaults(func=cmd_export)
 
-    try:
-        from dashboards.cli import register
-    except ImportError:  # dashboards not installed alongside: the engine still works
-        pass
-    else:
-        register(sub)
+    for plugin in importlib.metadata.entry_points(group=COMMANDS_GROUP):
+        plugin.load()(sub)
     return parser
 
 
@@ -231,13 +233,10 @@ def _reference(cfg, space):
 
 def _write_note(runner) -> None:
     """The study's Markdown note for optuna-dashboard (problem, device, best flags, how to reproduce)."""
-    try:
-        from dashboards.serve import write_study_note
-        from tuner.storage import redact
+    from tuner.notes import write_study_note
+    from tuner.storage import redact
 
-        write_study_note(runner.study, redact(runner.storage_url))
-    except ImportError:  # optuna-dashboard not installed: notes are optional
-        pass
+    write_study_note(runner.study, redact(runner.storage_url))
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:

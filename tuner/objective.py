@@ -83,9 +83,9 @@ class Objective:
         import warnings
 
         try:
-            from dashboards.serve import attach_trial_artifacts
+            from tuner.notes import attach_trial_artifacts
 
-            attach_trial_artifacts(trial.study, trial, files, self.artifact_dir)
+            attach_trial_artifacts(trial, files, self.artifact_dir)
         except Exception as exc:  # artifacts are a convenience: never lose a trial over them
             warnings.warn(f"could not store artifacts of trial {trial.number}: {exc}")
 

@@ -33,11 +33,22 @@ GRACE_S = 60
 MAX_RETRY = 2
 
 _PASSWORD = re.compile(r"(://[^:/@\s]+:)([^@\s]*)(@)")
+_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&\s]*")
 
 
 def redact(text: str) -> str:
-    """Hide the password of every URL in ``text`` (``user:***@host``)."""
-    return _PASSWORD.sub(r"\1***\3", str(text))
+    """Hide the password of every URL in ``text`` (``user:***@host``, ``?password=***``)."""
+    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***\3", str(text)))
+
+
+def describe_storage(storage: optuna.storages.BaseStorage) -> str:
+    """A password-free description of a storage object (for page footers)."""
+    if isinstance(storage, RDBStorage):
+        return storage.engine.url.render_as_string(hide_password=True)
+    from tuner.optuna_private import journal_file
+
+    path = journal_file(storage)
+    return f"journal file {path}" if path else type(storage).__name__
 
 
 def is_journal(url: str) -> bool:
