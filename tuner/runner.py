@@ -25,6 +25,7 @@ from tuner.objective import Evaluator, Objective
 from tuner.paired import SlowerTest
 from tuner.pruner import MarginPruner
 from tuner.record import Measurement
+from tuner.results import best_trial
 from tuner.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
 from tuner.space import Space
 from tuner.study_file import SearchSettings
@@ -290,13 +291,8 @@ class Runner:
 
     # -- results --------------------------------------------------------------------------
     def best_params(self, phase: str | None = None) -> dict | None:
-        trials = [
-            t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if phase is None or t.user_attrs.get("phase") == phase
-        ]
-        if not trials:
-            return None
-        return dict(min(trials, key=lambda t: t.value).params)
+        best = best_trial(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), phase=phase)
+        return None if best is None else dict(best.params)
 
     def summary(self) -> dict:
         return summarize(self.study, self.storage_url)
@@ -306,9 +302,8 @@ def summarize(study: optuna.Study, storage_url: str) -> dict:
     trials = study.get_trials(deepcopy=False)
     statuses = Counter(t.user_attrs.get("status", t.state.name.lower()) for t in trials)
     best = None
-    complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    if complete:
-        b = min(complete, key=lambda t: t.value)
+    b = best_trial(trials, study.direction)
+    if b is not None:
         metric = (study.metric_names or ["ms"])[0]
         best = {"params": b.params, "ms": b.user_attrs.get("ms", b.value), metric: b.value,
                 "flags": b.user_attrs.get("flags", ""), "trial": b.number}
