@@ -65,7 +65,7 @@ def test_run_best_status_export_notes_artifacts(tmp_path, cache_dir):
     out = tmp_path / "trials.csv"
     assert tuner("export", STUDY, "--storage", db, "-o", out).returncode == 0
     rows = list(csv.DictReader(out.open()))
-    assert len(rows) == 6 and "user_attrs_status" in rows[0] and "params_BLOCK" in rows[0]
+    assert len(rows) == 6 and "status" in rows[0] and "BLOCK" in rows[0] and "user_attrs_status" not in rows[0]
 
 
 def test_grid_table_and_csv_replay_roundtrip(tmp_path, cache_dir):

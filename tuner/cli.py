@@ -339,8 +339,11 @@ def cmd_worker(args) -> int:
 
 
 def cmd_grid(args) -> int:
+    import datetime as dt
+
+    from tuner.results import ranked, trials_frame, write_table
     from tuner.runner import Runner
-    from tuner.table import seed_table, trial_rows, write_csv
+    from tuner.table import seed_table
 
     cfg, space, recording = _load(args)
     evaluator, attrs, name, close = _evaluator(args, cfg, space, recording)
@@ -355,17 +358,14 @@ def cmd_grid(args) -> int:
         _write_note(runner)
     finally:
         close()
-    rows = trial_rows(runner.study, space.axis_names)
-    device = attrs.get("device_name", "")
+    table = ranked(trials_frame(runner.study.get_trials(deepcopy=False), space.axis_names))
     csv_path = args.csv or Path(f"{name}.csv")
-    import datetime as dt
-
-    write_csv(rows, space.axis_names, csv_path, {"device": device, "date": dt.date.today().isoformat()})
+    write_table(table, csv_path, device=attrs.get("device_name", ""), date=dt.date.today().isoformat())
     if args.json:
         _print_summary(summary, True)
     else:
-        print(seed_table(rows, space.axis_names))
-        print(f"\n{len(rows)} configs; CSV written to {csv_path}")
+        print(seed_table(table, space.axis_names))
+        print(f"\n{len(table)} configs; CSV written to {csv_path}")
         _print_summary(summary, False)
     return 0
 
@@ -513,10 +513,12 @@ def cmd_status(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from tuner.results import trials_frame, write_table
+
     study, _ = _open_study(args)
-    frame = study.trials_dataframe(attrs=("number", "value", "params", "user_attrs", "state", "datetime_start", "datetime_complete"))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(args.output, index=False)
+    axes = study.user_attrs.get("axes")
+    frame = trials_frame(study.get_trials(deepcopy=False), axes if isinstance(axes, list) else None)
+    write_table(frame, args.output, device=study.user_attrs.get("device_name", ""))
     print(f"{len(frame)} trials of {study.study_name} written to {args.output}")
     return 0
 
