@@ -15,6 +15,7 @@ from typing import Any, Callable, Protocol
 import optuna
 from optuna.trial import TrialState
 
+from tuner import optuna_private
 from tuner.paired import SlowerTest
 from tuner.record import COMPLETE_STATUSES, Measurement
 from tuner.space import Space
@@ -117,7 +118,7 @@ class Objective:
         """
         key = self.space.key(params)
         started = trial.datetime_start  # a twin that finished after this trial began ran alongside it
-        finished = trial.study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED), use_cache=False)
+        finished = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
         for t in finished:
             if t.number == trial.number or not t.params or self.space.key(t.params) != key:
                 continue
@@ -146,14 +147,14 @@ class Objective:
         pause = 0.02
         waited = False
         while time.monotonic() < deadline:
-            running = trial.study._get_trials(deepcopy=False, states=(TrialState.RUNNING,), use_cache=False)
+            running = trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             twins = [t for t in running if (t.number < trial.number or t.system_attrs.get(CLAIM))
                      and t.number != trial.number and len(t.params) == len(params)
                      and self.space.key(t.params) == key and not runner_dead(t)]
             if not twins:
                 stored = self._stored(trial, params, twin=waited)
                 if stored is None:  # this trial measures: a twin arriving later waits for it
-                    trial.study._storage.set_trial_system_attr(trial._trial_id, CLAIM, True)
+                    optuna_private.set_trial_system_attr(trial, CLAIM, True)
                 return stored
             waited = True
             time.sleep(pause)
