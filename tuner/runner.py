@@ -240,7 +240,7 @@ class Runner:
         while time.monotonic() < deadline:
             time.sleep(1.0)
             try:
-                self.study._storage.get_study_id_from_name(self.study.study_name)
+                self.storage.get_study_id_from_name(self.study.study_name)
                 return True
             except Exception:
                 continue
@@ -254,7 +254,7 @@ class Runner:
         Counting other workers' RUNNING trials keeps the overshoot to a trial or two.
         """
         def callback(study: optuna.Study, trial) -> None:
-            trials = study._get_trials(deepcopy=False, states=TRIED_STATES, use_cache=False)
+            trials = study.get_trials(deepcopy=False, states=TRIED_STATES)
             tried = {self.sampler.trial_key(t) for t in trials}
             in_budget = sum(
                 1 for t in trials
