@@ -26,6 +26,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from tuner.errors import UserError
+from tuner.optuna_private import fail_trial
 
 DEFAULT_URL = "sqlite:///tuner.db"
 HEARTBEAT_S = 20
@@ -125,9 +126,9 @@ def _repair_partial_tail(backend: JournalFileBackend, path: Path) -> None:
     """
     if not path.is_file() or path.stat().st_size == 0:
         return
-    from optuna.storages.journal._file import get_lock_file
+    from tuner.optuna_private import journal_lock
 
-    with get_lock_file(backend._lock):
+    with journal_lock(backend):
         with open(path, "rb+") as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - 1))
@@ -224,10 +225,7 @@ def recover_stale_trials(study: optuna.Study, mine: bool = False, why: str = "st
         elif not isinstance(pid, int) or pid == os.getpid() or _pid_alive(pid):
             continue
         try:
-            study._storage.set_trial_user_attr(trial._trial_id, "status", "killed")
-            study._storage.set_trial_user_attr(trial._trial_id, "reason", why if mine
-                                               else f"runner pid {pid} died mid-trial")
-            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            fail_trial(study, trial, {"status": "killed", "reason": why if mine else f"runner pid {pid} died mid-trial"})
         except optuna.exceptions.UpdateFinishedTrialError:  # another process got there first
             continue
         if trial.params:
