@@ -7,6 +7,7 @@ import optuna
 import pytest
 
 from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
+from tuner import optuna_private
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"
 FAKE = {"TUNER_WORKER_BACKEND": FAKE_BACKEND}
@@ -47,7 +48,7 @@ def test_run_best_status_export_notes_artifacts(tmp_path, cache_dir):
     for key in ("ms", "tflops", "regs", "spills", "smem_bytes", "compile_s", "status", "reason", "flags"):
         assert key in trial.user_attrs, key
     assert isinstance(trial.user_attrs["regs"], int) and isinstance(trial.user_attrs["ms"], float)
-    note_keys = [k for k in study._storage.get_study_system_attrs(study._study_id) if "note" in k]
+    note_keys = [k for k in optuna_private.study_system_attrs(study) if "note" in k]
     assert note_keys, "optuna-dashboard note written"
     assert any(art.iterdir()), "compile logs kept as artifacts"
 
