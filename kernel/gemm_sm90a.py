@@ -404,17 +404,6 @@ class Spec(KernelSpec):
         M, N, K, epi, seq = self._prob(problem)
         return 2.0 * M * N * K
 
-    def bytes_moved(self, problem):
-        M, N, K, epi, seq = self._prob(problem)
-        b = M * K + N * K + 2 * M * N
-        if epi == "BIAS_POS":
-            b += 2 * seq * N
-        else:
-            b += 2 * N
-        if epi == "BIAS_RESIDUAL":
-            b += 2 * M * N
-        return float(b)
-
 
 def gemm_reference_kernel(M: int, N: int, K: int, epilogue: str, seq: int, bias: str | None,
                           addend: str | None) -> ReferenceKernel:
