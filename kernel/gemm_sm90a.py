@@ -180,7 +180,7 @@ class Spec(KernelSpec):
             return f"PINGPONG needs N_STAGES <= K/BLOCK_K = {K // BLOCK_K} (mbarrier parity)"
         cm = _i(c, "CLUSTER_M", 1)
         if cm == 4:   # the kernel builds it; kept out of the model: 30 clusters of 4 fit on an H200 (120 of 132
-            # SMs) and it measured no faster than CLUSTER_M=1 (bench/logs/diag_*_h200.log)
+            # SMs) and it measured no faster than CLUSTER_M=1 (docs/experiments/logs/diag_*_h200.log)
             return "CLUSTER_M=4 leaves SMs idle (30 clusters of 4 fit on an H200): use 1 or 2"
         if cm not in (1, 2):
             return "CLUSTER_M must be 1 or 2"
