@@ -2,7 +2,7 @@
 
 The loop itself is Optuna's (``study.optimize``); this module chooses the sampler,
 pruner and evaluator, keeps a study from mixing results of different GPUs, kernel
-sources or compilers, re-queues trials a dead process left RUNNING, and runs the seed's
+sources or compilers, re-queues trials a dead process left RUNNING, and runs the
 tiered plan (tier 1, then tier 2 on the tier-1 winner) when asked.
 """
 
