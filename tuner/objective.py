@@ -4,7 +4,7 @@ The objective asks the trial for the axes (the sampler has already chosen a vali
 untried config), reuses the stored result of a repeat, and otherwise hands the config
 to an evaluator (GPU or replay). Block medians flow back as intermediate values so the
 pruner can stop a clearly slower config. Every outcome is written to the trial as the
-DESIGN's user attributes; failures become PRUNED trials with a status and a reason.
+user attributes of docs/ENGINE.md; failures become PRUNED trials with a status and a reason.
 """
 
 from __future__ import annotations
