@@ -1,4 +1,4 @@
-"""Tables printed in the terminal: the seed's result layout
+"""Tables printed in the terminal: the classic result layout
 (``TN EPI STG PAD UNR VEC REGS SPILL SMEM_KB MS TFLOPS CHECKSUM STATUS``) and plain ones."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-# The seed's short column names; any other define keeps its own name.
+# Short column names of the classic layout; any other define keeps its own name.
 SHORT = {
     "TN": "TN",
     "NUM_EPI_WARPS": "EPI",
@@ -36,7 +36,7 @@ def render(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def seed_table(table: pd.DataFrame, axes: Sequence[str]) -> str:
-    """The results table (:func:`tuner.results.ranked`) in the seed's layout; the first ok row is BEST."""
+    """The results table (:func:`tuner.results.ranked`) in the classic layout; the first ok row is BEST."""
     headers = [SHORT.get(a, a) for a in axes] + ["REGS", "SPILL", "SMEM_KB", "MS", "TFLOPS", "CHECKSUM", "STATUS"]
     body = []
     for i, r in enumerate(table.to_dict("records")):
