@@ -1,33 +1,23 @@
 """``tuner report`` and ``tuner dashboard``: the two views over a tuner storage.
 
-The tuner's CLI calls :func:`register` with its subparsers; ``python -m dashboards``
-runs the same two commands on their own.
+:func:`register` is this package's ``tuner.commands`` entry point (pyproject.toml): the
+tuner's CLI finds it there and calls it with its subparsers, without importing this
+package by name. ``python -m dashboards`` runs the same two commands on their own.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
+from typing import Any
 
-DEFAULT_STORAGE = "sqlite:///tuner.db"
-
-
-def _resolve(url: str | None) -> str:
-    try:
-        from tuner.storage import resolve_url
-    except ImportError:
-        return url or os.environ.get("TUNER_STORAGE") or DEFAULT_STORAGE
-    return resolve_url(url)
+from tuner.errors import UserError
+from tuner.storage import DEFAULT_URL, open_storage, redact, resolve_url
 
 
 def _check_exists(url: str) -> None:
     """Viewing must not create an empty database: a missing file is a clear error."""
-    from tuner.errors import UserError
-
-    from dashboards._storage import redact
-
     path = None
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]
@@ -36,15 +26,14 @@ def _check_exists(url: str) -> None:
     elif "://" not in url:
         path = url
     if path and path != ":memory:" and not Path(path).exists():
-        raise UserError(f"no storage at {redact(path)}: pass --storage URL (default {DEFAULT_STORAGE}, "
+        raise UserError(f"no storage at {redact(path)}: pass --storage URL (default {DEFAULT_URL}, "
                         "or $TUNER_STORAGE), or run `tuner run` here first")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from dashboards._storage import redact
     from dashboards.report import write_report
 
-    url = _resolve(args.storage)
+    url = resolve_url(args.storage)
     _check_exists(url)
     names = args.studies if args.studies else None
     paths = write_report(url, args.out, study_names=names)
@@ -53,28 +42,27 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from dashboards._storage import open_storage
-    from dashboards.serve import run_dashboard, write_study_note
     import optuna
 
-    url = _resolve(args.storage)
+    from dashboards.serve import run_dashboard
+    from tuner.notes import write_study_note
+
+    url = resolve_url(args.storage)
     _check_exists(url)
     if args.notes:
         storage = open_storage(url)
-        for frozen in storage.get_all_studies():
-            write_study_note(optuna.load_study(study_name=frozen.study_name, storage=storage), url)
+        for name in optuna.get_all_study_names(storage):
+            write_study_note(optuna.load_study(study_name=name, storage=storage), url)
     if args.port < 0 or args.port > 65535:
-        from tuner.errors import UserError
-
         raise UserError(f"--port {args.port} is not a TCP port (0-65535)")
     run_dashboard(url, host=args.host, port=args.port, artifact_dir=args.artifacts)
     return 0
 
 
-def register(subparsers) -> None:
+def register(subparsers: Any) -> None:
     """Add ``report`` and ``dashboard`` to the tuner CLI's ``add_subparsers()`` object."""
     storage_help = (f"storage URL: sqlite:///FILE.db, postgresql+psycopg://USER@HOST/DB or a journal "
-                    f"FILE.log (default: $TUNER_STORAGE or {DEFAULT_STORAGE})")
+                    f"FILE.log (default: $TUNER_STORAGE or {DEFAULT_URL})")
     rep = subparsers.add_parser(
         "report", help="write self-contained Plotly HTML reports of studies",
         description="Write index.html (all studies, shapes side by side) and one page per study "
@@ -102,8 +90,6 @@ def register(subparsers) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m dashboards report|dashboard ...`` (the same commands as ``tuner``)."""
-    from tuner.errors import UserError
-
     parser = argparse.ArgumentParser(prog="python -m dashboards", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)
@@ -111,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return getattr(exc, "exit_code", 2)
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
-from dashboards._storage import describe_storage, open_storage, redact
+from tuner.results import COLUMNS, best_trial, trials_frame
+from tuner.storage import describe_storage, open_storage, redact
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,6 @@ class StudyData:
     """One study, loaded once: its attributes, trials and a flat table of the trials."""
 
     name: str
-    study_id: int
     direction: StudyDirection
     attrs: dict[str, Any]
     trials: list[FrozenTrial]
@@ -96,11 +96,10 @@ class StudyData:
         return names
 
     def best(self) -> pd.Series | None:
-        done = self.complete.dropna(subset=["value"])
-        if done.empty:
+        trial = best_trial(self.trials, self.direction)
+        if trial is None:
             return None
-        idx = done["value"].idxmax() if self.direction == StudyDirection.MAXIMIZE else done["value"].idxmin()
-        return done.loc[idx]
+        return self.df[self.df["number"] == trial.number].iloc[0]
 
     def last_update(self) -> _dt.datetime | None:
         stamps = [t.datetime_complete or t.datetime_start for t in self.trials]
@@ -114,19 +113,6 @@ class StudyData:
             return None
 
 
-def _status_of(trial: FrozenTrial) -> str:
-    status = trial.user_attrs.get("status")
-    if isinstance(status, str) and status:
-        return status
-    return {
-        TrialState.COMPLETE: "ok",
-        TrialState.PRUNED: "pruned",
-        TrialState.FAIL: "failed",
-        TrialState.RUNNING: "running",
-        TrialState.WAITING: "waiting",
-    }.get(trial.state, trial.state.name.lower())
-
-
 def _num(value: Any) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
@@ -136,56 +122,28 @@ def _num(value: Any) -> float | None:
 
 
 def _frame(trials: list[FrozenTrial]) -> pd.DataFrame:
-    rows = []
-    for t in trials:
-        ua = t.user_attrs
-        partial = None
-        if t.intermediate_values:
-            partial = t.intermediate_values[max(t.intermediate_values)]
-        row = {
-            "number": t.number,
-            "trial_id": t._trial_id,
-            "state": t.state.name,
-            "value": t.value if t.state == TrialState.COMPLETE and t.values is not None else None,
-            "status": _status_of(t),
-            "reason": str(ua.get("reason") or ""),
-            "flags": str(ua.get("flags") or ""),
-            "phase": str(ua.get("phase") or ""),
-            "ms": _num(ua.get("ms")),
-            "tflops": _num(ua.get("tflops")),
-            "regs": _num(ua.get("regs")),
-            "spills": _num(ua.get("spills")),
-            "smem_bytes": _num(ua.get("smem_bytes")),
-            "compile_s": _num(ua.get("compile_s")),
-            "partial_ms": _num(partial),
-            "start": t.datetime_start,
-            "end": t.datetime_complete,
-        }
-        for k, v in t.params.items():
-            row["p:" + k] = v
-        rows.append(row)
-    columns = ["number", "trial_id", "state", "value", "status", "reason", "flags", "phase", "ms",
-               "tflops", "regs", "spills", "smem_bytes", "compile_s", "partial_ms", "start", "end"]
-    df = pd.DataFrame(rows, columns=None if rows else columns)
-    for col in ("value", "ms", "tflops", "regs", "spills", "smem_bytes", "compile_s", "partial_ms"):
-        df[col] = pd.to_numeric(df[col], errors="coerce")
+    """The engine's results table, params as ``p:NAME`` columns, plus the last block median."""
+    df = trials_frame(trials)
+    params = [c for c in df.columns if c not in COLUMNS]
+    df = df.rename(columns={**{p: "p:" + p for p in params}, "datetime_start": "start", "datetime_complete": "end"})
+    for col in ("reason", "flags", "phase"):
+        df[col] = df[col].fillna("").astype(str)
+    partial = [t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None for t in trials]
+    df["partial_ms"] = pd.to_numeric(pd.Series(partial, index=df.index, dtype=object), errors="coerce")
     # the time a trial shows on scatter plots: its value, its ms, or its last block median
     df["time_ms"] = df["value"].fillna(df["ms"]).fillna(df["partial_ms"])
     return df
 
 
-def load_study(storage: BaseStorage, frozen) -> StudyData:
-    trials = storage.get_all_trials(frozen._study_id, deepcopy=False)
-    metric_names = frozen.system_attrs.get("study:metric_names")
-    metric = metric_names[0] if isinstance(metric_names, list) and metric_names else "ms"
+def load_study(study: optuna.Study) -> StudyData:
+    trials = study.get_trials(deepcopy=False)
     return StudyData(
-        name=frozen.study_name,
-        study_id=frozen._study_id,
-        direction=frozen.directions[0],
-        attrs=dict(frozen.user_attrs),
+        name=study.study_name,
+        direction=study.direction,
+        attrs=dict(study.user_attrs),
         trials=trials,
         df=_frame(trials),
-        metric=metric,
+        metric=(study.metric_names or ["ms"])[0],
     )
 
 
@@ -214,11 +172,10 @@ class _SnapshotStorage(InMemoryStorage):
         return sum(1 for t in self._snapshot if t.state in states)
 
     def get_best_trial(self, study_id):
-        done = [t for t in self._snapshot if t.state == TrialState.COMPLETE and t.values is not None]
-        if not done:
+        best = best_trial(self._snapshot, self.get_study_directions(study_id)[0])
+        if best is None:
             raise ValueError("No trials are completed yet.")
-        maximize = self.get_study_directions(study_id)[0] == StudyDirection.MAXIMIZE
-        return (max if maximize else min)(done, key=lambda t: t.value)
+        return best
 
 
 def _memory_study(data: StudyData) -> optuna.Study:
@@ -745,23 +702,23 @@ def write_report(storage: str | BaseStorage, out_dir: str | Path,
 
     started = time.perf_counter()
     label = redact(storage) if not isinstance(storage, BaseStorage) else describe_storage(storage)
-    storage = open_storage(storage)
+    storage = storage if isinstance(storage, BaseStorage) else open_storage(storage)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    frozen = {s.study_name: s for s in storage.get_all_studies()}
+    studies = {name: optuna.load_study(study_name=name, storage=storage) for name in optuna.get_all_study_names(storage)}
     if study_names is not None:
-        missing = [n for n in study_names if n not in frozen]
+        missing = [n for n in study_names if n not in studies]
         if missing:
-            known = ", ".join(sorted(frozen)) or "none"
+            known = ", ".join(sorted(studies)) or "none"
             raise UserError(f"no study named {', '.join(missing)} in {label} (studies there: {known})")
         wanted = list(dict.fromkeys(study_names))
     else:
-        wanted = sorted(frozen)
+        wanted = sorted(studies)
 
     plotly_js = _plotly_js()
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     footer = f"Built {stamp} from {_e(redact(label))} by the tuner's dashboards (plotly {_e(_plotly_version())})."
-    loaded = {name: load_study(storage, frozen[name]) for name in frozen}
+    loaded = {name: load_study(studies[name]) for name in studies}
     written: list[Path] = []
     links = {}
     for name in wanted:
@@ -769,7 +726,7 @@ def write_report(storage: str | BaseStorage, out_dir: str | Path,
         path = out / study_filename(name)
         _write(path, html_text)
         written.append(path)
-    for name in frozen:
+    for name in studies:
         if (out / study_filename(name)).exists():
             links[name] = study_filename(name)
     index_html, _ = render_index(list(loaded.values()), links, plotly_js, footer)

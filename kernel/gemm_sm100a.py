@@ -426,11 +426,3 @@ class Spec(KernelSpec):
     def flops(self, problem) -> float:
         m, n, k, _, _ = self._prob(problem)
         return 2.0 * m * n * k
-
-    def bytes_moved(self, problem) -> float:
-        m, n, k, epilogue, seq = self._prob(problem)
-        moved = m * k + n * k + 2 * m * n
-        moved += 2 * _align(seq, COMB_BLOCK) * n if epilogue == "BIAS_POS" else 2 * n
-        if epilogue == "BIAS_RESIDUAL":
-            moved += 2 * m * n
-        return float(moved)

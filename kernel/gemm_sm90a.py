@@ -180,7 +180,7 @@ class Spec(KernelSpec):
             return f"PINGPONG needs N_STAGES <= K/BLOCK_K = {K // BLOCK_K} (mbarrier parity)"
         cm = _i(c, "CLUSTER_M", 1)
         if cm == 4:   # the kernel builds it; kept out of the model: 30 clusters of 4 fit on an H200 (120 of 132
-            # SMs) and it measured no faster than CLUSTER_M=1 (bench/logs/diag_*_h200.log)
+            # SMs) and it measured no faster than CLUSTER_M=1 (docs/experiments/logs/diag_*_h200.log)
             return "CLUSTER_M=4 leaves SMs idle (30 clusters of 4 fit on an H200): use 1 or 2"
         if cm not in (1, 2):
             return "CLUSTER_M must be 1 or 2"
@@ -403,17 +403,6 @@ class Spec(KernelSpec):
     def flops(self, problem):
         M, N, K, epi, seq = self._prob(problem)
         return 2.0 * M * N * K
-
-    def bytes_moved(self, problem):
-        M, N, K, epi, seq = self._prob(problem)
-        b = M * K + N * K + 2 * M * N
-        if epi == "BIAS_POS":
-            b += 2 * seq * N
-        else:
-            b += 2 * N
-        if epi == "BIAS_RESIDUAL":
-            b += 2 * M * N
-        return float(b)
 
 
 def gemm_reference_kernel(M: int, N: int, K: int, epilogue: str, seq: int, bias: str | None,

@@ -14,6 +14,7 @@ import re
 import optuna
 import pytest
 
+from tuner import optuna_private
 from tuner.errors import UserError
 from tuner.gpu import GpuEvaluator, arch_matches
 from tuner.spec import load_spec
@@ -267,7 +268,7 @@ def test_password_never_printed_stored_or_reported(tmp_path, postgres_url, uniqu
         if page.is_file():
             assert secret not in page.read_text(errors="replace"), page
     study = optuna.load_study(study_name=unique_name, storage=open_storage(url))
-    system = study._storage.get_study_system_attrs(study._study_id)
+    system = optuna_private.study_system_attrs(study)
     stored = json.dumps([study.user_attrs, system] + [(t.user_attrs, t.system_attrs) for t in study.trials],
                         default=str)
     assert secret not in stored  # incl. optuna-dashboard notes (study system attrs)

@@ -7,6 +7,7 @@ import optuna
 import pytest
 
 from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
+from tuner import optuna_private
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"
 FAKE = {"TUNER_WORKER_BACKEND": FAKE_BACKEND}
@@ -47,7 +48,7 @@ def test_run_best_status_export_notes_artifacts(tmp_path, cache_dir):
     for key in ("ms", "tflops", "regs", "spills", "smem_bytes", "compile_s", "status", "reason", "flags"):
         assert key in trial.user_attrs, key
     assert isinstance(trial.user_attrs["regs"], int) and isinstance(trial.user_attrs["ms"], float)
-    note_keys = [k for k in study._storage.get_study_system_attrs(study._study_id) if "note" in k]
+    note_keys = [k for k in optuna_private.study_system_attrs(study) if "note" in k]
     assert note_keys, "optuna-dashboard note written"
     assert any(art.iterdir()), "compile logs kept as artifacts"
 
@@ -65,7 +66,7 @@ def test_run_best_status_export_notes_artifacts(tmp_path, cache_dir):
     out = tmp_path / "trials.csv"
     assert tuner("export", STUDY, "--storage", db, "-o", out).returncode == 0
     rows = list(csv.DictReader(out.open()))
-    assert len(rows) == 6 and "user_attrs_status" in rows[0] and "params_BLOCK" in rows[0]
+    assert len(rows) == 6 and "status" in rows[0] and "BLOCK" in rows[0] and "user_attrs_status" not in rows[0]
 
 
 def test_grid_table_and_csv_replay_roundtrip(tmp_path, cache_dir):

@@ -30,7 +30,7 @@ from optuna.trial import TrialState
 from dashboards import demo
 from dashboards import report as rep
 from dashboards.report import load_study, write_report
-from dashboards.serve import attach_trial_artifacts, study_note, write_study_note
+from tuner.notes import attach_trial_artifacts, study_note, write_study_note
 from tuner.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,9 +70,7 @@ def _storage(journal: str):
 
 
 def _data(journal: str, name: str) -> rep.StudyData:
-    storage = _storage(journal)
-    frozen = next(s for s in storage.get_all_studies() if s.study_name == name)
-    return load_study(storage, frozen)
+    return load_study(optuna.load_study(study_name=name, storage=_storage(journal)))
 
 
 def _free_port() -> int:
@@ -263,14 +261,55 @@ def test_study_note_and_artifacts(tmp_path):
     best = min((t for t in study.trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
     assert best.user_attrs["flags"] in body and "x over cublas" in body and "M=928256" in body
     trial = study.ask()
-    ids = attach_trial_artifacts(study, trial, {"compile.log": "nvrtc ok", "ptxas.txt": "Used 168 registers"},
+    ids = attach_trial_artifacts(trial, {"compile.log": "nvrtc ok", "ptxas.txt": "Used 168 registers"},
                                  tmp_path / "artifacts")
     assert set(ids) == {"compile.log", "ptxas.txt"}
-    metas = optuna.artifacts.get_all_artifact_meta(study._storage.get_trial(trial._trial_id), storage=storage)
+    frozen = study.get_trials(deepcopy=False)[trial.number]
+    metas = optuna.artifacts.get_all_artifact_meta(frozen, storage=storage)
     assert sorted(m.filename for m in metas) == ["compile.log", "ptxas.txt"]
     study.tell(trial, 1.0)
     with pytest.raises(ValueError, match="attach its artifacts before telling"):
-        attach_trial_artifacts(study, trial._trial_id, {"late.log": "x"}, tmp_path / "artifacts")
+        attach_trial_artifacts(trial, {"late.log": "x"}, tmp_path / "artifacts")
+    finished = study.get_trials(deepcopy=False)[trial.number]
+    with pytest.raises(ValueError, match="attach its artifacts before telling"):
+        attach_trial_artifacts(finished, {"late.log": "x"}, tmp_path / "artifacts", storage=storage)
+
+
+def test_note_without_optuna_dashboard_is_what_optuna_dashboard_reads(monkeypatch):
+    """The engine writes notes without optuna-dashboard; installed, it reads them back."""
+    import builtins
+
+    from optuna_dashboard import get_note
+
+    storage = optuna.storages.InMemoryStorage()
+    study = demo.make_study(storage, "plain", shape="fc1", n_trials=30, seed=6)
+    real_import = builtins.__import__
+
+    def no_dashboard(name, *args, **kwargs):
+        if name.startswith("optuna_dashboard"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_dashboard)
+    first = write_study_note(study) + "\n" + "x" * 5000  # three chunks
+    from tuner.notes import _save_note
+
+    _save_note(study, first)
+    body = write_study_note(study)  # shorter: the old chunks must not leak into it
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    assert get_note(study) == body and "-DTN=" in body
+
+
+def test_engine_never_imports_views():
+    """Nothing under tuner/ names the dashboards package; the CLI finds it as a plugin."""
+    offenders = [str(p) for p in (ROOT / "tuner").rglob("*.py") if re.search(r"^\s*(from|import)\s+dashboards",
+                                                                             p.read_text(), re.M)]
+    assert offenders == []
+    from importlib.metadata import entry_points
+
+    from tuner.cli import COMMANDS_GROUP
+
+    assert "dashboards.cli:register" in {ep.value for ep in entry_points(group=COMMANDS_GROUP)}
 
 
 # ------------------------------------------------------------------------------ browser
@@ -344,7 +383,7 @@ def test_tuner_dashboard_serves_the_study(tmp_path):
     study = demo.make_study(storage_url, "dash-fc1", shape="fc1", n_trials=40, seed=5)
     write_study_note(study, storage_url)
     running = study.ask()
-    ids = attach_trial_artifacts(study, running, {"ptxas.txt": "ptxas info: Used 168 registers"}, tmp_path / "art")
+    ids = attach_trial_artifacts(running, {"ptxas.txt": "ptxas info: Used 168 registers"}, tmp_path / "art")
     study.tell(running, state=TrialState.PRUNED)
 
     port = _free_port()

@@ -206,7 +206,6 @@ def test_exact_small_integer_reference(spec):
 def test_flops_and_bytes(spec):
     problem = _study("patch_embed")["problem"]
     assert spec.flops(problem) == 2.0 * 928256 * 768 * 768
-    assert spec.bytes_moved(problem) > 928256 * 768 * 3
 
 
 # -- compile for sm_100a -------------------------------------------------------------------------

@@ -15,6 +15,7 @@ Bad input exits with code 2 and one line that says what to fix.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -25,6 +26,11 @@ import optuna
 
 from tuner import __version__, options
 from tuner.errors import UserError
+from tuner.storage import DEFAULT_URL
+
+#: entry points in this group add subcommands: each is called with the subparsers object
+#: (views such as ``dashboards`` register ``report`` and ``dashboard`` this way)
+COMMANDS_GROUP = "tuner.commands"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def storage_arg(p):
-        p.add_argument("--storage", help="sqlite:///FILE.db (default sqlite:///tuner.db), postgresql+psycopg://..., or FILE.log")
+        p.add_argument("--storage", help=f"sqlite:///FILE.db (default {DEFAULT_URL}), postgresql+psycopg://..., or FILE.log")
 
     run = sub.add_parser("run", help="search a study (Bayesian by default)")
     run.add_argument("study_file", nargs="?", help="studies/NAME.toml (optional with a Kernel Tuner --replay file)")
@@ -118,12 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", type=Path, required=True)
     export.set_defaults(func=cmd_export)
 
-    try:
-        from dashboards.cli import register
-    except ImportError:  # dashboards not installed alongside: the engine still works
-        pass
-    else:
-        register(sub)
+    for plugin in importlib.metadata.entry_points(group=COMMANDS_GROUP):
+        plugin.load()(sub)
     return parser
 
 
@@ -231,13 +233,10 @@ def _reference(cfg, space):
 
 def _write_note(runner) -> None:
     """The study's Markdown note for optuna-dashboard (problem, device, best flags, how to reproduce)."""
-    try:
-        from dashboards.serve import write_study_note
-        from tuner.storage import redact
+    from tuner.notes import write_study_note
+    from tuner.storage import redact
 
-        write_study_note(runner.study, redact(runner.storage_url))
-    except ImportError:  # optuna-dashboard not installed: notes are optional
-        pass
+    write_study_note(runner.study, redact(runner.storage_url))
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:
@@ -340,8 +339,11 @@ def cmd_worker(args) -> int:
 
 
 def cmd_grid(args) -> int:
+    import datetime as dt
+
+    from tuner.results import ranked, trials_frame, write_table
     from tuner.runner import Runner
-    from tuner.table import seed_table, trial_rows, write_csv
+    from tuner.table import seed_table
 
     cfg, space, recording = _load(args)
     evaluator, attrs, name, close = _evaluator(args, cfg, space, recording)
@@ -356,17 +358,14 @@ def cmd_grid(args) -> int:
         _write_note(runner)
     finally:
         close()
-    rows = trial_rows(runner.study, space.axis_names)
-    device = attrs.get("device_name", "")
+    table = ranked(trials_frame(runner.study.get_trials(deepcopy=False), space.axis_names))
     csv_path = args.csv or Path(f"{name}.csv")
-    import datetime as dt
-
-    write_csv(rows, space.axis_names, csv_path, {"device": device, "date": dt.date.today().isoformat()})
+    write_table(table, csv_path, device=attrs.get("device_name", ""), date=dt.date.today().isoformat())
     if args.json:
         _print_summary(summary, True)
     else:
-        print(seed_table(rows, space.axis_names))
-        print(f"\n{len(rows)} configs; CSV written to {csv_path}")
+        print(seed_table(table, space.axis_names))
+        print(f"\n{len(table)} configs; CSV written to {csv_path}")
         _print_summary(summary, False)
     return 0
 
@@ -514,10 +513,12 @@ def cmd_status(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from tuner.results import trials_frame, write_table
+
     study, _ = _open_study(args)
-    frame = study.trials_dataframe(attrs=("number", "value", "params", "user_attrs", "state", "datetime_start", "datetime_complete"))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(args.output, index=False)
+    axes = study.user_attrs.get("axes")
+    frame = trials_frame(study.get_trials(deepcopy=False), axes if isinstance(axes, list) else None)
+    write_table(frame, args.output, device=study.user_attrs.get("device_name", ""))
     print(f"{len(frame)} trials of {study.study_name} written to {args.output}")
     return 0
 

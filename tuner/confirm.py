@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import UserError
 from tuner.paired import Standing
+from tuner.results import best_trial
 from tuner.space import Space
 from tuner.spec import Value
 
@@ -89,14 +90,15 @@ def last_confirmation(study: optuna.Study) -> dict | None:
 def confirmed_best(study: optuna.Study) -> tuple[FrozenTrial, dict | None]:
     """The winner of the latest confirmation, else the trial with the best value."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not complete:
+    best = best_trial(complete, study.direction)
+    if best is None:
         raise UserError(f"study {study.study_name!r} has no completed trial yet: run it first")
     record = last_confirmation(study)
     if record is not None:
         by_number = {t.number: t for t in complete}
         if record["winner"] in by_number:
             return by_number[record["winner"]], record
-    return min(complete, key=lambda t: t.value), None
+    return best, None
 
 
 def describe(record: dict) -> str:

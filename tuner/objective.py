@@ -4,7 +4,7 @@ The objective asks the trial for the axes (the sampler has already chosen a vali
 untried config), reuses the stored result of a repeat, and otherwise hands the config
 to an evaluator (GPU or replay). Block medians flow back as intermediate values so the
 pruner can stop a clearly slower config. Every outcome is written to the trial as the
-DESIGN's user attributes; failures become PRUNED trials with a status and a reason.
+user attributes of docs/ENGINE.md; failures become PRUNED trials with a status and a reason.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, Callable, Protocol
 import optuna
 from optuna.trial import TrialState
 
+from tuner import optuna_private
 from tuner.paired import SlowerTest
 from tuner.record import COMPLETE_STATUSES, Measurement
 from tuner.space import Space
@@ -83,9 +84,9 @@ class Objective:
         import warnings
 
         try:
-            from dashboards.serve import attach_trial_artifacts
+            from tuner.notes import attach_trial_artifacts
 
-            attach_trial_artifacts(trial.study, trial, files, self.artifact_dir)
+            attach_trial_artifacts(trial, files, self.artifact_dir)
         except Exception as exc:  # artifacts are a convenience: never lose a trial over them
             warnings.warn(f"could not store artifacts of trial {trial.number}: {exc}")
 
@@ -117,7 +118,7 @@ class Objective:
         """
         key = self.space.key(params)
         started = trial.datetime_start  # a twin that finished after this trial began ran alongside it
-        finished = trial.study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED), use_cache=False)
+        finished = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
         for t in finished:
             if t.number == trial.number or not t.params or self.space.key(t.params) != key:
                 continue
@@ -146,14 +147,14 @@ class Objective:
         pause = 0.02
         waited = False
         while time.monotonic() < deadline:
-            running = trial.study._get_trials(deepcopy=False, states=(TrialState.RUNNING,), use_cache=False)
+            running = trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             twins = [t for t in running if (t.number < trial.number or t.system_attrs.get(CLAIM))
                      and t.number != trial.number and len(t.params) == len(params)
                      and self.space.key(t.params) == key and not runner_dead(t)]
             if not twins:
                 stored = self._stored(trial, params, twin=waited)
                 if stored is None:  # this trial measures: a twin arriving later waits for it
-                    trial.study._storage.set_trial_system_attr(trial._trial_id, CLAIM, True)
+                    optuna_private.set_trial_system_attr(trial, CLAIM, True)
                 return stored
             waited = True
             time.sleep(pause)

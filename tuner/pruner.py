@@ -13,6 +13,8 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import optuna_private
+
 
 class MarginPruner(BasePruner):
     def __init__(self, margin: float = 0.10, min_blocks: int = 2):
@@ -30,7 +32,7 @@ class MarginPruner(BasePruner):
         return statistics.median(values) > best * (1.0 + self.margin)
 
     def _best(self, study: optuna.Study) -> float | None:
-        complete = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
+        complete = optuna_private.cached_trials(study, (TrialState.COMPLETE,))
         if len(complete) == self._best_cache[0]:
             return self._best_cache[1]
         best = min((t.value for t in complete if t.value is not None), default=None)

@@ -1,6 +1,6 @@
 """The trial record: one measurement's outcome, as stored on every Optuna trial.
 
-Statuses (DESIGN's trial-record contract). ``ok`` and ``duplicate`` trials are COMPLETE
+Statuses (the trial-record contract of docs/ENGINE.md). ``ok`` and ``duplicate`` trials are COMPLETE
 with value = ms; every other status is a PRUNED trial with a ``reason``, so TPE ranks
 it as worst instead of ignoring it (as it would a FAIL).
 """

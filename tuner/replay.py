@@ -2,8 +2,8 @@
 
 Formats read:
 
-- our CSV (``tuner grid`` writes it): one column per define, then ``ms``, ``status``,
-  ``reason``, ``regs``, ``spills``, ``smem_bytes``, ... and ``device``;
+- our results table (:mod:`tuner.results`; ``tuner grid`` and ``tuner export`` write it),
+  also in the ``params_`` / ``user_attrs_`` columns of older Optuna exports;
 - a Kernel Tuner cache file (JSON, optionally gzipped), which carries its own space
   (``tune_params``) in its header, so it needs no study file;
 - a Kernel Tuner T4 results file (JSON, optionally gzipped).
@@ -15,23 +15,21 @@ invalid (Kernel Tuner's restrictions removed them).
 
 from __future__ import annotations
 
-import csv
 import gzip
 import hashlib
+import io
 import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import pandas as pd
+
 from tuner.errors import UserError
 from tuner.record import Measurement
+from tuner.results import TableError, normalise
 from tuner.spec import KernelSpec, Value
-
-METRIC_COLUMNS = (
-    "ms", "tflops", "status", "reason", "regs", "spills", "smem_bytes", "smem_kb", "compile_s",
-    "flags", "checksum", "max_err", "device", "date", "arch", "kernel", "source_hash", "trial",
-)
 
 # Kernel Tuner's failure strings and T4 invalidity kinds, in our statuses.
 KT_FAILURES = {
@@ -111,29 +109,39 @@ def load_recording(path: str | Path) -> Recording:
 
 
 def _from_csv(path: Path, text: str) -> Recording:
-    rows = list(csv.DictReader(text.splitlines()))
-    if not rows or "status" not in rows[0] or "ms" not in rows[0]:
-        raise UserError(f"replay file {path}: a CSV needs a header with the define columns, 'ms' and 'status'")
-    axis_names = [c for c in rows[0] if c not in METRIC_COLUMNS]
-    if not axis_names:
-        raise UserError(f"replay file {path}: no define columns besides {', '.join(METRIC_COLUMNS)}")
+    try:
+        frame, axis_names = normalise(pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False))
+    except (TableError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise UserError(f"replay file {path}: {exc}") from None
+    if frame.empty:
+        raise UserError(f"replay file {path}: a results table needs a header with the define columns, 'ms' and 'status' and rows")
     axes: dict[str, list[Value]] = {a: [] for a in axis_names}
     records: dict[tuple, Record] = {}
-    for row in rows:
+    for row in frame.to_dict("records"):
         key = tuple(_coerce(row[a]) for a in axis_names)
         for a, v in zip(axis_names, key):
             if v not in axes[a]:
                 axes[a].append(v)
         ms = float(row["ms"]) if row.get("ms") not in (None, "", "-") else None
+        status = row["status"] or "ok"
+        if status == "duplicate" and ms is not None:  # a repeat: its stored result is the config's
+            status = "ok"
         attrs = {}
         for column in ("regs", "spills", "smem_bytes"):
             if row.get(column) not in (None, "", "-"):
                 attrs[column] = int(float(row[column]))
-        records[key] = Record(row["status"] or "ok", ms, [], attrs)
+        record = Record(status, ms, [], attrs)
+        if key not in records or _rank(record) < _rank(records[key]):
+            records[key] = record
     for a in axes:
         axes[a] = sorted(axes[a], key=lambda v: (isinstance(v, str), v))
-    device = rows[0].get("device", "") or ""
+    device = str(frame["device"].iloc[0]) if "device" in frame.columns else ""
     return Recording(path, "csv", axes, records, device=device)
+
+
+def _rank(record: Record) -> tuple[int, float]:
+    """A config recorded several times (a study's repeats): a measured result wins, the fastest."""
+    return (record.status != "ok" or record.ms is None, record.ms if record.ms is not None else 0.0)
 
 
 def _from_kernel_tuner(path: Path, data: dict) -> Recording:

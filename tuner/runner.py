@@ -2,7 +2,7 @@
 
 The loop itself is Optuna's (``study.optimize``); this module chooses the sampler,
 pruner and evaluator, keeps a study from mixing results of different GPUs, kernel
-sources or compilers, re-queues trials a dead process left RUNNING, and runs the seed's
+sources or compilers, re-queues trials a dead process left RUNNING, and runs the
 tiered plan (tier 1, then tier 2 on the tier-1 winner) when asked.
 """
 
@@ -25,6 +25,7 @@ from tuner.objective import Evaluator, Objective
 from tuner.paired import SlowerTest
 from tuner.pruner import MarginPruner
 from tuner.record import Measurement
+from tuner.results import best_trial
 from tuner.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
 from tuner.space import Space
 from tuner.study_file import SearchSettings
@@ -239,7 +240,7 @@ class Runner:
         while time.monotonic() < deadline:
             time.sleep(1.0)
             try:
-                self.study._storage.get_study_id_from_name(self.study.study_name)
+                self.storage.get_study_id_from_name(self.study.study_name)
                 return True
             except Exception:
                 continue
@@ -253,7 +254,7 @@ class Runner:
         Counting other workers' RUNNING trials keeps the overshoot to a trial or two.
         """
         def callback(study: optuna.Study, trial) -> None:
-            trials = study._get_trials(deepcopy=False, states=TRIED_STATES, use_cache=False)
+            trials = study.get_trials(deepcopy=False, states=TRIED_STATES)
             tried = {self.sampler.trial_key(t) for t in trials}
             in_budget = sum(
                 1 for t in trials
@@ -290,13 +291,8 @@ class Runner:
 
     # -- results --------------------------------------------------------------------------
     def best_params(self, phase: str | None = None) -> dict | None:
-        trials = [
-            t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if phase is None or t.user_attrs.get("phase") == phase
-        ]
-        if not trials:
-            return None
-        return dict(min(trials, key=lambda t: t.value).params)
+        best = best_trial(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), phase=phase)
+        return None if best is None else dict(best.params)
 
     def summary(self) -> dict:
         return summarize(self.study, self.storage_url)
@@ -306,9 +302,8 @@ def summarize(study: optuna.Study, storage_url: str) -> dict:
     trials = study.get_trials(deepcopy=False)
     statuses = Counter(t.user_attrs.get("status", t.state.name.lower()) for t in trials)
     best = None
-    complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    if complete:
-        b = min(complete, key=lambda t: t.value)
+    b = best_trial(trials, study.direction)
+    if b is not None:
         metric = (study.metric_names or ["ms"])[0]
         best = {"params": b.params, "ms": b.user_attrs.get("ms", b.value), metric: b.value,
                 "flags": b.user_attrs.get("flags", ""), "trial": b.number}

@@ -26,6 +26,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.samplers import BaseSampler, GPSampler, RandomSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import optuna_private
 from tuner.errors import UserError
 from tuner.space import Space
 
@@ -133,7 +134,7 @@ class ValidOnlySampler(BaseSampler):
         return None
 
     def tried_keys(self, study: optuna.Study, exclude: int | None = None) -> set[tuple]:
-        trials = study._get_trials(deepcopy=False, states=TRIED_STATES, use_cache=True)
+        trials = optuna_private.cached_trials(study, TRIED_STATES)
         keys = {self.trial_key(t) for t in trials if t.number != exclude}
         keys.discard(None)
         return keys
@@ -141,7 +142,7 @@ class ValidOnlySampler(BaseSampler):
     def _drop_running(self, study: optuna.Study, number: int, remaining: list[dict[str, Any]]) -> list[dict[str, Any]]:
         axes = self.space.axis_names
         busy = set()
-        for t in study._storage.get_all_trials(study._study_id, deepcopy=False, states=TRIED_STATES[:3]):
+        for t in study.get_trials(deepcopy=False, states=TRIED_STATES[:3]):
             if t.number != number and all(a in t.params for a in axes):
                 busy.add(tuple(t.params[a] for a in axes))
         if not busy:

@@ -100,12 +100,12 @@ class Space:
         return {a: self.spec.params[a] if self.spec.params[a] in v else v[0] for a, v in self.axes.items()}
 
     def tier1_candidates(self) -> list[dict[str, Value]]:
-        """Tier 1 of the seed's plan: tier-2 axes held at their defaults."""
+        """Tier 1 of the tiered plan: tier-2 axes held at their defaults."""
         held = {a: v for a, v in self.defaults().items() if a in self.tier2}
         return [p for p in self.valid if all(p[a] == v for a, v in held.items())]
 
     def tier2_candidates(self, winner: dict[str, Value]) -> list[dict[str, Value]]:
-        """Tier 2 of the seed's plan: every tier-2 combination on the tier-1 winner."""
+        """Tier 2 of the tiered plan: every tier-2 combination on the tier-1 winner."""
         return [p for p in self.valid if all(p[a] == winner[a] for a in self.tier1)]
 
     def summary(self) -> dict:

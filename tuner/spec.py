@@ -167,8 +167,11 @@ class KernelSpec:
         return self.source_path.read_text()
 
     def source_hash(self) -> str:
-        """Hash of the kernel source as compiled (includes resolved by the compiler)."""
-        return hashlib.sha256(self.source_text().encode()).hexdigest()[:16]
+        """Hash of the kernel source as compiled: the ``.cu`` and the local headers it
+        includes, the same bundle the compile cache keys on."""
+        from tuner.compile import SourceBundle
+
+        return SourceBundle.load(self.source_path).digest()[:16]
 
     def defines(self, config: Config, problem: Problem) -> dict[str, Value]:
         """The ``-D`` defines of one build: problem keys, then the config."""
@@ -218,9 +221,6 @@ class KernelSpec:
         return 64
 
     def flops(self, problem: Problem) -> float:
-        return 0.0
-
-    def bytes_moved(self, problem: Problem) -> float:
         return 0.0
 
 

@@ -26,6 +26,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from tuner.errors import UserError
+from tuner.optuna_private import fail_trial
 
 DEFAULT_URL = "sqlite:///tuner.db"
 HEARTBEAT_S = 20
@@ -33,11 +34,22 @@ GRACE_S = 60
 MAX_RETRY = 2
 
 _PASSWORD = re.compile(r"(://[^:/@\s]+:)([^@\s]*)(@)")
+_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&\s]*")
 
 
 def redact(text: str) -> str:
-    """Hide the password of every URL in ``text`` (``user:***@host``)."""
-    return _PASSWORD.sub(r"\1***\3", str(text))
+    """Hide the password of every URL in ``text`` (``user:***@host``, ``?password=***``)."""
+    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***\3", str(text)))
+
+
+def describe_storage(storage: optuna.storages.BaseStorage) -> str:
+    """A password-free description of a storage object (for page footers)."""
+    if isinstance(storage, RDBStorage):
+        return storage.engine.url.render_as_string(hide_password=True)
+    from tuner.optuna_private import journal_file
+
+    path = journal_file(storage)
+    return f"journal file {path}" if path else type(storage).__name__
 
 
 def is_journal(url: str) -> bool:
@@ -114,9 +126,9 @@ def _repair_partial_tail(backend: JournalFileBackend, path: Path) -> None:
     """
     if not path.is_file() or path.stat().st_size == 0:
         return
-    from optuna.storages.journal._file import get_lock_file
+    from tuner.optuna_private import journal_lock
 
-    with get_lock_file(backend._lock):
+    with journal_lock(backend):
         with open(path, "rb+") as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - 1))
@@ -213,10 +225,7 @@ def recover_stale_trials(study: optuna.Study, mine: bool = False, why: str = "st
         elif not isinstance(pid, int) or pid == os.getpid() or _pid_alive(pid):
             continue
         try:
-            study._storage.set_trial_user_attr(trial._trial_id, "status", "killed")
-            study._storage.set_trial_user_attr(trial._trial_id, "reason", why if mine
-                                               else f"runner pid {pid} died mid-trial")
-            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            fail_trial(study, trial, {"status": "killed", "reason": why if mine else f"runner pid {pid} died mid-trial"})
         except optuna.exceptions.UpdateFinishedTrialError:  # another process got there first
             continue
         if trial.params:

@@ -1,17 +1,14 @@
-"""The seed's result table (``TN EPI STG PAD UNR VEC REGS SPILL SMEM_KB MS TFLOPS CHECKSUM STATUS``)
-and its CSV, built from trials or from compile results."""
+"""Tables printed in the terminal: the classic result layout
+(``TN EPI STG PAD UNR VEC REGS SPILL SMEM_KB MS TFLOPS CHECKSUM STATUS``) and plain ones."""
 
 from __future__ import annotations
 
-import csv
 import math
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import optuna
-from optuna.trial import TrialState
+import pandas as pd
 
-# The seed's short column names; any other define keeps its own name.
+# Short column names of the classic layout; any other define keeps its own name.
 SHORT = {
     "TN": "TN",
     "NUM_EPI_WARPS": "EPI",
@@ -38,55 +35,21 @@ def render(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def trial_rows(study: optuna.Study, axes: Sequence[str]) -> list[dict[str, Any]]:
-    """One dict per finished trial, best first, the winner's status shown as BEST."""
-    rows = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
-        a = t.user_attrs
-        row = {axis: t.params.get(axis) for axis in axes}
-        smem = a.get("smem_bytes")
-        row.update(
-            regs=a.get("regs"),
-            spills=a.get("spills"),
-            smem_bytes=smem,
-            smem_kb=round(smem / 1024, 1) if isinstance(smem, (int, float)) else None,
-            ms=t.value if t.state == TrialState.COMPLETE else a.get("ms"),
-            tflops=a.get("tflops"),
-            checksum=a.get("checksum"),
-            status=a.get("status", t.state.name.lower()),
-            reason=a.get("reason", ""),
-            flags=a.get("flags", ""),
-            trial=t.number,
-        )
-        rows.append(row)
-    rows.sort(key=lambda r: (r["status"] not in ("ok",), r["ms"] if r["ms"] is not None else math.inf))
-    if rows and rows[0]["status"] == "ok":
-        rows[0]["status"] = "BEST"
-    return rows
-
-
-def seed_table(rows: list[dict[str, Any]], axes: Sequence[str]) -> str:
+def seed_table(table: pd.DataFrame, axes: Sequence[str]) -> str:
+    """The results table (:func:`tuner.results.ranked`) in the classic layout; the first ok row is BEST."""
     headers = [SHORT.get(a, a) for a in axes] + ["REGS", "SPILL", "SMEM_KB", "MS", "TFLOPS", "CHECKSUM", "STATUS"]
-    body = [
-        [r[a] for a in axes] + [r["regs"], r["spills"], r["smem_kb"], r["ms"], r["tflops"], r["checksum"], r["status"]]
-        for r in rows
-    ]
+    body = []
+    for i, r in enumerate(table.to_dict("records")):
+        smem = r["smem_bytes"]
+        status = "BEST" if i == 0 and r["status"] == "ok" else r["status"]
+        body.append([r[a] for a in axes] + [_int(r["regs"]), _int(r["spills"]),
+                     round(smem / 1024, 1) if _known(smem) else None, r["ms"], r["tflops"], r["checksum"], status])
     return render(headers, body)
 
 
-def write_csv(rows: list[dict[str, Any]], axes: Sequence[str], path: Path, extra: dict[str, Any] | None = None) -> None:
-    """Our CSV: define columns, then the metrics; ``tuner run --replay`` reads it back."""
-    extra = extra or {}
-    columns = list(axes) + ["ms", "tflops", "status", "reason", "regs", "spills", "smem_bytes", "checksum", "flags"] + list(extra)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        for r in rows:
-            out = {a: r[a] for a in axes}
-            out.update(
-                ms=r["ms"], tflops=r["tflops"], status="ok" if r["status"] == "BEST" else r["status"],
-                reason=r["reason"], regs=r["regs"], spills=r["spills"],
-                smem_bytes=r["smem_bytes"],
-                checksum=r["checksum"], flags=r["flags"], **extra,
-            )
-            writer.writerow(out)
+def _known(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if _known(value) else None

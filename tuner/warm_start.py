@@ -11,6 +11,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState
 
+from tuner import optuna_private
 from tuner.errors import UserError
 from tuner.space import Space
 
@@ -52,9 +53,9 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
     queue = _Queue(study, space)
     for name in source_names:
         try:
-            source = optuna.load_study(study_name=name, storage=study._storage)
+            source = optuna.load_study(study_name=name, storage=optuna_private.storage_of(study))
         except KeyError:
-            names = [s.study_name for s in optuna.get_all_study_summaries(study._storage)]
+            names = optuna.get_all_study_names(optuna_private.storage_of(study))
             raise UserError(f"--warm-start: no study {name!r} in this storage; studies there: {', '.join(names) or 'none'}") from None
         ranked = sorted(source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.value)
         taken = 0

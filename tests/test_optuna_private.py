@@ -1,0 +1,67 @@
+"""tuner/optuna_private.py against the installed Optuna: each internal it reaches still works.
+
+A new Optuna release fails the pin first: check each function below against it, then move
+the pin (tuner.optuna_private.PINNED_OPTUNA).
+"""
+
+import os
+
+import optuna
+import pytest
+from optuna.storages import InMemoryStorage, JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from tuner import optuna_private as op
+
+
+def test_pinned_to_the_installed_optuna():
+    assert optuna.__version__ == op.PINNED_OPTUNA, (
+        f"Optuna {optuna.__version__} installed, tuner/optuna_private.py was checked against {op.PINNED_OPTUNA}")
+
+
+def test_storage_and_system_attrs():
+    storage = InMemoryStorage()
+    study = optuna.create_study(storage=storage, study_name="a")
+    assert op.storage_of(study) is storage
+    optuna.create_study(storage=op.storage_of(study), study_name="b")
+    assert sorted(optuna.get_all_study_names(storage)) == ["a", "b"]
+    op.set_study_system_attr(study, "dashboard:note_ver", 3)
+    assert op.study_system_attrs(study)["dashboard:note_ver"] == 3
+
+
+def test_trial_attrs_cache_and_fail():
+    study = optuna.create_study()
+    seen = []
+
+    def objective(trial):
+        trial.suggest_int("x", 0, 9)
+        op.set_trial_system_attr(trial, "tuner:measuring", True)
+        cached = op.cached_trials(study, (TrialState.RUNNING, TrialState.COMPLETE))
+        seen.append(sorted(t.number for t in cached))
+        return 1.0
+
+    study.optimize(objective, n_trials=3)
+    assert seen == [[0], [0, 1], [0, 1, 2]]
+    assert all(t.system_attrs["tuner:measuring"] for t in study.trials)
+
+    running = study.ask()
+    frozen = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))[0]
+    op.fail_trial(study, frozen, {"status": "killed", "reason": "runner died"})
+    failed = study.trials[running.number]
+    assert failed.state == TrialState.FAIL and failed.user_attrs == {"status": "killed", "reason": "runner died"}
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        op.fail_trial(study, frozen, {"status": "again"})
+
+
+def test_journal_lock_and_file(tmp_path):
+    path = tmp_path / "j.log"
+    backend = JournalFileBackend(str(path))
+    storage = JournalStorage(backend)
+    optuna.create_study(storage=storage, study_name="j")
+    assert op.journal_file(storage) == str(path) and op.journal_file(InMemoryStorage()) is None
+    before = set(os.listdir(tmp_path))
+    with op.journal_lock(backend):
+        held = set(os.listdir(tmp_path)) - before
+        assert held, "the journal's lock file exists while held"
+    assert set(os.listdir(tmp_path)) == before

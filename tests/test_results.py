@@ -1,0 +1,85 @@
+"""One results schema: grid/export write it, replay reads it (and older Optuna exports)."""
+
+import json
+
+import optuna
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, tuner
+from tuner.replay import load_recording
+from tuner.results import COLUMNS, best_trial, read_table, trials_frame
+
+RECORDED = sorted((ROOT / "studies" / "recorded").glob("*.csv"))
+STUDIES = sorted((ROOT / "studies").glob("*.toml"), key=lambda p: -len(p.stem))
+
+
+def _study_of(recording) -> str:
+    """studies/NAME.toml for studies/recorded/NAME_<how>_<gpu>.csv (the longest matching name)."""
+    return next(str(s) for s in STUDIES if recording.stem.startswith(s.stem + "_"))
+
+
+def test_there_are_recordings():
+    assert len(RECORDED) >= 4
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.name)
+def test_every_recording_is_in_the_schema_and_replays(path):
+    frame, axes = read_table(path)
+    assert list(frame.columns[: len(axes)]) == axes and set(COLUMNS) <= set(frame.columns)
+    assert not [c for c in frame.columns if c.startswith(("params_", "user_attrs_"))]
+    recording = load_recording(path)
+    ok = [r.ms for r in recording.records.values() if r.status == "ok"]
+    assert ok and all(ms > 0 for ms in ok)
+    result = tuner("run", _study_of(path), "--replay", path, "--storage", "memory", "--trials", 12, "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["trials"] == 12
+    assert summary["best"]["ms"] in ok  # a recorded time, the winner of what was replayed
+
+
+def test_export_replays_and_old_optuna_exports_read_the_same(tmp_path):
+    """tuner export writes the schema; Optuna's trials_dataframe (params_/user_attrs_) reads alike."""
+    recording = ROOT / "studies" / "recorded" / "patch_embed_sm90a_grid_h200.csv"
+    study_file = ROOT / "studies" / "patch_embed_sm90a_grid.toml"
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    assert tuner("run", study_file, "--replay", recording, "--storage", db, "--trials", 15, "--json").returncode == 0
+    out = tmp_path / "export.csv"
+    exported = tuner("export", "--study", "patch_embed_sm90a_grid.replay", "--storage", db, "-o", out)
+    assert exported.returncode == 0, exported.stderr
+    frame, axes = read_table(out)
+    study = optuna.load_study(study_name="patch_embed_sm90a_grid.replay", storage=db)
+    assert axes == study.user_attrs["axes"] and len(frame) == 15
+    assert list(pd.read_csv(out).columns) == [*axes, *COLUMNS, "device"]
+
+    old = tmp_path / "old.csv"
+    study.trials_dataframe().to_csv(old, index=False)
+    assert any(c.startswith("params_") for c in pd.read_csv(old).columns)
+    new_rec, old_rec = load_recording(out), load_recording(old)
+    def by_config(rec):  # Optuna orders params by name, the export as the study's axes
+        return {frozenset(zip(rec.axes, k)): (r.status, r.ms) for k, r in rec.records.items()}
+
+    assert {a: set(v) for a, v in new_rec.axes.items()} == {a: set(v) for a, v in old_rec.axes.items()}
+    assert by_config(new_rec) == by_config(old_rec) and len(new_rec.records) == 15
+    best = best_trial(study.trials)
+    assert best is not None and min(r.ms for r in new_rec.records.values() if r.status == "ok") == best.value
+    again = tuner("run", study_file, "--replay", out, "--storage", "memory", "--trials", 5, "--json")
+    assert again.returncode == 0, again.stderr
+
+
+def test_trials_frame_and_best_trial():
+    study = optuna.create_study()
+    for x, value in [(1, 3.0), (2, 1.0), (3, None)]:
+        trial = study.ask({"X": optuna.distributions.CategoricalDistribution([1, 2, 3])})
+        trial.set_user_attr("status", "ok" if value else "mismatch")
+        if value is None:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            study.tell(trial, value)
+    frame = trials_frame(study.trials, ["X"])
+    assert list(frame.columns) == ["X", *COLUMNS]
+    assert frame["status"].tolist() == ["ok", "ok", "mismatch"] and frame["value"].isna().tolist() == [False, False, True]
+    best = best_trial(study.trials)
+    assert best is not None and best.value == 1.0
+    assert best_trial(study.trials, optuna.study.StudyDirection.MAXIMIZE).value == 3.0
+    assert best_trial([t for t in study.trials if t.value is None]) is None

@@ -1,0 +1,136 @@
+"""The results table: one row per trial, one schema for every file of results.
+
+Columns: the tuned defines as plain columns (``BLOCK_M``, ...), then :data:`COLUMNS`
+(``value`` is the objective, ``ms`` the kernel time). ``tuner grid --csv`` and
+``tuner export`` write it, replay reads it back (and also the ``params_`` /
+``user_attrs_`` columns of Optuna's ``trials_dataframe``, which older exports used),
+and the reports draw from it. :func:`best_trial` is the one rule for "the winner".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+#: the columns after the defines, in order
+COLUMNS = (
+    "number", "state", "value", "ms", "tflops", "status", "reason", "regs", "spills", "smem_bytes",
+    "compile_s", "checksum", "max_err", "flags", "phase", "datetime_start", "datetime_complete",
+)
+#: columns a file may carry for all its rows (what it was measured on)
+FILE_COLUMNS = ("device", "date", "arch", "kernel", "source_hash")
+#: user attributes that become columns
+_ATTR_COLUMNS = ("ms", "tflops", "regs", "spills", "smem_bytes", "compile_s", "checksum", "max_err", "flags",
+                 "reason", "phase")
+#: status of a trial without one recorded
+_STATE_STATUS = {TrialState.COMPLETE: "ok", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
+                 TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}
+
+
+def status_of(trial: FrozenTrial) -> str:
+    status = trial.user_attrs.get("status")
+    if isinstance(status, str) and status:
+        return status
+    return _STATE_STATUS.get(trial.state, trial.state.name.lower())
+
+
+def best_trial(trials: Iterable[FrozenTrial], direction: StudyDirection = StudyDirection.MINIMIZE,
+               phase: str | None = None) -> FrozenTrial | None:
+    """The COMPLETE trial with the best value (of ``phase`` when given), or None.
+
+    Only COMPLETE trials carry a value: every failure is PRUNED or FAIL, so an invalid
+    configuration is never best.
+    """
+    done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+            and (phase is None or t.user_attrs.get("phase") == phase)]
+    if not done:
+        return None
+    pick = max if direction == StudyDirection.MAXIMIZE else min
+    return pick(done, key=lambda t: t.value)
+
+
+def trials_frame(trials: Iterable[FrozenTrial], axes: Sequence[str] | None = None) -> pd.DataFrame:
+    """The results table of ``trials``: define columns (``axes``, else every param seen), then :data:`COLUMNS`."""
+    trials = list(trials)
+    if axes is None:
+        axes = list(dict.fromkeys(name for t in trials for name in t.params))
+    rows: list[dict[str, Any]] = []
+    for t in trials:
+        row: dict[str, Any] = {axis: t.params.get(axis) for axis in axes}
+        row.update({key: t.user_attrs.get(key) for key in _ATTR_COLUMNS})
+        row.update(number=t.number, state=t.state.name, status=status_of(t),
+                   value=t.value if t.state == TrialState.COMPLETE else None,
+                   datetime_start=t.datetime_start, datetime_complete=t.datetime_complete)
+        if row["ms"] is None and t.state == TrialState.COMPLETE:
+            row["ms"] = t.value
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=[*axes, *COLUMNS])
+    for column in ("value", "ms", "tflops", "regs", "spills", "smem_bytes", "compile_s", "checksum", "max_err"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    return frame
+
+
+def ranked(frame: pd.DataFrame) -> pd.DataFrame:
+    """Finished rows, the measured ones first by time (the table ``tuner grid`` prints)."""
+    done = frame[frame["state"].isin(["COMPLETE", "PRUNED", "FAIL"])]
+    key = done["status"].ne("ok").astype(int) * 1e300 + done["ms"].fillna(float("inf"))
+    return done.assign(_rank=key).sort_values("_rank", kind="stable").drop(columns="_rank")
+
+
+def write_table(frame: pd.DataFrame, path: str | Path, **file_columns: Any) -> None:
+    """Write ``frame`` as CSV, with ``file_columns`` (device, date, ...) on every row."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.assign(**file_columns).to_csv(path, index=False)
+
+
+class TableError(ValueError):
+    """The file is not a results table (the message says what is missing)."""
+
+
+def read_table(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
+    """A results CSV as (frame in this schema, define columns); Optuna exports are renamed."""
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise TableError(f"not a CSV table ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+    return normalise(frame)
+
+
+def normalise(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Rename an Optuna ``trials_dataframe`` export into this schema; find the define columns."""
+    renames: dict[str, str] = {}
+    dropped: list[str] = []
+    prefixed = any(c.startswith("params_") for c in frame.columns)
+    for column in frame.columns:
+        if column.startswith("params_"):
+            renames[column] = column[len("params_"):]
+        elif column.startswith("user_attrs_"):
+            name = column[len("user_attrs_"):]
+            if name in COLUMNS or name in FILE_COLUMNS:
+                renames[column] = name
+            else:  # host, pid, ...: where it ran, not what it measured
+                dropped.append(column)
+        elif column.startswith("system_attrs_") or (prefixed and column == "duration"):
+            dropped.append(column)
+        elif column.startswith("value"):  # value, or value_<metric> once metric names are set
+            renames[column] = "value"
+    frame = frame.drop(columns=dropped).rename(columns=renames)
+    if "ms" not in frame.columns and "value" in frame.columns:
+        frame["ms"] = frame["value"]
+    if "status" not in frame.columns and "state" in frame.columns:
+        frame["status"] = [_STATE_STATUS.get(TrialState[s], s.lower()) if s in TrialState.__members__ else s
+                           for s in frame["state"]]
+    if "status" not in frame.columns or "ms" not in frame.columns:
+        raise TableError("a results table needs a header with the define columns, 'ms' and 'status'")
+    if prefixed:
+        axes = [renames[c] for c in renames if c.startswith("params_")]
+    else:
+        axes = [c for c in frame.columns if c not in COLUMNS and c not in FILE_COLUMNS and c != "trial"]
+    if not axes:
+        raise TableError(f"no define columns besides {', '.join(COLUMNS)}")
+    return frame, axes
