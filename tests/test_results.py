@@ -67,6 +67,32 @@ def test_export_replays_and_old_optuna_exports_read_the_same(tmp_path):
     assert again.returncode == 0, again.stderr
 
 
+def test_kernel_tuner_export_replays_with_the_same_results(tmp_path):
+    """tuner export FILE.json writes a Kernel Tuner cache that replay reads back unchanged."""
+    recording = ROOT / "studies" / "recorded" / "patch_embed_sm90a_grid_h200.csv"
+    study_file = ROOT / "studies" / "patch_embed_sm90a_grid.toml"
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    assert tuner("run", study_file, "--replay", recording, "--storage", db, "--trials", 10, "--json").returncode == 0
+    out = tmp_path / "cache.json"
+    exported = tuner("export", "--study", "patch_embed_sm90a_grid.replay", "--storage", db, "-o", out)
+    assert exported.returncode == 0, exported.stderr
+    data = json.loads(out.read_text())
+    study = optuna.load_study(study_name="patch_embed_sm90a_grid.replay", storage=db)
+    assert data["tune_params_keys"] == study.user_attrs["axes"] and len(data["cache"]) == 10
+    back = load_recording(out)
+    assert back.format == "kernel_tuner"
+    measured = {tuple(t.params[a] for a in back.axes): t.user_attrs["ms"] for t in study.trials
+                if t.state == optuna.trial.TrialState.COMPLETE}
+    assert measured and all(back.records[k].ms == ms for k, ms in measured.items())
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "studies" / "recorded").glob("*.json")), ids=lambda p: p.name)
+def test_recorded_kernel_tuner_caches_replay(path):
+    result = tuner("run", _study_of(path), "--replay", path, "--storage", "memory", "--trials", 12, "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["trials"] == 12
+
+
 def test_trials_frame_and_best_trial():
     study = optuna.create_study()
     for x, value in [(1, 3.0), (2, 1.0), (3, None)]:

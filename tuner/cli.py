@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("study_file", nargs="?")
     export.add_argument("--study", help="study name in the storage")
     storage_arg(export)
-    export.add_argument("-o", "--output", type=Path, required=True)
+    export.add_argument("-o", "--output", type=Path, required=True,
+                        help="FILE.csv: the results table; FILE.json: a Kernel Tuner cache")
     export.set_defaults(func=cmd_export)
 
     for plugin in importlib.metadata.entry_points(group=COMMANDS_GROUP):
@@ -517,8 +518,20 @@ def cmd_export(args) -> int:
 
     study, _ = _open_study(args)
     axes = study.user_attrs.get("axes")
-    frame = trials_frame(study.get_trials(deepcopy=False), axes if isinstance(axes, list) else None)
-    write_table(frame, args.output, device=study.user_attrs.get("device_name", ""))
+    trials = study.get_trials(deepcopy=False)
+    device = study.user_attrs.get("device_name", "")
+    if args.output.suffix == ".json":  # the Kernel Tuner cache format, which replay also reads
+        from tuner.results import kernel_tuner_cache
+
+        names = axes if isinstance(axes, list) else list(dict.fromkeys(n for t in trials for n in t.params))
+        problem = study.user_attrs.get("problem")
+        cache = kernel_tuner_cache(trials, names, device=device, kernel=str(study.user_attrs.get("kernel", "")),
+                                   problem=problem if isinstance(problem, dict) else {})
+        args.output.write_text(json.dumps(cache, indent=1))
+        print(f"{len(cache['cache'])} configs of {study.study_name} written to {args.output} (Kernel Tuner cache)")
+        return 0
+    frame = trials_frame(trials, axes if isinstance(axes, list) else None)
+    write_table(frame, args.output, device=device)
     print(f"{len(frame)} trials of {study.study_name} written to {args.output}")
     return 0
 

@@ -134,3 +134,66 @@ def normalise(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     if not axes:
         raise TableError(f"no define columns besides {', '.join(COLUMNS)}")
     return frame, axes
+
+
+def paired_ms(trials: Sequence[FrozenTrial]) -> dict[int, float]:
+    """Per trial, its time on one scale: the paired ratio x the reference's median time.
+
+    A trial's own median (``ms``) moves with the clock state it met (1-3 % on a power-capped
+    GPU); its ratio to the reference launched alternately does not. Trials of a study with a
+    milliseconds objective keep their value.
+    """
+    references = [t.user_attrs["reference_ms"] for t in trials
+                  if isinstance(t.user_attrs.get("reference_ms"), (int, float)) and t.user_attrs.get("ratio")]
+    scale = float(pd.Series(references).median()) if references else None
+    out = {}
+    for t in trials:
+        ratio = t.user_attrs.get("ratio")
+        if scale is not None and isinstance(ratio, (int, float)):
+            out[t.number] = float(ratio) * scale
+        elif isinstance(t.user_attrs.get("ms"), (int, float)):
+            out[t.number] = float(t.user_attrs["ms"])
+    return out
+
+
+def kernel_tuner_cache(trials: Sequence[FrozenTrial], axes: Sequence[str], *, device: str, kernel: str,
+                       problem: dict[str, Any]) -> dict[str, Any]:
+    """The trials as a Kernel Tuner cache (the format of the published autotuning spaces).
+
+    ``time`` is :func:`paired_ms` (one scale for the whole recording); ``raw_time`` the
+    config's own median, ``ratio`` the objective. A config measured more than once keeps its
+    first finished result; failures carry Kernel Tuner's failure strings.
+    """
+    times = paired_ms(trials)
+    values: dict[str, list] = {a: [] for a in axes}
+    cache: dict[str, dict[str, Any]] = {}
+    for t in trials:
+        if not t.state.is_finished() or not all(a in t.params for a in axes):
+            continue
+        key = ",".join(str(t.params[a]) for a in axes)
+        if key in cache:
+            continue
+        entry: dict[str, Any] = {a: t.params[a] for a in axes}
+        status = status_of(t)
+        if t.state == TrialState.COMPLETE and t.number in times:
+            entry.update(time=times[t.number], raw_time=t.user_attrs.get("ms"), ratio=t.user_attrs.get("ratio"),
+                         ratio_ci=[t.user_attrs.get("ratio_lo"), t.user_attrs.get("ratio_hi")],
+                         pairs=t.user_attrs.get("pairs"), sm_clock_mhz=t.user_attrs.get("sm_clock_mhz"))
+        else:
+            entry["time"] = "CompilationFailedConfig" if status == "compile_error" else "RuntimeFailedConfig"
+            entry["status"] = status
+        entry["compile_time"] = t.user_attrs.get("compile_s")
+        cache[key] = entry
+        for a in axes:
+            if t.params[a] not in values[a]:
+                values[a].append(t.params[a])
+    return {
+        "version": "1.0.0",
+        "device_name": device,
+        "kernel_name": kernel,
+        "problem_size": [problem.get(k) for k in ("M", "N", "K") if k in problem] or list(problem.values()),
+        "tune_params_keys": list(axes),
+        "tune_params": {a: sorted(v, key=lambda x: (isinstance(x, str), x)) for a, v in values.items()},
+        "objective": "time",
+        "cache": cache,
+    }
