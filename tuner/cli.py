@@ -167,6 +167,7 @@ def _search(args, cfg) -> options.SearchSettings:
 
 
 def _settings(args, cfg, space, attrs, name):
+    from tuner.pipeline import process_started
     from tuner.runner import RunSettings
 
     search = _search(args, cfg)
@@ -181,6 +182,7 @@ def _settings(args, cfg, space, attrs, name):
         warm_start=args.run.warm_start,
         warm_start_top=args.run.warm_start_top,
         study_attrs=attrs,
+        started=process_started(),
     )
 
 
@@ -204,7 +206,8 @@ def _evaluator(args, cfg, space, recording):
     from tuner.gpu import GpuEvaluator
 
     evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, cache_dir=args.run.cache_dir,
-                             seed=_search(args, cfg).seed or 0, reference=_reference(cfg, space))
+                             seed=_search(args, cfg).seed or 0, reference=_reference(cfg, space),
+                             compile_jobs=_search(args, cfg).compile_ahead)
     device = evaluator.start()
     attrs = study_attrs("gpu", space, cfg.arch, device, nvrtc_version(), shape,
                         {"baseline_ms": cfg.baseline, **evaluator.objective_attrs()})
@@ -253,6 +256,10 @@ def _print_summary(summary: dict, as_json: bool) -> None:
         print(f"best: {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}")
     else:
         print("best: none yet (no trial completed)")
+    if summary.get("trials_run"):
+        rate = summary.get("trials_per_s")
+        print(f"this run: {summary['trials_run']} trials in {summary['run_s']:.1f} s, first result after "
+              f"{summary['first_trial_s']:.2f} s" + (f", {rate:.2f} trials/s sustained" if rate else ""))
 
 
 # -- commands ---------------------------------------------------------------------------------

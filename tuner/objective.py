@@ -10,6 +10,7 @@ DESIGN's user attributes; failures become PRUNED trials with a status and a reas
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 import optuna
@@ -33,6 +34,14 @@ class Evaluator(Protocol):
     ) -> Measurement: ...
 
 
+@dataclass
+class Begun:
+    """A trial between :meth:`Objective.begin` and :meth:`Objective.finish`."""
+
+    params: dict[str, Value]
+    config: dict[str, Value]
+
+
 class Objective:
     def __init__(self, space: Space, evaluator: Evaluator, flops: float | None = None, phase: str = "joint",
                  on_result=None, artifact_dir: str | None = None, slower_test: SlowerTest | None = None):
@@ -47,11 +56,22 @@ class Objective:
         self._best_cache: tuple[int, float | None] = (-1, None)
 
     def __call__(self, trial: optuna.Trial) -> float:
+        return self.finish(trial, self.begin(trial))
+
+    def begin(self, trial: optuna.Trial) -> Begun:
+        """The trial's config, recorded on it at once (params, runner, phase): other workers
+        see it in flight from here on. An evaluator that can work ahead (compile) is told."""
         params = {a: trial.suggest_categorical(a, v) for a, v in self.space.axes.items()}
         mark_runner(trial)
         trial.set_user_attr("phase", self.phase)
-        config = self.space.full_config(params)
+        begun = Begun(params, self.space.full_config(params))
+        if self.space.check(params) is None and hasattr(self.evaluator, "prefetch"):
+            self.evaluator.prefetch(begun.config)
+        return begun
 
+    def finish(self, trial: optuna.Trial, begun: Begun) -> float:
+        """Evaluate (unless a stored or concurrent result is reused) and record; the value, or TrialPruned."""
+        params, config = begun.params, begun.config
         measurement = self._stored(trial, params)
         if measurement is None:
             measurement = self._await_twin(trial, params)

@@ -1,0 +1,211 @@
+"""The evaluation loop: ask ahead, let the evaluator work ahead, measure in order, tell.
+
+``study.optimize`` runs one trial at a time: the GPU idles while NVRTC compiles the next
+config. Here the loop keeps ``ahead`` trials asked beyond the one being measured (Optuna's
+ask/tell). Each asked trial stores its params at once, so it is RUNNING for every sampler
+(ours skips running configs; TPE's constant liar counts them as bad) and for the budget of
+every worker; the evaluator compiles it in the background (:meth:`GpuEvaluator.prefetch`).
+Trials are measured strictly in the order asked. A replay (no ``prefetch``) runs the same
+loop with ``ahead = 0``.
+
+No trial is left RUNNING: on any exit (budget, timeout, error, Ctrl-C) the trials asked but
+not measured are failed and queued again with their params; if this process is killed,
+the next run finds them by their dead runner (:func:`tuner.storage.recover_stale_trials`),
+and RDB storages' heartbeat covers other hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.objective import Begun, Objective
+from tuner.storage import HEARTBEAT_S, supports_heartbeat
+
+#: status of a trial another worker's race pushed past the study's budget (FAIL, never measured)
+OVER_BUDGET = "over_budget"
+
+
+@dataclass
+class Timeline:
+    """When things happened in this run (seconds on the monotonic clock)."""
+
+    started: float = field(default_factory=time.monotonic)
+    first_told: float | None = None
+    last_told: float | None = None
+    told: int = 0  # trials finished by this process (surplus and abandoned ones excluded)
+
+    def tell(self) -> None:
+        now = time.monotonic()
+        self.first_told = self.first_told or now
+        self.last_told = now
+        self.told += 1
+
+    def report(self) -> dict:
+        """``first_trial_s``: from the process's start to the first trial's result;
+        ``trials_per_s``: sustained rate from the first result to the last."""
+        if self.first_told is None:
+            return {"trials_run": 0, "first_trial_s": None, "trials_per_s": None}
+        span = self.last_told - self.first_told
+        return {
+            "trials_run": self.told,
+            "first_trial_s": round(self.first_told - self.started, 3),
+            "trials_per_s": round((self.told - 1) / span, 3) if self.told > 1 and span > 0 else None,
+            "run_s": round(self.last_told - self.started, 3),
+        }
+
+
+def process_started() -> float:
+    """``time.monotonic()`` at this process's start (Linux: /proc), else now."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime, clock ticks after boot
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return time.monotonic() - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.monotonic()
+
+
+class _Heartbeat(threading.Thread):
+    """Optuna's heartbeat for every trial in flight (``study.optimize`` beats only its one)."""
+
+    def __init__(self, storage, interval_s: float = HEARTBEAT_S / 2):
+        super().__init__(daemon=True, name="tuner-heartbeat")
+        self.storage = storage
+        self.interval_s = interval_s
+        self.ids: set[int] = set()
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+
+    def add(self, trial_id: int) -> None:
+        with self._lock:
+            self.ids.add(trial_id)
+        self._beat([trial_id])
+
+    def discard(self, trial_id: int) -> None:
+        with self._lock:
+            self.ids.discard(trial_id)
+
+    def _beat(self, ids) -> None:
+        for trial_id in ids:
+            try:
+                self.storage.record_heartbeat(trial_id)
+            except Exception:  # a finished trial, or the database away: the next beat retries
+                pass
+
+    def run(self) -> None:
+        while not self._halt.wait(self.interval_s):
+            with self._lock:
+                ids = list(self.ids)
+            self._beat(ids)
+
+    def stop(self) -> None:
+        self._halt.set()
+
+
+class Pipeline:
+    """Runs trials of ``study`` through ``objective`` with ``ahead`` trials asked in advance.
+
+    ``may_ask()`` is asked before every new trial (the shared budget, all workers, not yet
+    spent; candidates left); ``admits(trial)`` after its params are stored (False: another
+    worker's trial got the last place in the budget first, so this one is not measured).
+    """
+
+    def __init__(self, study: optuna.Study, objective: Objective, ahead: int, may_ask: Callable[[], bool],
+                 admits: Callable[[optuna.Trial], bool], timeline: Timeline, deadline: float | None = None):
+        self.study = study
+        self.objective = objective
+        self.ahead = max(0, ahead)
+        self.may_ask = may_ask
+        self.admits = admits
+        self.timeline = timeline
+        self.deadline = deadline
+        self._window: deque[tuple[optuna.Trial, Begun]] = deque()
+        self._heartbeat = _Heartbeat(study._storage) if supports_heartbeat(study._storage) else None
+
+    def run(self, max_trials: int) -> int:
+        """At most ``max_trials`` trials; returns how many were asked."""
+        asked = 0
+        if self._heartbeat:
+            self._heartbeat.start()
+        try:
+            while True:
+                while len(self._window) <= self.ahead and asked < max_trials and not self._late() and self.may_ask():
+                    asked += 1
+                    self._ask()
+                if not self._window or self._late():
+                    break
+                trial, begun = self._window.popleft()
+                self._finish(trial, begun)
+        finally:
+            self._abandon()
+            if self._heartbeat:
+                self._heartbeat.stop()
+        return asked
+
+    def _late(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def _ask(self) -> None:
+        if self._heartbeat:
+            optuna.storages.fail_stale_trials(self.study)  # others' dead trials, as study.optimize does
+        trial = self.study.ask()
+        if self._heartbeat:
+            self._heartbeat.add(trial._trial_id)
+        try:
+            begun = self.objective.begin(trial)
+        except BaseException:
+            self._fail(trial, "interrupted", "stopped while the trial was being set up")
+            raise
+        if not self.admits(trial):
+            self._fail(trial, OVER_BUDGET, "the study's budget was filled by other workers meanwhile; not measured")
+            return
+        self._window.append((trial, begun))
+
+    def _finish(self, trial: optuna.Trial, begun: Begun) -> None:
+        try:
+            value = self.objective.finish(trial, begun)
+        except optuna.TrialPruned:
+            self.study.tell(trial, state=TrialState.PRUNED)
+        except BaseException:
+            self._tell_fail(trial)
+            raise
+        else:
+            self.study.tell(trial, value)
+        if self._heartbeat:
+            self._heartbeat.discard(trial._trial_id)
+        self.timeline.tell()
+
+    def _fail(self, trial: optuna.Trial, status: str, reason: str) -> None:
+        try:
+            trial.set_user_attr("status", status)
+            trial.set_user_attr("reason", reason)
+        except Exception:
+            pass
+        self._tell_fail(trial)
+
+    def _tell_fail(self, trial: optuna.Trial) -> None:
+        if self._heartbeat:
+            self._heartbeat.discard(trial._trial_id)
+        try:
+            self.study.tell(trial, state=TrialState.FAIL)
+        except Exception:  # the storage is gone: the next run re-queues it by its dead runner
+            pass
+
+    def _abandon(self) -> None:
+        """Trials asked ahead and never measured: failed, and their configs queued again."""
+        while self._window:
+            trial, begun = self._window.popleft()
+            self._fail(trial, "interrupted", "asked ahead; the run stopped before it was measured: queued again")
+            try:
+                self.study.enqueue_trial(begun.params, user_attrs={"requeued_from": trial.number}, skip_if_exists=False)
+            except Exception:
+                pass
