@@ -186,7 +186,7 @@ def _settings(args, cfg, space, attrs, name):
     )
 
 
-def _evaluator(args, cfg, space, recording):
+def _evaluator(args, cfg, space, recording, supervisor=None):
     """(evaluator, study attrs, study name, closer)."""
     from tuner.runner import study_attrs
 
@@ -205,7 +205,8 @@ def _evaluator(args, cfg, space, recording):
     from tuner.compile import nvrtc_version
     from tuner.gpu import GpuEvaluator
 
-    evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, cache_dir=args.run.cache_dir,
+    evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, supervisor=supervisor,
+                             cache_dir=args.run.cache_dir,
                              seed=_search(args, cfg).seed or 0, reference=_reference(cfg, space),
                              compile_jobs=_search(args, cfg).compile_ahead)
     device = evaluator.start()
@@ -274,8 +275,23 @@ def cmd_run(args) -> int:
         from tuner.scale import run_workers
 
         return run_workers(args)
-    cfg, space, recording = _load(args)
-    evaluator, attrs, name, close = _evaluator(args, cfg, space, recording)
+    supervisor = None
+    if not args.run.replay:  # the worker's CUDA start-up overlaps loading the study
+        from tuner.supervisor import Supervisor
+
+        supervisor = Supervisor(os.environ.get("TUNER_WORKER_BACKEND", "cuda"))
+        supervisor.start_soon()
+    try:
+        cfg, space, recording = _load(args)
+    except BaseException:
+        if supervisor is not None:
+            try:
+                supervisor.start()  # joins the start thread; its own error is moot: the load failed
+            except Exception:
+                pass
+            supervisor.stop()
+        raise
+    evaluator, attrs, name, close = _evaluator(args, cfg, space, recording, supervisor)
     try:
         runner = Runner(space, evaluator, _settings(args, cfg, space, attrs, name), args.storage)
         if runner.requeued and not args.json:

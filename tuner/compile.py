@@ -17,6 +17,7 @@ import multiprocessing as mp
 import os
 import re
 import tempfile
+import threading
 import time
 import warnings
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -331,6 +332,7 @@ class CompilePool:
         self.jobs = default_jobs() if jobs is None else jobs
         self._executor: ProcessPoolExecutor | None = None
         self._pending: dict[str, Future] = {}
+        self._lock = threading.Lock()  # the runner submits while its measuring thread takes results
 
     def _job(self, config: Config) -> tuple:
         return (str(self.spec.path), dict(config), self.problem, self.arch, self.cache_dir, self.limits)
@@ -343,14 +345,16 @@ class CompilePool:
         if self.jobs <= 0:
             return
         key = self._key(config)
-        if key in self._pending:
-            return
-        if self._executor is None:
-            self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("forkserver"))
-        self._pending[key] = self._executor.submit(_compile_job, self._job(config))
+        with self._lock:
+            if key in self._pending:
+                return
+            if self._executor is None:
+                self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("forkserver"))
+            self._pending[key] = self._executor.submit(_compile_job, self._job(config))
 
     def result(self, config: Config) -> CompileResult:
-        future = self._pending.pop(self._key(config), None)
+        with self._lock:
+            future = self._pending.pop(self._key(config), None)
         if future is not None:
             try:
                 return CompileResult(**future.result())
@@ -359,12 +363,13 @@ class CompilePool:
         return CompileResult(**_compile_job(self._job(config)))
 
     def close(self) -> None:
-        for future in self._pending.values():
-            future.cancel()
-        self._pending.clear()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        with self._lock:
+            for future in self._pending.values():
+                future.cancel()
+            self._pending.clear()
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._executor = None
 
     def __enter__(self) -> "CompilePool":
         return self

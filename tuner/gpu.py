@@ -129,6 +129,7 @@ class GpuEvaluator:
                 f"this GPU ({device.get('name')}, sm_{cc[0]}{cc[1]}) cannot run {self.arch} code: run the study on a matching GPU, "
                 f"or verify it here without launching: tuner check --compile STUDY"
             )
+        self.supervisor.prepare({"spec_path": str(self.spec.path), "problem": self.problem, "seed": self.seed})
         return device
 
     @property

@@ -70,7 +70,11 @@ class Objective:
         return begun
 
     def finish(self, trial: optuna.Trial, begun: Begun) -> float:
-        """Evaluate (unless a stored or concurrent result is reused) and record; the value, or TrialPruned."""
+        """Measure and record: the value, or TrialPruned."""
+        return self.record(trial, begun, self.measure(trial, begun))
+
+    def measure(self, trial: optuna.Trial, begun: Begun) -> Measurement:
+        """The trial's outcome: a stored or concurrent result reused, or the evaluator's."""
         params, config = begun.params, begun.config
         measurement = self._stored(trial, params)
         if measurement is None:
@@ -86,15 +90,19 @@ class Objective:
                     trial.set_user_attr("status", "interrupted")
                     trial.set_user_attr("reason", "interrupted by the user (Ctrl-C)")
                     raise
+        return measurement
+
+    def record(self, trial: optuna.Trial, begun: Begun, measurement: Measurement) -> float:
+        """Write the outcome on the trial (the trial-record attributes); the value, or TrialPruned."""
         if not measurement.flags:
-            defines = self.space.spec.defines(config, self.space.problem)
+            defines = self.space.spec.defines(begun.config, self.space.problem)
             measurement.flags = " ".join(define_flags(defines))
         for key, value in measurement.user_attrs(self.flops).items():
             trial.set_user_attr(key, value)
         if self.artifact_dir and measurement.artifacts:
             self._attach(trial, measurement.artifacts)
         if self.on_result:
-            self.on_result(trial.number, params, measurement)
+            self.on_result(trial.number, begun.params, measurement)
         if measurement.status in COMPLETE_STATUSES and measurement.objective is not None:
             return measurement.objective
         raise optuna.TrialPruned(f"{measurement.status}: {measurement.reason}")

@@ -17,8 +17,10 @@ and RDB storages' heartbeat covers other hosts.
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -27,6 +29,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.objective import Begun, Objective
+from tuner.record import Measurement
 from tuner.storage import HEARTBEAT_S, supports_heartbeat
 
 #: status of a trial another worker's race pushed past the study's budget (FAIL, never measured)
@@ -114,6 +117,10 @@ class _Heartbeat(threading.Thread):
 class Pipeline:
     """Runs trials of ``study`` through ``objective`` with ``ahead`` trials asked in advance.
 
+    Two threads: this one asks (sampler), begins (params stored, compile started), records
+    and tells; a measuring thread takes the asked trials in order and measures them, so
+    neither the sampler nor the storage's writes hold the GPU up.
+
     ``may_ask()`` is asked before every new trial (the shared budget, all workers, not yet
     spent; candidates left); ``admits(trial)`` after its params are stored (False: another
     worker's trial got the last place in the budget first, so this one is not measured).
@@ -128,24 +135,38 @@ class Pipeline:
         self.admits = admits
         self.timeline = timeline
         self.deadline = deadline
-        self._window: deque[tuple[optuna.Trial, Begun]] = deque()
+        self._in_flight: deque[tuple[optuna.Trial, Begun]] = deque()
         self._heartbeat = _Heartbeat(study._storage) if supports_heartbeat(study._storage) else None
+        self._to_measure: queue.Queue = queue.Queue()
+        self._measured: queue.Queue = queue.Queue()
+        self._halt = threading.Event()
 
     def run(self, max_trials: int) -> int:
         """At most ``max_trials`` trials; returns how many were asked."""
         asked = 0
+        measurer = threading.Thread(target=self._measure_loop, daemon=True, name="tuner-measure")
+        measurer.start()
         if self._heartbeat:
             self._heartbeat.start()
         try:
             while True:
-                while len(self._window) <= self.ahead and asked < max_trials and not self._late() and self.may_ask():
+                while len(self._in_flight) <= self.ahead and asked < max_trials and not self._late() and self.may_ask():
                     asked += 1
                     self._ask()
-                if not self._window or self._late():
+                if not self._in_flight:
                     break
-                trial, begun = self._window.popleft()
-                self._finish(trial, begun)
+                trial, begun = self._in_flight[0]
+                measured = self._next_measured()
+                self._in_flight.popleft()
+                if isinstance(measured, BaseException):
+                    self._tell_fail(trial)
+                    raise measured
+                self._record(trial, begun, measured)
+                if self._late():
+                    break
         finally:
+            self._halt.set()
+            self._to_measure.put(None)
             self._abandon()
             if self._heartbeat:
                 self._heartbeat.stop()
@@ -154,10 +175,31 @@ class Pipeline:
     def _late(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
+    def _next_measured(self) -> Measurement | BaseException:
+        while True:  # short waits: Ctrl-C reaches this thread at once
+            try:
+                return self._measured.get(timeout=0.5)
+            except queue.Empty:
+                continue
+
+    def _measure_loop(self) -> None:
+        while True:
+            item = self._to_measure.get()
+            if item is None or self._halt.is_set():
+                return
+            trial, begun = item
+            try:
+                self._measured.put(self.objective.measure(trial, begun))
+            except BaseException as exc:  # handed to the main thread, which stops the run
+                self._measured.put(exc)
+                return
+
     def _ask(self) -> None:
         if self._heartbeat:
             optuna.storages.fail_stale_trials(self.study)  # others' dead trials, as study.optimize does
-        trial = self.study.ask()
+        with warnings.catch_warnings():  # "heartbeat is meant for Study.optimize": this loop beats itself
+            warnings.simplefilter("ignore", UserWarning)
+            trial = self.study.ask()
         if self._heartbeat:
             self._heartbeat.add(trial._trial_id)
         try:
@@ -168,11 +210,12 @@ class Pipeline:
         if not self.admits(trial):
             self._fail(trial, OVER_BUDGET, "the study's budget was filled by other workers meanwhile; not measured")
             return
-        self._window.append((trial, begun))
+        self._in_flight.append((trial, begun))
+        self._to_measure.put((trial, begun))
 
-    def _finish(self, trial: optuna.Trial, begun: Begun) -> None:
+    def _record(self, trial: optuna.Trial, begun: Begun, measured: Measurement) -> None:
         try:
-            value = self.objective.finish(trial, begun)
+            value = self.objective.record(trial, begun, measured)
         except optuna.TrialPruned:
             self.study.tell(trial, state=TrialState.PRUNED)
         except BaseException:
@@ -197,14 +240,15 @@ class Pipeline:
             self._heartbeat.discard(trial._trial_id)
         try:
             self.study.tell(trial, state=TrialState.FAIL)
-        except Exception:  # the storage is gone: the next run re-queues it by its dead runner
+        except Exception:  # already told, or the storage is gone: the next run re-queues it by its dead runner
             pass
 
     def _abandon(self) -> None:
-        """Trials asked ahead and never measured: failed, and their configs queued again."""
-        while self._window:
-            trial, begun = self._window.popleft()
-            self._fail(trial, "interrupted", "asked ahead; the run stopped before it was measured: queued again")
+        """Trials asked and not recorded (the one measured at a Ctrl-C, those asked ahead):
+        failed, and their configs queued again."""
+        while self._in_flight:
+            trial, begun = self._in_flight.popleft()
+            self._fail(trial, "interrupted", "the run stopped before this trial was measured: queued again")
             try:
                 self.study.enqueue_trial(begun.params, user_attrs={"requeued_from": trial.number}, skip_if_exists=False)
             except Exception:
