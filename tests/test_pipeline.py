@@ -19,6 +19,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
+from tuner.storage import open_storage
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"
 FAKE_COMPILER = f"{ROOT / 'tests' / 'fake_backend.py'}:fake_nvrtc"
@@ -91,10 +92,10 @@ def test_first_trial_while_the_worker_starts(tmp_path):
     assert summary["first_trial_s"] < start + prepare + 2 * compile_s  # serial: the reference, then the config
 
 
-def _states(db: str) -> list:
+def _states(url: str) -> list:
     try:
-        return optuna.load_study(study_name="example_sgemm", storage=db).trials
-    except Exception:
+        return optuna.load_study(study_name="example_sgemm", storage=open_storage(url)).trials
+    except Exception:  # not created yet
         return []
 
 
