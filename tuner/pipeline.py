@@ -16,6 +16,8 @@ and RDB storages' heartbeat covers other hosts.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import queue
 import threading
@@ -114,6 +116,71 @@ class _Heartbeat(threading.Thread):
         self._halt.set()
 
 
+class ProposalLock:
+    """Makes "choose a config, store it on the trial" one step across the workers of a study.
+
+    Without it two workers that sample at the same moment both see the other's trial without
+    params and may choose the same config (the second then reuses the first's value, but its
+    place in the run is lost). One host (journal file): a lock file beside the journal;
+    Postgres: an advisory lock on the study; in-process storages need none. Best effort: if the
+    lock cannot be had the proposal goes on unlocked (the twin check still catches repeats).
+    """
+
+    def __init__(self, storage, url: str, study_name: str):
+        from tuner.storage import is_journal, journal_path
+
+        self._file = None
+        self._conn = None
+        self._key = int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:8], "big") >> 1  # a bigint
+        if is_journal(url):
+            try:
+                self._file = open(f"{journal_path(url)}.propose.lock", "a+")
+            except OSError:
+                self._file = None
+        elif getattr(storage, "engine", None) is not None and storage.engine.dialect.name == "postgresql":
+            self._engine = storage.engine
+
+    def __enter__(self) -> "ProposalLock":
+        try:
+            if self._file is not None:
+                import fcntl
+
+                fcntl.flock(self._file, fcntl.LOCK_EX)
+            elif getattr(self, "_engine", None) is not None:
+                self._sql("select pg_advisory_lock(:k)")
+        except Exception:
+            pass
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self._file is not None:
+                import fcntl
+
+                fcntl.flock(self._file, fcntl.LOCK_UN)
+            elif self._conn is not None:
+                self._sql("select pg_advisory_unlock(:k)")
+        except Exception:
+            pass
+
+    def _sql(self, statement: str) -> None:
+        import sqlalchemy
+
+        if self._conn is None:
+            self._conn = self._engine.connect()
+        self._conn.execute(sqlalchemy.text(statement), {"k": self._key})
+        self._conn.commit()
+
+    def close(self) -> None:
+        for thing in (self._file, self._conn):
+            try:
+                if thing is not None:
+                    thing.close()
+            except Exception:
+                pass
+        self._file = self._conn = None
+
+
 class Pipeline:
     """Runs trials of ``study`` through ``objective`` with ``ahead`` trials asked in advance.
 
@@ -127,8 +194,10 @@ class Pipeline:
     """
 
     def __init__(self, study: optuna.Study, objective: Objective, ahead: int, may_ask: Callable[[], bool],
-                 admits: Callable[[optuna.Trial], bool], timeline: Timeline, deadline: float | None = None):
+                 admits: Callable[[optuna.Trial], bool], timeline: Timeline, deadline: float | None = None,
+                 lock: ProposalLock | None = None):
         self.study = study
+        self.lock = lock
         self.objective = objective
         self.ahead = max(0, ahead)
         self.may_ask = may_ask
@@ -150,9 +219,10 @@ class Pipeline:
             self._heartbeat.start()
         try:
             while True:
-                while len(self._in_flight) <= self.ahead and asked < max_trials and not self._late() and self.may_ask():
+                while len(self._in_flight) <= self.ahead and asked < max_trials and not self._late():
+                    if not self._ask():
+                        break
                     asked += 1
-                    self._ask()
                 if not self._in_flight:
                     break
                 trial, begun = self._in_flight[0]
@@ -194,24 +264,29 @@ class Pipeline:
                 self._measured.put(exc)
                 return
 
-    def _ask(self) -> None:
+    def _ask(self) -> bool:
+        """Ask one trial if the budget has room (False: it has none)."""
         if self._heartbeat:
             optuna.storages.fail_stale_trials(self.study)  # others' dead trials, as study.optimize does
-        with warnings.catch_warnings():  # "heartbeat is meant for Study.optimize": this loop beats itself
-            warnings.simplefilter("ignore", UserWarning)
-            trial = self.study.ask()
-        if self._heartbeat:
-            self._heartbeat.add(trial._trial_id)
-        try:
-            begun = self.objective.begin(trial)
-        except BaseException:
-            self._fail(trial, "interrupted", "stopped while the trial was being set up")
-            raise
-        if not self.admits(trial):
+        with self.lock or contextlib.nullcontext():  # budget check, choice and storing it: one step
+            if not self.may_ask():
+                return False
+            with warnings.catch_warnings():  # "heartbeat is meant for Study.optimize": this loop beats itself
+                warnings.simplefilter("ignore", UserWarning)
+                trial = self.study.ask()  # the sampler chooses here ...
+            if self._heartbeat:
+                self._heartbeat.add(trial._trial_id)
+            try:
+                begun = self.objective.begin(trial)  # ... and the config is stored here
+            except BaseException:
+                self._fail(trial, "interrupted", "stopped while the trial was being set up")
+                raise
+        if not self.admits(trial):  # only without a working lock
             self._fail(trial, OVER_BUDGET, "the study's budget was filled by other workers meanwhile; not measured")
-            return
+            return True
         self._in_flight.append((trial, begun))
         self._to_measure.put((trial, begun))
+        return True
 
     def _record(self, trial: optuna.Trial, begun: Begun, measured: Measurement) -> None:
         try:

@@ -23,7 +23,7 @@ from tuner import __version__
 from tuner.errors import UserError
 from tuner.objective import Evaluator, Objective
 from tuner.paired import SlowerTest
-from tuner.pipeline import Pipeline, Timeline
+from tuner.pipeline import Pipeline, ProposalLock, Timeline
 from tuner.pruner import MarginPruner
 from tuner.record import Measurement
 from tuner.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
@@ -170,6 +170,7 @@ class Runner:
         self.start_queued = queue_start_configs(self.study, space, start)
         self._bar = None
         self.flops = settings.study_attrs.get("flops") or None
+        self.lock = ProposalLock(self.storage, self.storage_url, settings.study_name)
         self.timeline = Timeline(started=settings.started if settings.started is not None else time.monotonic())
 
     # -- the loop -------------------------------------------------------------------------
@@ -203,7 +204,7 @@ class Runner:
         timeout = self.settings.timeout_min * 60 if self.settings.timeout_min else None
         deadline = self.timeline.started + timeout if timeout else None
         pipeline = Pipeline(self.study, objective, self.ahead, self._may_ask(phase, keys, target),
-                            self._admits(phase, keys, target), self.timeline, deadline)
+                            self._admits(phase, keys, target), self.timeline, deadline, self.lock)
         self._open_bar(phase, todo)
         try:
             # duplicates do not count against the budget: room for them beyond ``todo``
