@@ -141,3 +141,24 @@ def test_no_trial_left_running_however_the_run_ends(how, tmp_path):
     for t in left:  # every trial the interrupted run had in flight was run again
         if t.state == TrialState.RUNNING or t.user_attrs.get("status") == "interrupted":
             assert any(m.params == t.params for m in measured), t.number
+
+
+# -- many workers on one study -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["journal", "postgres"])
+def test_eight_replay_workers_no_waste(kind, tmp_path, request):
+    """8 workers, one budget: every trial measures a config nobody else did, the budget is met
+    exactly, nothing is lost. Budget 200 here (2 CI cores); bench/load_test.py runs 1,000."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from load_test import DATASETS, run_one
+
+    if kind == "postgres":
+        request.getfixturevalue("postgres_url")
+    budget = 200
+    report = run_one(kind, DATASETS / "pnpoly_RTX_3090.json.gz", workers=8, trials=budget, seed=2, workdir=tmp_path)
+    assert report["lost"] == 0 and report["measured"] == budget
+    assert report["duplicate_trials_reused"] <= 0.02 * report["trials"]
+    assert report["configs_measured_twice"] == 0
+    assert report["trials"] == budget + report["duplicate_trials_reused"] + report["over_budget"]
+    assert len(report["trials_per_worker"]) >= 4  # the workers really shared the study
