@@ -301,10 +301,24 @@ class _Cache:
 
 def _compile_job(job: tuple) -> dict:
     spec_path, config, problem, arch, cache_dir, limits = job
-    result = compile_kernel(load_spec(spec_path), config, problem, arch, cache_dir, limits)
+    with warnings.catch_warnings(record=True) as caught:  # passed on: the caller warns once, not each process
+        warnings.simplefilter("always")
+        result = compile_kernel(load_spec(spec_path), config, problem, arch, cache_dir, limits)
     data = result.to_json()
     data["log"] = data["log"][-4000:]
+    data["warnings"] = [str(w.message) for w in caught]
     return data
+
+
+_warned: set[str] = set()
+
+
+def _result(data: dict) -> CompileResult:
+    for message in data.pop("warnings", []):
+        if message not in _warned:
+            _warned.add(message)
+            warnings.warn(message, stacklevel=2)
+    return CompileResult(**data)
 
 
 def default_jobs() -> int:
@@ -357,10 +371,10 @@ class CompilePool:
             future = self._pending.pop(self._key(config), None)
         if future is not None:
             try:
-                return CompileResult(**future.result())
+                return _result(future.result())
             except Exception:  # a broken pool (a child killed): compile here instead
                 pass
-        return CompileResult(**_compile_job(self._job(config)))
+        return _result(_compile_job(self._job(config)))
 
     def close(self) -> None:
         with self._lock:

@@ -32,7 +32,7 @@ from optuna.trial import TrialState
 
 from tuner.objective import Begun, Objective
 from tuner.record import Measurement
-from tuner.storage import HEARTBEAT_S, supports_heartbeat
+from tuner.storage import HEARTBEAT_S, mark_runner, supports_heartbeat
 
 #: status of a trial another worker's race pushed past the study's budget (FAIL, never measured)
 OVER_BUDGET = "over_budget"
@@ -273,11 +273,12 @@ class Pipeline:
                 return False
             with warnings.catch_warnings():  # "heartbeat is meant for Study.optimize": this loop beats itself
                 warnings.simplefilter("ignore", UserWarning)
-                trial = self.study.ask()  # the sampler chooses here ...
+                trial = self.study.ask()
+            mark_runner(trial)  # first (sampling is lazy): a kill from here on leaves a trial the next run re-queues
             if self._heartbeat:
                 self._heartbeat.add(trial._trial_id)
             try:
-                begun = self.objective.begin(trial)  # ... and the config is stored here
+                begun = self.objective.begin(trial)  # the sampler chooses, and the config is stored
             except BaseException:
                 self._fail(trial, "interrupted", "stopped while the trial was being set up")
                 raise
