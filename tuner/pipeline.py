@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import os
 import queue
+import signal
 import threading
 import time
 import warnings
@@ -114,6 +115,22 @@ class _Heartbeat(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred():
+    """Ctrl-C waits until the block is done (main thread only: signals are delivered there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+        if pending:
+            raise KeyboardInterrupt
 
 
 class ProposalLock:
@@ -271,10 +288,10 @@ class Pipeline:
         with self.lock or contextlib.nullcontext():  # budget check, choice and storing it: one step
             if not self.may_ask():
                 return False
-            with warnings.catch_warnings():  # "heartbeat is meant for Study.optimize": this loop beats itself
-                warnings.simplefilter("ignore", UserWarning)
+            with _ctrl_c_deferred(), warnings.catch_warnings():  # a trial that exists is marked: never orphaned
+                warnings.simplefilter("ignore", UserWarning)  # "heartbeat is meant for Study.optimize": we beat
                 trial = self.study.ask()
-            mark_runner(trial)  # first (sampling is lazy): a kill from here on leaves a trial the next run re-queues
+                mark_runner(trial)  # first (sampling is lazy): a kill from here on leaves a trial the next run re-queues
             if self._heartbeat:
                 self._heartbeat.add(trial._trial_id)
             try:
