@@ -79,8 +79,8 @@ def fingerprint(attrs: dict[str, Any]) -> dict[str, Any]:
 
 def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool) -> None:
     """Record the study's fingerprint, or stop if a resumed study was made elsewhere."""
-    stored = {"objective": LEGACY_OBJECTIVE, **study.user_attrs}
-    if not study.user_attrs.get("kind"):
+    stored = {"objective": LEGACY_OBJECTIVE, **study.user_attrs}  # one read: a second may see another worker's "kind"
+    if not stored.get("kind"):
         # "kind" is written last: it marks the binding complete, so a worker starting at
         # the same moment never compares against a half-written fingerprint.
         for key, value in attrs.items():
