@@ -90,13 +90,16 @@ def analyse(url: str, study_name: str) -> dict:
     states = Counter(t.state.name for t in trials)
     numbers = sorted(t.number for t in trials)
     gaps = len(set(range(numbers[-1] + 1)) - set(numbers)) if numbers else 0
-    unfinished = sum(1 for t in trials if t.state not in (TrialState.COMPLETE, TrialState.PRUNED))
+    # a trial created in a race for the budget's last place is failed unmeasured (over_budget): not lost
+    surplus = sum(1 for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("status") == "over_budget")
+    unfinished = sum(1 for t in trials if t.state not in (TrialState.COMPLETE, TrialState.PRUNED)) - surplus
     by_config = defaultdict(list)
     for t in trials:
         if t.params:
             by_config[tuple(sorted(t.params.items()))].append(t)
     repeated = {k: ts for k, ts in by_config.items() if len(ts) > 1}
-    measured_twice = sum(1 for ts in repeated.values() if sum(t.user_attrs.get("status") != "duplicate" for t in ts) > 1)
+    measured_twice = sum(1 for ts in repeated.values() if sum(
+        t.user_attrs.get("status") != "duplicate" and t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in ts) > 1)
     duplicates = sum(1 for t in trials if t.user_attrs.get("status") == "duplicate")
     runners = Counter(t.user_attrs.get("runner_pid") for t in trials)
     return {
@@ -108,6 +111,10 @@ def analyse(url: str, study_name: str) -> dict:
         "configs_with_repeats": len(repeated),
         "duplicate_trials_reused": duplicates,
         "configs_measured_twice": measured_twice,
+        "over_budget": surplus,
+        # what the budget counts: finished trials that did not reuse a stored value
+        "measured": sum(1 for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+                        and t.user_attrs.get("status") != "duplicate"),
         "trials_per_worker": sorted(runners.values(), reverse=True),
     }
 

@@ -6,6 +6,12 @@ reports a poisoned context, PLANT_BUG=1 gives a wrong output. Otherwise a config
 time is a smooth function of its values, times a clock that drifts slowly (a sine of
 ``FAKE_DRIFT`` amplitude over ``FAKE_DRIFT_PERIOD`` launches, as a power-capped GPU's
 does) with ``FAKE_NOISE`` relative noise per launch.
+
+Fixed delays make the pipeline's timing testable: ``FAKE_START_DELAY_S`` (worker start, as
+CUDA initialisation), ``FAKE_PREPARE_DELAY_S`` (a problem's inputs), ``FAKE_TRIAL_DELAY_S``
+(each measurement). :func:`fake_nvrtc` stands in for NVRTC (``TUNER_COMPILER``): it sleeps
+``FAKE_COMPILE_DELAY_S`` and reports ptxas figures; THREAD_TILE=8 spills (a rejection
+that must never reach the worker).
 """
 
 import math
@@ -31,11 +37,13 @@ class FakeBackend:
         self.launches = 0
 
     def hello(self):
+        time.sleep(float(os.environ.get("FAKE_START_DELAY_S", "0")))
         return {"name": "Fake GPU", "sm_count": 4, "cc": [9, 0], "max_smem_per_block": 232448, "driver": 0,
                 "pid": os.getpid(), "uuid": "GPU-fake"}
 
     def prepare(self, spec, problem, seed):
-        pass
+        time.sleep(float(os.environ.get("FAKE_PREPARE_DELAY_S", "0")))
+        self.prepared = getattr(self, "prepared", 0) + 1
 
     def load(self, spec, config, problem, cubin_path):
         return dict(config)
@@ -77,3 +85,12 @@ class FakeBackend:
 
     def sensors(self):
         return {"sm_clock_mhz": round(1500 / self.clock())}
+
+
+def fake_nvrtc(bundle, options):
+    """NVRTC's place (``TUNER_COMPILER=tests/fake_backend.py:fake_nvrtc``): a fixed delay, a ptxas log."""
+    time.sleep(float(os.environ.get("FAKE_COMPILE_DELAY_S", "0")))
+    spill = 64 if "-DTHREAD_TILE=8" in options else 0
+    log = (f"ptxas info    : Used 64 registers, 0 bytes stack frame, {spill} bytes spill stores, "
+           f"{spill} bytes spill loads\nptxas info    : Used 0 bytes smem\n")
+    return True, log, b"FAKE CUBIN " + " ".join(options).encode()

@@ -36,8 +36,10 @@ def test_run_best_status_export_notes_artifacts(tmp_path, cache_dir):
     run = tuner("run", STUDY, "--storage", db, "--trials", 6, "--json", "--cache-dir", cache_dir, "--artifacts", art, env=FAKE)
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout.strip().splitlines()[-1])
-    assert set(summary) == {"study", "storage", "trials", "statuses", "best", "confirmed"}
-    assert summary["trials"] == 6 and summary["best"]["flags"].startswith("-DM_DIM=2048")
+    assert set(summary) == {"study", "storage", "trials", "statuses", "best", "confirmed",
+                            "trials_run", "first_trial_s", "trials_per_s", "run_s"}
+    assert summary["trials"] == 6 and summary["trials_run"] == 6
+    assert 0 < summary["first_trial_s"] <= summary["run_s"] and summary["trials_per_s"] > 0 and summary["best"]["flags"].startswith("-DM_DIM=2048")
     confirmed = summary["confirmed"]  # the top configs re-measured against each other at the end of the run
     assert confirmed["winner"] in confirmed["tied"] and len(confirmed["standings"]) >= 2
 

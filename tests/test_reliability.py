@@ -245,7 +245,7 @@ def test_parent_kill_9_then_resume_on_a_journal(tmp_path, cache_dir):
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
     stale = [t for t in load(url, "kill9j").trials if t.state == TrialState.RUNNING]
-    assert len(stale) == 1
+    assert len(stale) >= 1  # the measured trial, and those asked ahead of it (compiling)
     before = finished(load(url, "kill9j"))
 
     env["FAKE_TRIAL_DELAY_S"] = "0"
@@ -253,11 +253,12 @@ def test_parent_kill_9_then_resume_on_a_journal(tmp_path, cache_dir):
     summary = summary_of(rerun)
     s = load(url, "kill9j")
     assert_nothing_lost(before, s)
-    killed = s.trials[stale[0].number]
-    assert killed.state == TrialState.FAIL and killed.user_attrs["status"] == "killed"
-    assert f"runner pid {proc.pid} died mid-trial" in killed.user_attrs["reason"]
-    retried = [t for t in s.trials if t.user_attrs.get("requeued_from") == killed.number]
-    assert len(retried) == 1 and retried[0].params == stale[0].params and retried[0].state == TrialState.COMPLETE
+    for trial in stale:
+        killed = s.trials[trial.number]
+        assert killed.state == TrialState.FAIL and killed.user_attrs["status"] == "killed"
+        assert f"runner pid {proc.pid} died mid-trial" in killed.user_attrs["reason"]
+        retried = [t for t in s.trials if t.user_attrs.get("requeued_from") == killed.number]
+        assert len(retried) == 1 and retried[0].params == trial.params and retried[0].state == TrialState.COMPLETE
     assert not [t for t in s.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     assert summary["statuses"]["ok"] == 6  # the budget counts finished trials: 6 measured configs
 

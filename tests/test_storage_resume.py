@@ -96,8 +96,7 @@ def test_kill_9_mid_trial_then_resume_loses_nothing(tmp_path, cache_dir):
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL, f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
     stale = [t for t in optuna.load_study(study_name="example_sgemm", storage=url).trials if t.state == TrialState.RUNNING]
-    assert len(stale) == 1
-    stale_params = stale[0].params
+    assert len(stale) >= 1  # the measured trial, and those asked ahead of it (compiling)
 
     env["FAKE_TRIAL_DELAY_S"] = "0"
     rerun = subprocess.run(cmd + ["--json"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -106,10 +105,11 @@ def test_kill_9_mid_trial_then_resume_loses_nothing(tmp_path, cache_dir):
     by_number = {t.number: t for t in study.trials}
     for number, value, status in finished_before:  # nothing finished was lost or changed
         assert by_number[number].value == value and by_number[number].user_attrs.get("status") == status
-    killed = by_number[stale[0].number]
-    assert killed.state == TrialState.FAIL and killed.user_attrs["status"] == "killed"
-    retried = [t for t in study.trials if t.user_attrs.get("requeued_from") == killed.number]
-    assert len(retried) == 1 and retried[0].params == stale_params and retried[0].state.is_finished()
+    for trial in stale:
+        killed = by_number[trial.number]
+        assert killed.state == TrialState.FAIL and killed.user_attrs["status"] == "killed"
+        retried = [t for t in study.trials if t.user_attrs.get("requeued_from") == killed.number]
+        assert len(retried) == 1 and retried[0].params == trial.params and retried[0].state.is_finished()
     assert not [t for t in study.trials if t.state == TrialState.RUNNING]
 
 

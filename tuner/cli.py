@@ -170,6 +170,7 @@ def _search(args, cfg) -> options.SearchSettings:
 
 
 def _settings(args, cfg, space, attrs, name):
+    from tuner.pipeline import process_started
     from tuner.runner import RunSettings
 
     search = _search(args, cfg)
@@ -184,10 +185,11 @@ def _settings(args, cfg, space, attrs, name):
         warm_start=args.run.warm_start,
         warm_start_top=args.run.warm_start_top,
         study_attrs=attrs,
+        started=process_started(),
     )
 
 
-def _evaluator(args, cfg, space, recording):
+def _evaluator(args, cfg, space, recording, supervisor=None):
     """(evaluator, study attrs, study name, closer)."""
     from tuner.runner import study_attrs
 
@@ -206,8 +208,10 @@ def _evaluator(args, cfg, space, recording):
     from tuner.compile import nvrtc_version
     from tuner.gpu import GpuEvaluator
 
-    evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, cache_dir=args.run.cache_dir,
-                             seed=_search(args, cfg).seed or 0, reference=_reference(cfg, space))
+    evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, supervisor=supervisor,
+                             cache_dir=args.run.cache_dir,
+                             seed=_search(args, cfg).seed or 0, reference=_reference(cfg, space),
+                             compile_jobs=_search(args, cfg).compile_ahead)
     device = evaluator.start()
     attrs = study_attrs("gpu", space, cfg.arch, device, nvrtc_version(), shape,
                         {"baseline_ms": cfg.baseline, **evaluator.objective_attrs()})
@@ -253,6 +257,10 @@ def _print_summary(summary: dict, as_json: bool) -> None:
         print(f"best: {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}")
     else:
         print("best: none yet (no trial completed)")
+    if summary.get("trials_run"):
+        rate = summary.get("trials_per_s")
+        print(f"this run: {summary['trials_run']} trials in {summary['run_s']:.1f} s, first result after "
+              f"{summary['first_trial_s']:.2f} s" + (f", {rate:.2f} trials/s sustained" if rate else ""))
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -267,8 +275,23 @@ def cmd_run(args) -> int:
         from tuner.scale import run_workers
 
         return run_workers(args)
-    cfg, space, recording = _load(args)
-    evaluator, attrs, name, close = _evaluator(args, cfg, space, recording)
+    supervisor = None
+    if not args.run.replay:  # the worker's CUDA start-up overlaps loading the study
+        from tuner.supervisor import Supervisor
+
+        supervisor = Supervisor(os.environ.get("TUNER_WORKER_BACKEND", "cuda"))
+        supervisor.start_soon()
+    try:
+        cfg, space, recording = _load(args)
+    except BaseException:
+        if supervisor is not None:
+            try:
+                supervisor.start()  # joins the start thread; its own error is moot: the load failed
+            except Exception:
+                pass
+            supervisor.stop()
+        raise
+    evaluator, attrs, name, close = _evaluator(args, cfg, space, recording, supervisor)
     try:
         runner = Runner(space, evaluator, _settings(args, cfg, space, attrs, name), args.storage)
         if runner.requeued and not args.json:

@@ -10,13 +10,17 @@ can share one cache directory.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import json
+import multiprocessing as mp
 import os
 import re
 import tempfile
+import threading
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -160,7 +164,7 @@ def compile_kernel(
         return _apply_limits(hit, limits)
 
     start = time.perf_counter()
-    ok, log, cubin = _nvrtc_compile(bundle, options)
+    ok, log, cubin = _compiler()(bundle, options)
     elapsed = time.perf_counter() - start
     if not ok:
         first = next((line for line in log.splitlines() if "error" in line), "compile failed")
@@ -182,6 +186,25 @@ def _apply_limits(result: CompileResult, limits: CompileLimits) -> CompileResult
     elif limits.reject_spills and result.spills:
         result.status, result.reason = "spills", f"{result.spills} bytes of spill stores+loads"
     return result
+
+
+#: swaps NVRTC for a test double ("module:function" or "path/file.py:function"), as
+#: TUNER_WORKER_BACKEND swaps the GPU worker's backend: pipeline timing is tested without a GPU
+COMPILER_ENV = "TUNER_COMPILER"
+
+
+def _compiler():
+    name = os.environ.get(COMPILER_ENV)
+    if not name:
+        return _nvrtc_compile
+    target, _, attr = name.rpartition(":")
+    if target.endswith(".py"):
+        spec = importlib.util.spec_from_file_location("tuner_test_compiler", target)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    return getattr(module, attr)
 
 
 def _check(err, what: str) -> None:
@@ -280,10 +303,95 @@ class _Cache:
 
 def _compile_job(job: tuple) -> dict:
     spec_path, config, problem, arch, cache_dir, limits = job
-    result = compile_kernel(load_spec(spec_path), config, problem, arch, cache_dir, limits)
+    with warnings.catch_warnings(record=True) as caught:  # passed on: the caller warns once, not each process
+        warnings.simplefilter("always")
+        result = compile_kernel(load_spec(spec_path), config, problem, arch, cache_dir, limits)
     data = result.to_json()
     data["log"] = data["log"][-4000:]
+    data["warnings"] = [str(w.message) for w in caught]
     return data
+
+
+_warned: set[str] = set()
+
+
+def _result(data: dict) -> CompileResult:
+    for message in data.pop("warnings", []):
+        if message not in _warned:
+            _warned.add(message)
+            warnings.warn(message, stacklevel=2)
+    return CompileResult(**data)
+
+
+def default_jobs() -> int:
+    """Compile processes when not told: one per core this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+class CompilePool:
+    """Compiles configs in background processes; results are asked for by config.
+
+    ``submit`` starts a compile and returns at once; ``result`` waits for it (compiling
+    in this process if it was never submitted). With ``jobs == 0`` nothing runs in the
+    background. Processes come from a forkserver, never a fork of this (threaded) process,
+    and start on the first submit.
+    """
+
+    def __init__(self, spec: KernelSpec, problem: Problem, arch: str, cache_dir: Path | str | None = None,
+                 limits: CompileLimits | None = None, jobs: int | None = None):
+        self.spec, self.problem, self.arch = spec, problem, arch
+        self.cache_dir = str(cache_dir) if cache_dir else None
+        self.limits = limits or CompileLimits()
+        self.jobs = default_jobs() if jobs is None else jobs
+        self._executor: ProcessPoolExecutor | None = None
+        self._pending: dict[str, Future] = {}
+        self._lock = threading.Lock()  # the runner submits while its measuring thread takes results
+
+    def _job(self, config: Config) -> tuple:
+        return (str(self.spec.path), dict(config), self.problem, self.arch, self.cache_dir, self.limits)
+
+    @staticmethod
+    def _key(config: Config) -> str:
+        return json.dumps(config, sort_keys=True, default=str)
+
+    def submit(self, config: Config) -> None:
+        if self.jobs <= 0:
+            return
+        key = self._key(config)
+        with self._lock:
+            if key in self._pending:
+                return
+            if self._executor is None:
+                self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("forkserver"))
+            self._pending[key] = self._executor.submit(_compile_job, self._job(config))
+
+    def result(self, config: Config) -> CompileResult:
+        with self._lock:
+            future = self._pending.pop(self._key(config), None)
+        if future is not None:
+            try:
+                return _result(future.result())
+            except Exception:  # a broken pool (a child killed): compile here instead
+                pass
+        return _result(_compile_job(self._job(config)))
+
+    def close(self) -> None:
+        with self._lock:
+            for future in self._pending.values():
+                future.cancel()
+            self._pending.clear()
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._executor = None
+
+    def __enter__(self) -> "CompilePool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def compile_many(
@@ -298,19 +406,13 @@ def compile_many(
 ) -> list[CompileResult]:
     """Compile many configs in parallel processes; results in the order given."""
     configs = list(configs)
-    work = [(str(spec.path), c, problem, arch, str(cache_dir) if cache_dir else None, limits) for c in configs]
-    jobs = jobs or max(1, os.cpu_count() or 1)
-    if jobs == 1 or len(work) <= 1:
-        results = []
-        for job in work:
-            results.append(CompileResult(**_compile_job(job)))
-            if progress:
-                progress()
-        return results
+    jobs = jobs or default_jobs()
     results: list[CompileResult] = []
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for data in pool.map(_compile_job, work, chunksize=1):
-            results.append(CompileResult(**data))
+    with CompilePool(spec, problem, arch, cache_dir, limits, 0 if jobs == 1 or len(configs) <= 1 else jobs) as pool:
+        for config in configs:
+            pool.submit(config)
+        for config in configs:
+            results.append(pool.result(config))
             if progress:
                 progress()
     return results

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tuner.compile import CompileLimits, compile_kernel
+from tuner.compile import CompileLimits, CompilePool
 from tuner.errors import UserError
 from tuner.measure import Timing
 from tuner.paired import Standing, rank_interleaved
@@ -48,6 +48,7 @@ class GpuEvaluator:
         cache_dir: Path | None = None,
         seed: int = 0,
         reference: dict[str, Value] | str | None = None,
+        compile_jobs: int | None = None,
     ):
         self.spec = spec
         self.problem = problem
@@ -62,6 +63,10 @@ class GpuEvaluator:
         self.reference = reference if reference is not None else dict(spec.params)
         self._reference_job: dict | None = None
         self._study = None  # set by bind(): where "ms" values keep the first session's reference time
+        #: compiles ahead of the measurement (None: one process per core, 0: each config when measured)
+        self.compiler = CompilePool(spec, problem, arch, cache_dir, self.limits, compile_jobs)
+        if isinstance(self.reference, dict) and spec.check(self.reference, problem) is None:
+            self.compiler.submit(self.reference)  # needed by the first trial: builds while the worker starts
 
     @property
     def timing(self) -> Timing:
@@ -102,7 +107,7 @@ class GpuEvaluator:
                 reason = self.spec.check(self.reference, self.problem)
                 if reason:
                     raise UserError(f"[measure] reference is rejected by the kernel's constraint model: {reason}")
-                built = compile_kernel(self.spec, self.reference, self.problem, self.arch, self.cache_dir, self.limits)
+                built = self.compiler.result(self.reference)
                 if not built.ok:
                     raise UserError(f"[measure] reference does not build ({built.status}: {built.reason}): choose another")
                 self._reference_job = {"config": self.reference, "cubin_path": built.cubin_path}
@@ -124,9 +129,20 @@ class GpuEvaluator:
                 f"this GPU ({device.get('name')}, sm_{cc[0]}{cc[1]}) cannot run {self.arch} code: run the study on a matching GPU, "
                 f"or verify it here without launching: tuner check --compile STUDY"
             )
+        self.supervisor.prepare({"spec_path": str(self.spec.path), "problem": self.problem, "seed": self.seed})
         return device
 
+    @property
+    def ahead(self) -> int:
+        """How many trials the runner may propose ahead of the one measured (0: none)."""
+        return self.compiler.jobs
+
+    def prefetch(self, config: dict[str, Value]) -> None:
+        """Start compiling ``config`` now; :meth:`evaluate` picks the result up."""
+        self.compiler.submit(config)
+
     def close(self) -> None:
+        self.compiler.close()
         self.supervisor.stop()
 
     def _job(self, **fields) -> dict:
@@ -142,7 +158,7 @@ class GpuEvaluator:
 
     def evaluate(self, params: dict[str, Value], config: dict[str, Value], report: Report) -> Measurement:
         derived = self.spec.derive(config, self.problem)
-        built = compile_kernel(self.spec, config, self.problem, self.arch, self.cache_dir, self.limits)
+        built = self.compiler.result(config)
         common = dict(regs=built.regs, spills=built.spills, smem_bytes=derived.get("smem_bytes", built.smem_static),
                       compile_s=round(built.compile_s, 4), flags=built.flags)
         logs = {"compile.log": built.log}
@@ -171,7 +187,9 @@ class GpuEvaluator:
         """
         kernels = []
         for config in configs:
-            built = compile_kernel(self.spec, config, self.problem, self.arch, self.cache_dir, self.limits)
+            self.compiler.submit(config)
+        for config in configs:
+            built = self.compiler.result(config)
             if not built.ok:
                 raise UserError(f"cannot confirm {built.flags}: {built.status}: {built.reason}")
             kernels.append({"config": config, "cubin_path": built.cubin_path})

@@ -164,6 +164,10 @@ class Measurer:
             for handle in handles:
                 self.backend.unload(handle)
 
+    def prepare(self, job: dict) -> None:
+        """A problem's inputs in place before its first job (``spec_path``, ``problem``, ``seed``)."""
+        self._prepare(job)
+
     # -- parts ---------------------------------------------------------------------------------
     def _prepare(self, job: dict) -> tuple[Any, dict]:
         import json

@@ -10,6 +10,7 @@ user attributes of docs/ENGINE.md; failures become PRUNED trials with a status a
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 import optuna
@@ -34,6 +35,14 @@ class Evaluator(Protocol):
     ) -> Measurement: ...
 
 
+@dataclass
+class Begun:
+    """A trial between :meth:`Objective.begin` and :meth:`Objective.finish`."""
+
+    params: dict[str, Value]
+    config: dict[str, Value]
+
+
 class Objective:
     def __init__(self, space: Space, evaluator: Evaluator, flops: float | None = None, phase: str = "joint",
                  on_result=None, artifact_dir: str | None = None, slower_test: SlowerTest | None = None):
@@ -48,11 +57,26 @@ class Objective:
         self._best_cache: tuple[int, float | None] = (-1, None)
 
     def __call__(self, trial: optuna.Trial) -> float:
+        return self.finish(trial, self.begin(trial))
+
+    def begin(self, trial: optuna.Trial) -> Begun:
+        """The trial's config, recorded on it at once (params, runner, phase): other workers
+        see it in flight from here on. An evaluator that can work ahead (compile) is told."""
         params = {a: trial.suggest_categorical(a, v) for a, v in self.space.axes.items()}
         mark_runner(trial)
         trial.set_user_attr("phase", self.phase)
-        config = self.space.full_config(params)
+        begun = Begun(params, self.space.full_config(params))
+        if self.space.check(params) is None and hasattr(self.evaluator, "prefetch"):
+            self.evaluator.prefetch(begun.config)
+        return begun
 
+    def finish(self, trial: optuna.Trial, begun: Begun) -> float:
+        """Measure and record: the value, or TrialPruned."""
+        return self.record(trial, begun, self.measure(trial, begun))
+
+    def measure(self, trial: optuna.Trial, begun: Begun) -> Measurement:
+        """The trial's outcome: a stored or concurrent result reused, or the evaluator's."""
+        params, config = begun.params, begun.config
         measurement = self._stored(trial, params)
         if measurement is None:
             measurement = self._await_twin(trial, params)
@@ -67,15 +91,19 @@ class Objective:
                     trial.set_user_attr("status", "interrupted")
                     trial.set_user_attr("reason", "interrupted by the user (Ctrl-C)")
                     raise
+        return measurement
+
+    def record(self, trial: optuna.Trial, begun: Begun, measurement: Measurement) -> float:
+        """Write the outcome on the trial (the trial-record attributes); the value, or TrialPruned."""
         if not measurement.flags:
-            defines = self.space.spec.defines(config, self.space.problem)
+            defines = self.space.spec.defines(begun.config, self.space.problem)
             measurement.flags = " ".join(define_flags(defines))
         for key, value in measurement.user_attrs(self.flops).items():
             trial.set_user_attr(key, value)
         if self.artifact_dir and measurement.artifacts:
             self._attach(trial, measurement.artifacts)
         if self.on_result:
-            self.on_result(trial.number, params, measurement)
+            self.on_result(trial.number, begun.params, measurement)
         if measurement.status in COMPLETE_STATUSES and measurement.objective is not None:
             return measurement.objective
         raise optuna.TrialPruned(f"{measurement.status}: {measurement.reason}")

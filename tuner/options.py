@@ -142,6 +142,9 @@ class SearchSettings:
     pruner_margin: float = option(0.10, "prune a config whose running median is this much slower than the best", above=0)
     pruner_min_blocks: int = option(2, "blocks measured before a config can be pruned", minimum=1)
     start: list[dict[str, Value]] = option([], "known configs tried first (axes not named take their defaults)")
+    compile_ahead: int | None = option(None, "configs proposed and compiled ahead of the one measured, in as many "
+                                       "processes (default: one per CPU core; 0: compile each when it is measured)",
+                                       minimum=0, commands=SEARCH_COMMANDS)
     confirm_top: int = option(5, "after a GPU run, re-measure this many best configs against each other (0: never)",
                               minimum=0, commands=("confirm",), flag="--top")
     confirm_rounds: int = option(100, "round-robin rounds of a confirmation", minimum=1, commands=("confirm",),

@@ -22,8 +22,9 @@ STATUSES = (
     "pruned_slow",
     "duplicate",
 )
-#: statuses of FAIL trials: a dead runner's (set by recovery) or a Ctrl-C'd one
-EXTRA_STATUSES = ("killed", "interrupted")
+#: statuses of FAIL trials: a dead runner's (set by recovery), a Ctrl-C'd one (or one asked ahead
+#: and never measured: queued again), one created in a race for the budget's last place (never measured)
+EXTRA_STATUSES = ("killed", "interrupted", "over_budget")
 
 COMPLETE_STATUSES = ("ok", "duplicate")
 

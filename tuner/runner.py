@@ -23,6 +23,7 @@ from tuner import __version__
 from tuner.errors import UserError
 from tuner.objective import Evaluator, Objective
 from tuner.paired import SlowerTest
+from tuner.pipeline import Pipeline, ProposalLock, Timeline
 from tuner.pruner import MarginPruner
 from tuner.record import Measurement
 from tuner.results import best_trial
@@ -70,6 +71,7 @@ class RunSettings(SearchSettings):
     warm_start: list[str] = field(default_factory=list)  # earlier studies whose winners go first
     warm_start_top: int = 5
     study_attrs: dict[str, Any] = field(default_factory=dict)
+    started: float | None = None  # time.monotonic() when the command started (time to first trial)
 
 
 def fingerprint(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -78,8 +80,8 @@ def fingerprint(attrs: dict[str, Any]) -> dict[str, Any]:
 
 def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool) -> None:
     """Record the study's fingerprint, or stop if a resumed study was made elsewhere."""
-    stored = {"objective": LEGACY_OBJECTIVE, **study.user_attrs}
-    if not study.user_attrs.get("kind"):
+    stored = {"objective": LEGACY_OBJECTIVE, **study.user_attrs}  # one read: a second may see another worker's "kind"
+    if not stored.get("kind"):
         # "kind" is written last: it marks the binding complete, so a worker starting at
         # the same moment never compares against a half-written fingerprint.
         for key, value in attrs.items():
@@ -169,6 +171,8 @@ class Runner:
         self.start_queued = queue_start_configs(self.study, space, start)
         self._bar = None
         self.flops = settings.study_attrs.get("flops") or None
+        self.lock = ProposalLock(self.storage, self.storage_url, settings.study_name)
+        self.timeline = Timeline(started=settings.started if settings.started is not None else time.monotonic())
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> dict:
@@ -189,10 +193,7 @@ class Runner:
     def _optimize(self, phase: str, candidates: list, target: int, retries: int = 3) -> None:
         self.sampler.set_candidates(candidates)
         keys = {self.space.key(c) for c in candidates}
-        done = [
-            t for t in self.study.get_trials(deepcopy=False, states=FINISHED)
-            if t.user_attrs.get("phase") == phase and t.params and self.space.key(t.params) in keys
-        ]
+        done = [t for t in self.study.get_trials(deepcopy=False, states=FINISHED) if self._counts(t, phase, keys)]
         tried = {self.space.key(t.params) for t in done}
         todo = min(target - len(done), len(keys - tried))
         queued = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
@@ -202,22 +203,13 @@ class Runner:
         objective = Objective(self.space, self.evaluator, self.flops, phase, on_result=self._on_result,
                               artifact_dir=self.settings.artifact_dir, slower_test=self.slower_test)
         timeout = self.settings.timeout_min * 60 if self.settings.timeout_min else None
+        deadline = self.timeline.started + timeout if timeout else None
+        pipeline = Pipeline(self.study, objective, self.ahead, self._may_ask(phase, keys, target),
+                            self._admits(phase, keys, target), self.timeline, deadline, self.lock)
         self._open_bar(phase, todo)
         try:
-            self.study.optimize(
-                objective,
-                n_trials=todo,
-                timeout=timeout,
-                callbacks=[self._stop_when_done(phase, keys, target)],
-                catch=(),
-                gc_after_trial=False,
-            )
-        except KeyboardInterrupt:  # Ctrl-C between trials' bookkeeping can leave our trial RUNNING
-            try:
-                recover_stale_trials(self.study, mine=True, why="interrupted (Ctrl-C) mid-trial")
-            except Exception:
-                pass
-            raise
+            # duplicates do not count against the budget: room for them beyond ``todo``
+            pipeline.run(max_trials=todo + queued + len(keys))
         except Exception as exc:
             cause = _storage_error(exc)
             if cause is None:
@@ -234,6 +226,38 @@ class Runner:
         finally:
             self._close_bar()
 
+    @property
+    def ahead(self) -> int:
+        """Trials proposed beyond the one measured: the evaluator's compile processes (replay: 0)."""
+        return getattr(self.evaluator, "ahead", 0)
+
+    def _counts(self, t, phase: str, keys: set) -> bool:
+        """Does trial ``t`` take a place in this phase's budget? Finished (a duplicate
+        reused a stored value: no) of this phase's candidates, or still in flight."""
+        if t.state == TrialState.RUNNING:
+            return True
+        return (t.state in FINISHED and t.user_attrs.get("status") != "duplicate" and t.user_attrs.get("phase") == phase
+                and bool(t.params) and self.space.key(t.params) in keys)
+
+    def _may_ask(self, phase: str, keys: set, target: int):
+        """Ask another trial while candidates are left untried and the study (all workers
+        together) has fewer than ``target`` trials of this phase done or in flight."""
+        def may_ask() -> bool:
+            trials = self.study._get_trials(deepcopy=False, states=TRIED_STATES, use_cache=False)
+            tried = {self.sampler.trial_key(t) for t in trials}
+            return not keys <= tried and sum(self._counts(t, phase, keys) for t in trials) < target
+
+        return may_ask
+
+    def _admits(self, phase: str, keys: set, target: int):
+        """After the trial's params are stored: is it within the budget, counting the trials
+        numbered before it? Two workers that asked at once cannot both take the last place."""
+        def admits(trial) -> bool:
+            trials = self.study._get_trials(deepcopy=False, states=(TrialState.RUNNING, *FINISHED), use_cache=False)
+            return sum(1 for t in trials if t.number < trial.number and self._counts(t, phase, keys)) < target
+
+        return admits
+
     def _storage_back(self, wait_s: float = STORAGE_WAIT_S) -> bool:
         """Wait for a restarted database server (pool_pre_ping reconnects once it is up)."""
         deadline = time.monotonic() + wait_s
@@ -245,26 +269,6 @@ class Runner:
             except Exception:
                 continue
         return False
-
-    def _stop_when_done(self, phase: str, keys: set, target: int):
-        """Stop when every candidate has been tried, or when the study (all workers
-        together) has ``target`` trials of this phase done or in flight.
-
-        ``n_trials`` alone is per process: N workers would each run the whole budget.
-        Counting other workers' RUNNING trials keeps the overshoot to a trial or two.
-        """
-        def callback(study: optuna.Study, trial) -> None:
-            trials = study.get_trials(deepcopy=False, states=TRIED_STATES)
-            tried = {self.sampler.trial_key(t) for t in trials}
-            in_budget = sum(
-                1 for t in trials
-                if t.state == TrialState.RUNNING
-                or (t.state in FINISHED and t.user_attrs.get("phase") == phase and t.params and self.space.key(t.params) in keys)
-            )
-            if keys <= tried or in_budget >= target:
-                study.stop()
-
-        return callback
 
     # -- progress -------------------------------------------------------------------------
     def _open_bar(self, phase: str, total: int) -> None:
@@ -295,7 +299,7 @@ class Runner:
         return None if best is None else dict(best.params)
 
     def summary(self) -> dict:
-        return summarize(self.study, self.storage_url)
+        return {**summarize(self.study, self.storage_url), **self.timeline.report()}
 
 
 def summarize(study: optuna.Study, storage_url: str) -> dict:

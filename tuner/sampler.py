@@ -37,6 +37,7 @@ def _tpe(seed: int | None, n_startup_trials: int) -> BaseSampler:
     return TPESampler(
         seed=seed,
         multivariate=True,  # proposes whole configurations: defines interact
+        constant_liar=True,  # trials in flight (asked ahead, other workers') count as bad: no piling on one region
         n_startup_trials=n_startup_trials,
     )
 

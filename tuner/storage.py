@@ -98,13 +98,16 @@ def open_storage(url: str | None = None, pool_size: int = 2) -> optuna.storages.
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return RDBStorage(
+                storage = RDBStorage(
                     url,
                     engine_kwargs=engine_kwargs,
                     heartbeat_interval=HEARTBEAT_S,
                     grace_period=GRACE_S,
                     heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY),
                 )
+            if url.startswith("sqlite"):
+                _sqlite_wal(storage.engine)
+            return storage
         except Exception as exc:
             # Several processes creating one new database's schema at once collide
             # ("table already exists", "database is locked"): the loser retries.
@@ -116,6 +119,22 @@ def open_storage(url: str | None = None, pool_size: int = 2) -> optuna.storages.
                 hint = "is it a SQLite file written by tuner/optuna (not corrupted)? move it aside to start afresh"
             raise UserError(f"cannot open storage {redact(url)}: {type(exc).__name__}: {_first_line(exc)}; {hint}") from None
     raise AssertionError("unreachable")
+
+
+def _sqlite_wal(engine) -> None:
+    """Write-ahead log, synced at checkpoints: a trial's ~20 attribute writes no longer wait
+    for an fsync each (the loop's largest cost on SQLite). A killed process loses nothing
+    committed; a power cut at most the last commits, never the file's consistency."""
+    import sqlalchemy
+
+    def on_connect(dbapi_connection, _record) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    sqlalchemy.event.listen(engine, "connect", on_connect)
+    engine.dispose()  # pooled connections were opened before the listener
 
 
 def _repair_partial_tail(backend: JournalFileBackend, path: Path) -> None:

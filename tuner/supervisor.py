@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
 import time
 from typing import Any, Callable
 
@@ -42,10 +43,43 @@ class Supervisor:
         self._conn = None
         self.device: dict[str, Any] = {}
         self.restarts = 0
+        self._starting: threading.Thread | None = None
+        self._start_error: BaseException | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
+    def start_soon(self, timeout_s: float = 120.0) -> None:
+        """Start the worker in the background (CUDA initialisation takes seconds); :meth:`start`
+        then waits for it. The caller meanwhile loads the study and compiles."""
+        def start() -> None:
+            try:
+                self._start(timeout_s)
+            except BaseException as exc:
+                self._start_error = exc
+
+        self._starting = threading.Thread(target=start, daemon=True, name="tuner-worker-start")
+        self._starting.start()
+
     def start(self, timeout_s: float = 120.0) -> dict[str, Any]:
-        """Start the worker; returns the device fingerprint it reports."""
+        """Start the worker (or wait for :meth:`start_soon`'s); returns the device fingerprint it reports."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
+            error, self._start_error = self._start_error, None
+            if error is not None:
+                raise error
+            if self.alive:
+                return self.device
+        return self._start(timeout_s)
+
+    def prepare(self, job: dict[str, Any]) -> None:
+        """Have the worker build a problem's inputs now, while the first configs compile; the
+        first measurement then finds them ready. Nothing comes back: a failure shows there."""
+        try:
+            self._conn.send({"op": "prepare", **job})
+        except (OSError, BrokenPipeError, AttributeError):
+            pass
+
+    def _start(self, timeout_s: float) -> dict[str, Any]:
         from tuner.worker import worker_main
 
         parent, child = self._ctx.Pipe()
@@ -91,7 +125,7 @@ class Supervisor:
     def restart(self) -> None:
         self._kill()
         self.restarts += 1
-        self.start()
+        self._start(120.0)
 
     @property
     def alive(self) -> bool:
@@ -108,7 +142,7 @@ class Supervisor:
 
     def _run(self, op: str, job: dict[str, Any], timeout_s: float, report: "Report") -> Measurement:
         if not self.alive:
-            self.start()
+            self._start(120.0)
         try:
             self._conn.send({"op": op, **job})
         except (OSError, BrokenPipeError):

@@ -76,6 +76,12 @@ def worker_main(conn, backend_name: str) -> None:
             return
         if job.get("op") == "exit":
             return
+        if job.get("op") == "prepare":  # inputs ahead of the first job; a failure shows in that job
+            try:
+                measurer.prepare(job)
+            except Exception:
+                pass
+            continue
         if job.get("op") not in jobs:
             continue
         try:

@@ -1,0 +1,164 @@
+"""The pipelined loop on CPU: compile and measure overlap, compile rejections never reach the
+worker, nothing is left RUNNING however the run ends, and the summary's timings.
+
+The GPU is the worker double (tests/fake_backend.py) and NVRTC its stand-in ``fake_nvrtc``,
+both with fixed delays, so the timing claims are about the loop, not about this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.conftest import FAKE_BACKEND, ROOT, tuner
+from tuner.storage import open_storage
+
+STUDY = ROOT / "studies" / "example_sgemm.toml"
+FAKE_COMPILER = f"{ROOT / 'tests' / 'fake_backend.py'}:fake_nvrtc"
+COMPILE_S, MEASURE_S = 0.6, 0.3
+MEASURED = ("ok", "pruned_slow", "mismatch")  # statuses that took the worker's time
+
+
+def fake_env(**delays: float) -> dict[str, str]:
+    env = {"TUNER_WORKER_BACKEND": FAKE_BACKEND, "TUNER_COMPILER": FAKE_COMPILER}
+    env.update({f"FAKE_{k.upper()}_S": str(v) for k, v in delays.items()})
+    return env
+
+
+def run_json(*args, env) -> dict:
+    result = tuner("run", *args, "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def loop_costs(db: str, name: str) -> tuple[float, float]:
+    """(the run's serial cost of trials 2..n, their wall time): compile + measure of each, and
+    from the first trial's end to the last's."""
+    trials = sorted(optuna.load_study(study_name=name, storage=db).trials, key=lambda t: t.datetime_complete)
+    serial = sum(COMPILE_S + (MEASURE_S if t.user_attrs["status"] in MEASURED else 0) for t in trials[1:])
+    wall = (trials[-1].datetime_complete - trials[0].datetime_complete).total_seconds()
+    return serial, wall
+
+
+def test_compile_and_measure_overlap(tmp_path):
+    """Serial: each trial costs compile + measure. Pipelined with 2 compile processes: about
+    max(compile / 2, measure) per trial."""
+    env = fake_env(compile_delay=COMPILE_S, trial_delay=MEASURE_S)
+    walls = {}
+    for ahead in (0, 2):
+        db = f"sqlite:///{tmp_path / f'{ahead}.db'}"
+        summary = run_json(STUDY, "--storage", db, "--trials", 14, "--compile-ahead", ahead, "--no-pruner",
+                           "--cache-dir", tmp_path / f"cache{ahead}", env=env)
+        assert summary["trials"] == summary["trials_run"] == 14
+        walls[ahead] = loop_costs(db, "example_sgemm")
+    serial_cost, serial_wall = walls[0]
+    assert serial_wall >= 0.95 * serial_cost  # the delays are real: without the pipeline they add up
+    pipelined_cost, pipelined_wall = walls[2]
+    assert pipelined_wall < 0.7 * pipelined_cost, walls
+    per_trial = pipelined_wall / 13
+    assert per_trial < 1.5 * max(COMPILE_S / 2, MEASURE_S) + 0.15, walls  # ~ the bottleneck, plus bookkeeping
+
+
+def test_compile_rejections_are_recorded_without_the_worker(tmp_path):
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    summary = run_json(STUDY, "--storage", db, "--trials", 48, "--sampler", "grid", "--no-pruner",
+                       "--cache-dir", tmp_path / "cache", env=fake_env(compile_delay=0.05))
+    study = optuna.load_study(study_name="example_sgemm", storage=db)
+    spilled = [t for t in study.trials if t.params["THREAD_TILE"] == 8]
+    assert spilled and summary["statuses"]["spills"] == len(spilled)
+    for t in spilled:  # recorded from the compile alone: no pairs timed, no output checked
+        assert t.state == TrialState.PRUNED and t.user_attrs["status"] == "spills"
+        assert t.user_attrs["spills"] == 128 and "pairs" not in t.user_attrs and "checksum" not in t.user_attrs
+    assert all("pairs" in t.user_attrs for t in study.trials if t.params["THREAD_TILE"] != 8)
+    assert [t.number for t in study.trials] == list(range(48)) and summary["trials_run"] == 48
+
+
+def test_first_trial_while_the_worker_starts(tmp_path):
+    """The worker starts and builds inputs while the first configs compile: the first result
+    comes after about the longest of them, not after their sum."""
+    start, prepare, compile_s = 1.5, 1.5, 1.0
+    summary = run_json(STUDY, "--storage", "memory", "--trials", 3, "--no-pruner", "--cache-dir", tmp_path / "c",
+                       env=fake_env(start_delay=start, prepare_delay=prepare, compile_delay=compile_s))
+    overhead = 3.0  # interpreter, imports, the study's creation on a busy 2-core CI host
+    assert summary["first_trial_s"] < start + prepare + overhead
+    assert summary["first_trial_s"] < start + prepare + 2 * compile_s  # serial: the reference, then the config
+
+
+def _states(url: str) -> list:
+    try:
+        return optuna.load_study(study_name="example_sgemm", storage=open_storage(url)).trials
+    except Exception:  # not created yet
+        return []
+
+
+@pytest.mark.parametrize("how", ["sigint", "sigkill"])
+def test_no_trial_left_running_however_the_run_ends(how, tmp_path):
+    """Trials asked ahead are failed and queued again on Ctrl-C, or found by their dead runner
+    on the next run after kill -9; the resumed study reaches its budget with nothing lost."""
+    log = str(tmp_path / "j.log")
+    env = {**os.environ, **fake_env(compile_delay=0.3, trial_delay=0.6)}
+    cmd = [sys.executable, "-m", "tuner", "run", str(STUDY), "--storage", log, "--trials", 10, "--no-pruner",
+           "--compile-ahead", 2, "--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.Popen(list(map(str, cmd)), env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        trials = _states(log)
+        if sum(t.state == TrialState.COMPLETE for t in trials) >= 2 and sum(t.state == TrialState.RUNNING for t in trials) >= 3:
+            break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("never saw 2 finished trials and 3 in flight")
+    proc.send_signal(signal.SIGINT if how == "sigint" else signal.SIGKILL)
+    proc.wait(timeout=60)
+    left = _states(log)
+    running = [t for t in left if t.state == TrialState.RUNNING]
+    if how == "sigint":
+        assert proc.returncode == 130 and not running
+        abandoned = [t for t in left if t.user_attrs.get("status") == "interrupted"]
+        assert len(abandoned) >= 2  # the measured one and those asked ahead
+        assert len([t for t in left if t.state == TrialState.WAITING]) >= 2  # queued again
+    else:
+        assert len(running) >= 3  # in flight when killed: the measured one and those asked ahead
+    done = {t.number: t.value for t in left if t.state in (TrialState.COMPLETE, TrialState.PRUNED)}
+
+    env.update(FAKE_COMPILE_DELAY_S="0", FAKE_TRIAL_DELAY_S="0")
+    rerun = subprocess.run(list(map(str, cmd + ["--json"])), env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    after = _states(log)
+    assert not [t for t in after if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert all(after[n].value == v for n, v in done.items())  # nothing finished was lost
+    measured = [t for t in after if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(measured) == 10  # the budget, exactly
+    for t in left:  # every trial the interrupted run had in flight was run again
+        if t.state == TrialState.RUNNING or t.user_attrs.get("status") == "interrupted":
+            assert any(m.params == t.params for m in measured), t.number
+
+
+# -- many workers on one study -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["journal", "postgres"])
+def test_eight_replay_workers_no_waste(kind, tmp_path, request):
+    """8 workers, one budget: every trial measures a config nobody else did, the budget is met
+    exactly, nothing is lost. Budget 200 here (2 CI cores); bench/load_test.py runs 1,000."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from load_test import DATASETS, run_one
+
+    if kind == "postgres":
+        request.getfixturevalue("postgres_url")
+    budget = 200
+    report = run_one(kind, DATASETS / "pnpoly_RTX_3090.json.gz", workers=8, trials=budget, seed=2, workdir=tmp_path)
+    assert report["lost"] == 0 and report["measured"] == budget
+    assert report["duplicate_trials_reused"] <= 0.02 * report["trials"]
+    assert report["configs_measured_twice"] == 0
+    assert report["trials"] == budget + report["duplicate_trials_reused"] + report["over_budget"]
+    assert len(report["trials_per_worker"]) >= 4  # the workers really shared the study
