@@ -283,15 +283,15 @@ def cmd_run(args) -> int:
         supervisor.start_soon()
     try:
         cfg, space, recording = _load(args)
+        evaluator, attrs, name, close = _evaluator(args, cfg, space, recording, supervisor)
     except BaseException:
         if supervisor is not None:
             try:
-                supervisor.start()  # joins the start thread; its own error is moot: the load failed
+                supervisor.start()  # joins the start thread; its own error is moot: the set-up failed
             except Exception:
                 pass
             supervisor.stop()
         raise
-    evaluator, attrs, name, close = _evaluator(args, cfg, space, recording, supervisor)
     try:
         runner = Runner(space, evaluator, _settings(args, cfg, space, attrs, name), args.storage)
         if runner.requeued and not args.json:
