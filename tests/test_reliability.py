@@ -39,18 +39,17 @@ def fault_kernel(folder: Path) -> Path:
     """
     src = (ROOT / "kernel" / "example_sgemm.cu").read_text()
     src = src.replace("__launch_bounds__(THREADS)", "__launch_bounds__(THREADS, MINB)")
-    src = src.replace("#ifndef PLANT_HANG", "#ifndef MINB\n#define MINB 1\n#endif\n#ifndef BREAK\n#define BREAK 0\n#endif\n"
-                      "#if BREAK\nthis is not CUDA;\n#endif\n#ifndef PLANT_HANG", 1)
+    guards = "".join(f"#ifndef {name}\n#define {name} {value}\n#endif\n"
+                     for name, value in (("MINB", 1), ("BREAK", 0), ("CRASH", 0), ("STICKY", 0)))
+    src = src.replace("#ifndef PLANT_HANG", guards + "#if BREAK\nthis is not CUDA;\n#endif\n#ifndef PLANT_HANG", 1)
     (folder / "faulty.cu").write_text(src)
     spec = (ROOT / "kernel" / "example_sgemm.py").read_text()
     spec = spec.replace('source = "example_sgemm.cu"', 'source = "faulty.cu"')
-    spec = spec.replace('"PLANT_BUG": 0}', '"PLANT_BUG": 0, "CRASH": 0, "STICKY": 0, "BREAK": 0, "MINB": 1}')
+    faults = "PLANT_HANG + CRASH + STICKY + BREAK"
     spec = spec.replace(
-        "    def check(self, config, problem):\n",
-        "    def check(self, config, problem):\n"
-        "        faults = config['PLANT_HANG'] + config['CRASH'] + config['STICKY'] + config['BREAK']\n"
-        "        if faults > 1 or (faults and (config['THREAD_TILE'], config['MINB']) != (4, 1)):\n"
-        "            return 'one fault at a time'\n", 1)
+        "    restrictions = [\n",
+        f"    restrictions = [\n        (\"{faults} == 0 or ({faults} == 1 and THREAD_TILE == 4 and MINB == 1)\", "
+        "\"one fault at a time\"),\n", 1)
     assert "one fault at a time" in spec and "MINB" in src
     (folder / "faulty.py").write_text(spec)
     return folder / "faulty.py"
