@@ -24,6 +24,34 @@ def test_seed_tier1_grid_has_69_valid_of_108():
     assert space.invalid["split COLS_PER_THREAD=N invalid"] == 27
 
 
+def test_parallel_enumeration_equals_one_process_in_product_order(monkeypatch):
+    from tuner import enumeration
+
+    cfg = load_study(ROOT / "studies" / "patch_embed_sm90a_hopper_grid.toml")
+    spec = load_spec(cfg.kernel)
+    space = Space.from_study(cfg, spec)
+    alone = enumeration.enumerate_valid(spec, space.problem, space.axes, space.fixed, space.total, jobs=1)
+    monkeypatch.setattr(enumeration, "PARALLEL_FROM", 0)  # this space is small: split it anyway
+    spread = enumeration.enumerate_valid(spec, space.problem, space.axes, space.fixed, space.total, jobs=2)
+    assert len(alone.valid) == 1184
+    assert spread.valid == alone.valid  # same configs, same order
+    assert spread.invalid == alone.invalid and spread.invalid_examples == alone.invalid_examples
+
+
+def test_space_enumerates_on_first_use_once(monkeypatch):
+    from tuner import space as space_module
+
+    calls = []
+    real = space_module.enumerate_valid
+    monkeypatch.setattr(space_module, "enumerate_valid", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cfg = load_study(ROOT / "studies" / "example_sgemm.toml")
+    space = Space.from_study(cfg, load_spec(cfg.kernel))
+    assert calls == []  # building the space checks nothing yet: a GPU worker starts meanwhile
+    space.enumerate_soon()
+    assert space.valid and space.is_valid(space.valid[0]) and sum(space.invalid.values()) == space.total - len(space.valid)
+    assert calls == [1]
+
+
 def test_tiered_candidates():
     cfg = load_study(ROOT / "studies" / "example_sgemm.toml")
     space = Space.from_study(cfg, load_spec(cfg.kernel))

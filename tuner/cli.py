@@ -230,10 +230,12 @@ def _reference(cfg, space):
         return space.full_config(start_params(space, [chosen], what="[measure] reference")[0])
     if cfg.search.start:
         return space.full_config(start_params(space, cfg.search.start[:1])[0])
-    space.require_valid()
     # the spec's defaults where the model accepts them, else the first valid config: never an invalid one
     defaults = space.defaults()
-    return space.full_config(defaults if space.is_valid(defaults) else space.valid[0])
+    if space.check(defaults) is None:
+        return space.full_config(defaults)  # no enumeration needed: the worker's start overlaps it
+    space.require_valid()
+    return space.full_config(space.valid[0])
 
 
 def _write_note(runner) -> None:
@@ -283,6 +285,7 @@ def cmd_run(args) -> int:
         supervisor.start_soon()
     try:
         cfg, space, recording = _load(args)
+        space.enumerate_soon()  # overlaps the worker's CUDA start and its inputs
         evaluator, attrs, name, close = _evaluator(args, cfg, space, recording, supervisor)
     except BaseException:
         if supervisor is not None:
@@ -410,7 +413,7 @@ def _precompile(cfg, space, args) -> None:
 
 def cmd_check(args) -> int:
     from tuner.compile import CompileLimits, compile_many
-    from tuner.space import reason_kind
+    from tuner.enumeration import reason_kind
     from tuner.spec import load_spec
     from tuner.study_file import load_study
     from tuner.space import Space

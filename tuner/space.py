@@ -1,17 +1,18 @@
 """The search space: the cross product of a study's axes, filtered by the kernel's own model.
 
-Kernel spaces are small (thousands of configs), so the valid set is enumerated once and
-the sampler draws only from it: an invalid config never costs a compile or a GPU launch.
+Kernel spaces are enumerable (at most a few million configs), so the valid set is enumerated
+once, on first use, and the sampler draws only from it: an invalid config never costs a
+compile or a GPU launch.
 """
 
 from __future__ import annotations
 
-import itertools
-import re
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from tuner.enumeration import Enumeration, enumerate_valid, reason_kind
 from tuner.errors import UserError
 from tuner.spec import Config, KernelSpec, Problem, Value
 
@@ -21,11 +22,6 @@ MAX_CONFIGS = 2_000_000
 def config_key(params: dict[str, Value], axes: Iterable[str]) -> tuple:
     """A hashable identity of a configuration over the given axes."""
     return tuple(params[a] for a in axes)
-
-
-def reason_kind(reason: str) -> str:
-    """Group reasons that differ only in numbers ("SMEM 240000 > 232448" -> "SMEM N > N")."""
-    return re.sub(r"\d+", "N", reason)
 
 
 @dataclass
@@ -54,19 +50,38 @@ class Space:
         if total > MAX_CONFIGS:
             raise UserError(f"space has {total} configs, over {MAX_CONFIGS}: split it into tiers or studies")
         self.total = total
-        self.valid: list[dict[str, Value]] = []
-        self.invalid: Counter[str] = Counter()
-        self.invalid_examples: dict[str, str] = {}
-        for combo in itertools.product(*self.axes.values()):
-            params = dict(zip(self.axes, combo))
-            reason = self.spec.check(self.full_config(params), self.problem)
-            if reason is None:
-                self.valid.append(params)
-            else:
-                kind = reason_kind(reason)
-                self.invalid[kind] += 1
-                self.invalid_examples.setdefault(kind, reason)
-        self._valid_keys = {self.key(p) for p in self.valid}
+        self._enumeration: Enumeration | None = None
+        self._enumerating = threading.Lock()
+
+    # -- the valid set, enumerated on first use (so a GPU worker can start meanwhile) ------------
+    def enumerate(self) -> Enumeration:
+        with self._enumerating:
+            if self._enumeration is None:  # (a failed enumeration is retried by the next caller, to raise)
+                self._enumeration = enumerate_valid(self.spec, self.problem, self.axes, self.fixed, self.total)
+                self._valid_keys = {self.key(p) for p in self._enumeration.valid}
+            return self._enumeration
+
+    def enumerate_soon(self) -> None:
+        """Start enumerating in the background (the work runs in other processes when large)."""
+        threading.Thread(target=self._enumerate_quietly, name="enumerate-space", daemon=True).start()
+
+    def _enumerate_quietly(self) -> None:
+        try:
+            self.enumerate()
+        except BaseException:  # the error is raised again where the valid set is first needed
+            pass
+
+    @property
+    def valid(self) -> list[dict[str, Value]]:
+        return self.enumerate().valid
+
+    @property
+    def invalid(self) -> Counter[str]:
+        return self.enumerate().invalid
+
+    @property
+    def invalid_examples(self) -> dict[str, str]:
+        return self.enumerate().invalid_examples
 
     @classmethod
     def from_study(cls, study, spec: KernelSpec) -> "Space":
@@ -84,6 +99,7 @@ class Space:
         return {**self.spec.params, **self.fixed, **params}
 
     def is_valid(self, params: dict[str, Value]) -> bool:
+        self.enumerate()
         return self.key(params) in self._valid_keys
 
     def check(self, params: dict[str, Value]) -> str | None:
