@@ -24,6 +24,7 @@ from tuner.spec import (
     KernelSpec,
     Launch,
     OutputSpec,
+    RandomTable,
     ReferenceKernel,
     Scalar,
     TensorMap,
@@ -314,13 +315,14 @@ class Spec(KernelSpec):
         exact in BF16 and any indexing mistake is a hard mismatch."""
         M, N, K, epi, seq = self._prob(problem)
         small = problem.get("INPUT_KIND", "random") == "small_int"
+        # A and W are generated on the GPU (A is 0.7-2 GB at full size)
         if small:
-            a = _small_int_fp8(rng, (M, K))
-            w = _small_int_fp8(rng, (N, K))
+            a = RandomTable((M, K), _SMALL_INT_FP8)
+            w = RandomTable((N, K), _SMALL_INT_FP8)
         else:
-            a = _uniform_fp8(rng, (M, K), 1.0)
-            w = _uniform_fp8(rng, (N, K), 0.25)
-        out = {"A": a, "W": w}
+            a = RandomTable((M, K), _uniform_fp8_table(1.0))
+            w = RandomTable((N, K), _uniform_fp8_table(0.25))
+        out: dict[str, np.ndarray | RandomTable] = {"A": a, "W": w}
         if epi == "BIAS_POS":
             if small:
                 r = np.arange(seq)[:, None]
@@ -338,10 +340,10 @@ class Spec(KernelSpec):
                 out["bias"] = _random_bf16_fast(rng, (N,))
         if epi == "BIAS_RESIDUAL":
             if small:
-                table = f32_to_bf16(np.arange(-8, 9, dtype=np.float32))
-                out["residual"] = table[rng.integers(0, 17, size=(M, N), dtype=np.uint8)]
+                table = f32_to_bf16(np.arange(256, dtype=np.float32) % 17 - 8)  # small integers -8..8
             else:
-                out["residual"] = _random_bf16_fast(rng, (M, N))
+                table = _random_bf16_fast(rng, (256,))
+            out["residual"] = RandomTable((M, N), table)
         return out
 
     def outputs(self, problem):
@@ -438,20 +440,17 @@ def _random_bytes(rng, shape, dtype=np.uint8):
     return np.frombuffer(rng.bytes(n), dtype=dtype).reshape(shape)
 
 
-def _uniform_fp8(rng, shape, max_abs):
-    """Random nonzero E4M3 codes with |v| <= max_abs: random bytes through a 256-entry table
-    (about 1 GB/s; full-size inputs are GBs)."""
+def _uniform_fp8_table(max_abs):
+    """256 nonzero E4M3 codes with |v| <= max_abs, each code about equally often: random bytes
+    through it give uniform random codes."""
     codes = _codes_upto(max_abs)
-    table = codes[np.arange(256) % codes.size]
-    return table[_random_bytes(rng, shape)]
+    return codes[np.arange(256) % codes.size]
 
 
-def _small_int_fp8(rng, shape):
-    """E4M3 codes of -1, 0, +1 with P(nonzero) = 1/4 (sums stay well inside BF16's exact range)."""
-    table = np.zeros(256, dtype=np.uint8)
-    table[0::8] = 0x38   # +1
-    table[1::8] = 0xB8   # -1
-    return table[_random_bytes(rng, shape)]
+#: E4M3 codes of -1, 0, +1 with P(nonzero) = 1/4 (sums stay well inside BF16's exact range)
+_SMALL_INT_FP8 = np.zeros(256, dtype=np.uint8)
+_SMALL_INT_FP8[0::8] = 0x38  # +1
+_SMALL_INT_FP8[1::8] = 0xB8  # -1
 
 
 def _random_bf16_fast(rng, shape):

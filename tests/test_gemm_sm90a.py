@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tuner.numerics import f32_to_bf16  # noqa: E402
-from tuner.spec import DeviceInfo, TensorMap, load_spec  # noqa: E402
+from tuner.spec import DeviceInfo, TensorMap, host_inputs, load_spec  # noqa: E402
 
 SPEC = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
 STUDIES = {n: ROOT / "studies" / f"{n}_sm90a.toml" for n in ("patch_embed", "fc1", "fc2")}
@@ -154,7 +154,8 @@ def test_new_defines_default_to_old_kernel():
 
 def test_small_int_inputs_catch_row_mod_bug():
     P = {"M": 1024, "N": 768, "K": 768, "EPILOGUE": "BIAS_POS", "SEQ_LEN": 196, "INPUT_KIND": "small_int"}
-    inp = SPEC.inputs(P, np.random.default_rng(0))
+    rng = np.random.default_rng(0)
+    inp = host_inputs(SPEC.inputs(P, rng), rng)
     rows = np.arange(0, 1024, 7)
     ref = SPEC.reference(inp, P, rows)
     assert np.array_equal(ref, np.round(ref)) and np.abs(ref).max() < 256   # exact in BF16
@@ -357,3 +358,25 @@ def test_device_correctness(epi, n, k, inputs, tmp_path):
             assert m.status == expected, (job["config"], m.status, m.reason)
     finally:
         evaluator.close()
+
+
+def test_full_size_inputs_are_generated_on_the_gpu_not_drawn_on_the_host():
+    from tuner.spec import RandomTable
+
+    P = {"M": 928256, "N": 768, "K": 768, "EPILOGUE": "BIAS_POS", "SEQ_LEN": 196}
+    inputs = SPEC.inputs(P, np.random.default_rng(0))
+    assert isinstance(inputs["A"], RandomTable) and inputs["A"].nbytes == 928256 * 768  # 0.7 GB, not drawn here
+    assert isinstance(inputs["W"], RandomTable)
+    codes = inputs["A"].table
+    assert 0 not in codes and 0x80 not in codes  # never zero (+0 / -0 in E4M3)
+    a = host_inputs({"A": RandomTable((4096, 64), codes)}, np.random.default_rng(1))["A"]
+    assert a.shape == (4096, 64) and set(np.unique(a)) == set(np.unique(codes))
+
+
+def test_random_table_needs_256_entries_of_1_2_or_4_bytes():
+    from tuner.spec import RandomTable
+
+    with pytest.raises(ValueError, match="256 entries"):
+        RandomTable((4,), np.zeros(17, np.uint8))
+    with pytest.raises(ValueError, match="256 entries"):
+        RandomTable((4,), np.zeros(256, np.float64))

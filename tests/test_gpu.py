@@ -153,3 +153,31 @@ def test_device_comparison_agrees_with_the_host_check(dtype, decode, cols):
         cu.cuMemcpyHtoD(int(buf) + (42 * cols + 9) * got.itemsize, one.ctypes.data, got.itemsize)
         assert verifier.relaunch_differs(buf) == (1, 42)
     cu.cuMemFree(buf)
+
+
+def test_generated_inputs_are_the_table_s_values_uniform_and_reproducible():
+    """The worker generates RandomTable inputs on the GPU: only table values, each byte position
+    about equally often, the same bytes for the same seed, other bytes for another seed."""
+    import numpy as np
+
+    from tuner.spec import RandomTable
+    from tuner.worker import CudaBackend
+
+    spec = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
+    problem = {"M": 196 * 64, "N": 768, "K": 768, "EPILOGUE": "BIAS_POS", "SEQ_LEN": 196}
+    backend = CudaBackend()
+    backend.hello()
+    inputs = spec.inputs(problem, np.random.default_rng(0))
+    backend.prepare(spec, problem, seed=5)
+    assert set(backend.generated) == {"A", "W"}
+    a = backend._inputs_on_host()["A"]
+    table = inputs["A"].table
+    assert a.shape == (196 * 64, 768) and np.isin(a, table).all()
+    values = np.unique(table)
+    per_byte = np.bincount(np.searchsorted(values, a.ravel())) / np.bincount(np.searchsorted(values, table))
+    assert per_byte.min() > 0.9 * per_byte.mean() and per_byte.max() < 1.1 * per_byte.mean()
+    backend.prepare(spec, problem, seed=5)
+    assert np.array_equal(backend._inputs_on_host()["A"], a)
+    backend.prepare(spec, problem, seed=6)
+    assert (backend._inputs_on_host()["A"] != a).mean() > 0.9
+    assert isinstance(inputs["A"], RandomTable)

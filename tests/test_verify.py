@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tuner.numerics import bf16_to_f32, f32_to_bf16
-from tuner.spec import EXPECTED, Buffer, Scalar, load_spec
+from tuner.spec import EXPECTED, Buffer, Scalar, host_inputs, load_spec
 from tuner.verify import (
     VERIFY_SOURCE,
     CheckResult,
@@ -40,6 +40,23 @@ def test_reference_kernel_compiles_for_the_spec_arch_and_the_plain_device_target
 @pytest.mark.parametrize("arch", ["sm_90", "sm_90a", "sm_100a"])
 def test_comparison_kernels_compile(arch):
     assert compile_source("verify.cu", VERIFY_SOURCE, arch)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a", "sm_100a"])
+def test_input_generator_compiles(arch):
+    from tuner.device_inputs import GENERATOR_SOURCE
+
+    assert compile_source("generate.cu", GENERATOR_SOURCE, arch)
+
+
+def test_helper_kernels_come_from_the_compile_cache(tmp_path, monkeypatch):
+    from tuner import compile as compile_module
+
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path))
+    first = compile_source("verify.cu", VERIFY_SOURCE, "sm_90")
+    monkeypatch.setattr(compile_module, "_nvrtc_compile", lambda *a: pytest.fail("compiled again"))
+    assert compile_source("verify.cu", VERIFY_SOURCE, "sm_90") == first
+    assert len(list(tmp_path.glob("helper-*.cubin"))) == 1
 
 
 def test_a_broken_source_reports_the_compiler_log():
@@ -76,7 +93,8 @@ def emulate(ref, inputs, problem):
 def test_reference_kernel_launch_computes_the_spec_reference(spec_file, epilogue):
     spec = load_spec(ROOT / "kernel" / spec_file)
     problem = small_problem(epilogue)
-    inputs = spec.inputs(problem, np.random.default_rng(3))
+    rng = np.random.default_rng(3)
+    inputs = host_inputs(spec.inputs(problem, rng), rng)
     expected = spec.reference(inputs, problem, np.arange(problem["M"]))
     got = emulate(spec.reference_kernel(problem), inputs, problem)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-5)

@@ -177,6 +177,26 @@ def compile_kernel(
     return _apply_limits(result, limits)
 
 
+def helper_cubin(name: str, text: str, arch: str) -> bytes:
+    """A tuner-owned kernel (output checks, input generators) built with NVRTC, through the
+    compile cache; raises with the log when it does not compile."""
+    options = [f"--gpu-architecture={arch}", "-std=c++17"]
+    bundle = SourceBundle(name, text)
+    key = "helper-" + hashlib.sha256("\0".join([bundle.digest(), nvrtc_version(), *options]).encode()).hexdigest()[:32]
+    cache = _Cache(default_cache_dir())
+    hit = cache.get(key)
+    if hit is not None and hit.cubin_path:
+        try:
+            return Path(hit.cubin_path).read_bytes()
+        except OSError:
+            pass
+    ok, log, cubin = _nvrtc_compile(bundle, options)
+    if not ok:
+        raise RuntimeError(f"{name} does not compile for {arch}: {log[-2000:]}")
+    cache.put(key, CompileResult("ok", log=log), cubin)
+    return cubin
+
+
 def _apply_limits(result: CompileResult, limits: CompileLimits) -> CompileResult:
     if result.status not in ("ok", "too_many_regs", "spills"):
         return result

@@ -93,6 +93,41 @@ class OutputSpec:
 EXPECTED = "expected"
 
 
+@dataclass(frozen=True, eq=False)
+class RandomTable:
+    """An input whose every element is ``table[a uniformly random byte]``.
+
+    The worker fills it on the GPU (a generator kernel: a full-size input of GBs takes
+    milliseconds, against seconds on the host); :meth:`on_host` draws the same distribution
+    with numpy for host-side use (tests, the sampled host check). ``table`` has 256 entries
+    of a 1-, 2- or 4-byte dtype.
+    """
+
+    shape: tuple[int, ...]
+    table: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.table.shape != (256,) or self.table.dtype.itemsize not in (1, 2, 4):
+            raise ValueError(f"RandomTable needs 256 entries of a 1, 2 or 4 byte dtype, not {self.table.dtype}{self.table.shape}")
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.table.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * self.table.dtype.itemsize
+
+    def on_host(self, rng: np.random.Generator) -> np.ndarray:
+        n = int(np.prod(self.shape))
+        return self.table[np.frombuffer(rng.bytes(n), dtype=np.uint8)].reshape(self.shape)
+
+
+def host_inputs(inputs: Mapping[str, np.ndarray | RandomTable], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A spec's inputs as host arrays (:class:`RandomTable` entries drawn with ``rng``)."""
+    return {name: np.ascontiguousarray(v.on_host(rng) if isinstance(v, RandomTable) else v) for name, v in inputs.items()}
+
+
 @dataclass(frozen=True)
 class ReferenceKernel:
     """A plain, obviously correct kernel that computes the whole first output in FP32.
@@ -183,8 +218,9 @@ class KernelSpec:
     def launch(self, config: Config, problem: Problem, device: DeviceInfo) -> Launch:
         raise NotImplementedError
 
-    def inputs(self, problem: Problem, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """Fresh host inputs (never zeros), keyed by the names :class:`Buffer` uses."""
+    def inputs(self, problem: Problem, rng: np.random.Generator) -> dict[str, np.ndarray | RandomTable]:
+        """Fresh inputs (never zeros), keyed by the names :class:`Buffer` uses: host arrays, or
+        :class:`RandomTable` for large ones, which the worker generates on the GPU."""
         raise NotImplementedError
 
     def outputs(self, problem: Problem) -> dict[str, OutputSpec]:

@@ -290,13 +290,11 @@ def decode(values: np.ndarray, out: OutputSpec) -> np.ndarray:
 
 
 def compile_source(name: str, text: str, arch: str) -> bytes:
-    """NVRTC, as every kernel is built (:mod:`tuner.compile`); raises with the log on error."""
-    from tuner.compile import SourceBundle, _nvrtc_compile
+    """NVRTC, as every kernel is built (:mod:`tuner.compile`, and its cache: a worker's helper
+    kernels then cost nothing after the first session); raises with the log on error."""
+    from tuner.compile import helper_cubin
 
-    ok, log, cubin = _nvrtc_compile(SourceBundle(name, text), [f"--gpu-architecture={arch}", "-std=c++17"])
-    if not ok:
-        raise RuntimeError(f"{name} does not compile for {arch}: {log[-2000:]}")
-    return cubin
+    return helper_cubin(name, text, arch)
 
 
 def reference_source(spec: KernelSpec, ref: ReferenceKernel) -> tuple[str, str]:

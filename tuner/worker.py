@@ -27,6 +27,8 @@ from tuner.driver import CudaError, check as _ck, kernel_params, launch_config
 from tuner.measure import LaunchFailed, Measurer
 from tuner.record import Measurement
 from tuner.verify import CheckResult, rows_to_sample, verdict
+from tuner.device_inputs import input_seed
+from tuner.spec import RandomTable
 
 
 class Channel:
@@ -134,6 +136,8 @@ class CudaBackend:
         }
         self.buffers: dict[str, Any] = {}
         self.host_inputs: dict[str, np.ndarray] = {}
+        self.generated: dict[str, RandomTable] = {}  # inputs that live on the device only (so far)
+        self.generator = None  # tuner.device_inputs.InputGenerator, built on the first generated input
         self.outputs = {}
         self.verifier = None  # tuner.verify.DeviceVerifier, built on the first problem
         self.reference_error = ""
@@ -148,16 +152,40 @@ class CudaBackend:
             cu.cuMemFree(ptr)
         self.buffers.clear()
         rng = np.random.default_rng(seed)
-        self.host_inputs = {k: np.ascontiguousarray(v) for k, v in spec.inputs(problem, rng).items()}
-        for name, array in self.host_inputs.items():
-            ptr = _ck("cuMemAlloc", cu.cuMemAlloc(max(1, array.nbytes)))
+        self.host_inputs, self.generated = {}, {}
+        for name, value in spec.inputs(problem, rng).items():
+            ptr = _ck("cuMemAlloc", cu.cuMemAlloc(max(1, value.nbytes)))
             self.buffers[name] = ptr
-            _ck("cuMemcpyHtoD", cu.cuMemcpyHtoD(ptr, array.ctypes.data, array.nbytes))
+            if isinstance(value, RandomTable):
+                self._generator().fill(ptr, value, input_seed(seed, name))
+                self.generated[name] = value
+            else:
+                array = np.ascontiguousarray(value)
+                self.host_inputs[name] = array
+                _ck("cuMemcpyHtoD", cu.cuMemcpyHtoD(ptr, array.ctypes.data, array.nbytes))
         self.outputs = spec.outputs(problem)
         for name, out in self.outputs.items():
             nbytes = int(np.prod(out.shape)) * np.dtype(out.dtype).itemsize
             self.buffers[name] = _ck("cuMemAlloc", cu.cuMemAlloc(nbytes))
         self._prepare_check(spec, problem)
+
+    def _generator(self):
+        from tuner.device_inputs import InputGenerator
+        from tuner.verify import device_arch
+
+        if self.generator is None:
+            self.generator = InputGenerator(self.cu, self.stream, device_arch(self.device["cc"]), self.device["sm_count"])
+        return self.generator
+
+    def _inputs_on_host(self) -> dict[str, np.ndarray]:
+        """Every input as a host array: generated ones are copied back (the sampled host check
+        needs them; the check on the device does not)."""
+        for name, table in list(self.generated.items()):
+            array = np.empty(table.shape, dtype=table.dtype)
+            _ck("cuMemcpyDtoH", self.cu.cuMemcpyDtoH(array.ctypes.data, self.buffers[name], array.nbytes))
+            self.host_inputs[name] = array
+            del self.generated[name]
+        return self.host_inputs
 
     def _prepare_check(self, spec, problem: dict) -> None:
         """The comparison kernels, and the expected output when the spec has a reference kernel."""
@@ -338,7 +366,7 @@ class CudaBackend:
         for i, r in enumerate(rows):
             _ck("cuMemcpyDtoH", cu.cuMemcpyDtoH(got[i].ctypes.data, base + int(r) * cols * itemsize, cols * itemsize))
         values = decode(got, out)
-        ref = np.asarray(spec.reference(self.host_inputs, problem, rows), dtype=np.float32).reshape(values.shape)
+        ref = np.asarray(spec.reference(self._inputs_on_host(), problem, rows), dtype=np.float32).reshape(values.shape)
         return host_check(values, ref, rows, rows_total * cols, spec.atol, spec.rtol)
 
 
