@@ -1,82 +1,334 @@
-"""How fast does each sampler reach the winner of a recorded full grid? (replay, no GPU)
+"""How fast does each sampler approach the optimum of a recorded full grid, and what does it cost? (replay, no GPU)
 
-    python bench/bench_sampler.py [--seeds 20]
+    python bench/bench_sampler.py [--quick] [--seeds 5] [--out docs/experiments/results_sampler.md]
 
-For each recording and sampler: the mean over seeds of (optimum / best found) after a
-budget of trials, and the trials needed to reach the optimum and to come within 1% of it.
-Ratios are against the recording's own optimum, measured in the same run for every
-sampler (valid-only TPE, valid-only random, grid order).
+Quality: for each recording and strategy, the fraction of the optimum (optimum / best found)
+after 25 / 50 / 100 / 200 counted configurations (each a distinct valid config, failures
+included), mean and worst over seeds, and the score of Willemsen et al. (FGCS 2024):
+(random - strategy) / (random - optimum) in time, averaged over every budget from 1 to the
+largest, where ``random`` is the exact expected best of uniform random search without
+repeats at that budget. Strategies: the tuner's default (``tpe``), the tuner's ``random``,
+plain Optuna TPE (TPESampler defaults over categorical axes: invalid proposals are not
+counted, repeats reuse the value and are not counted), and Kernel Tuner's genetic_algorithm
+and pso when ``kernel_tuner`` is importable.
+
+Cost: replay wall time per trial of ``tuner`` (default sampler, the Runner, SQLite) against
+plain Optuna TPE with the same SQLite storage (ratio, same run) at 100 and 1,000 trials, and
+the sampler's own time per ask at 1k / 10k / 100k valid configs (synthetic spaces).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import math
 import statistics
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import optuna
 
-from tuner.replay import ReplayEvaluator, load_recording, make_replay_spec
+from tuner.replay import Record, Recording, ReplayEvaluator, load_recording, make_replay_spec
 from tuner.runner import Runner, RunSettings
+from tuner.sampler import ValidOnlySampler, make_base_sampler
 from tuner.space import Space
 from tuner.spec import load_spec
 from tuner.study_file import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
+CACHES = ROOT / "tests/data/kernel_tuner"
+#: (label, study file or None when the recording carries its space, recording)
 RECORDINGS = [
-    ("pnpoly RTX 3090 (Kernel Tuner)", None, ROOT / "tests/data/kernel_tuner/pnpoly_RTX_3090.json.gz", 100),
-    ("patch_embed H200 (ours)", ROOT / "studies/patch_embed_sm90a_grid.toml",
-     ROOT / "studies/recorded/patch_embed_sm90a_grid_h200.csv", 40),
+    ("convolution A100", None, CACHES / "convolution_milo_A100.json.gz"),
+    ("convolution A4000", None, CACHES / "convolution_milo_A4000.json.gz"),
+    ("convolution TITAN RTX", None, CACHES / "convolution_RTX_Titan.json.gz"),
+    ("GEMM RTX 2080 Ti", None, CACHES / "gemm_RTX_2080_Ti.json.gz"),
+    ("pnpoly RTX 2080 Ti", None, CACHES / "pnpoly_RTX_2080_Ti.json.gz"),
+    ("pnpoly RTX 3090", None, CACHES / "pnpoly_RTX_3090.json.gz"),
 ]
+OURS = [
+    ("patch_embed H200 (264)", ROOT / "studies/patch_embed_sm90a_grid.toml", ROOT / "studies/recorded/patch_embed_sm90a_grid_h200.csv"),
+    ("patch_embed Hopper grid H200 (1,184)", None, ROOT / "studies/recorded/patch_embed_sm90a_hopper_grid_h200.json"),
+]
+BUDGETS = (25, 50, 100, 200)
+WARM_PAIRS = [("convolution A100", "convolution A4000"), ("pnpoly RTX 3090", "pnpoly RTX 2080 Ti")]
 
 
-def space_for(study_file, recording):
+def space_for(study_file: Path | None, recording: Recording) -> Space:
     if study_file is None:
         return Space(make_replay_spec(recording), {}, recording.axes, list(recording.axes), [])
     cfg = load_study(study_file)
     return Space.from_study(cfg, load_spec(cfg.kernel))
 
 
-def one_run(space, recording, sampler, seed, budget):
-    settings = RunSettings(study_name=f"{sampler}-{seed}", sampler=sampler, trials=budget, seed=seed, pruner=False, progress=False)
-    runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
+def run_tuner(space: Space, recording: Recording, sampler: str, seed: int, budget: int, storage: str = "memory",
+              warm_start: list[str] | None = None, study_name: str | None = None) -> list[float]:
+    settings = RunSettings(study_name=study_name or f"{sampler}-{seed}", sampler=sampler, trials=budget, seed=seed,
+                           pruner=False, progress=False, warm_start=warm_start or [])
+    runner = Runner(space, ReplayEvaluator(recording), settings, storage_url=storage)
     runner.run()
-    optimum = recording.optimum()
-    best, to_opt, to_1pct = float("inf"), None, None
-    for t in runner.study.trials:
-        if t.value is not None:
-            best = min(best, t.value)
-        if to_1pct is None and best <= optimum * 1.01:
-            to_1pct = t.number + 1
-        if to_opt is None and best <= optimum:
-            to_opt = t.number + 1
-    return optimum / best, to_opt, to_1pct
+    trials = [t for t in runner.study.trials if t.state.is_finished() and t.user_attrs.get("status") != "duplicate"]
+    return [(recording.lookup(t.params).ms if t.user_attrs.get("status") == "ok" else math.inf) for t in trials]
+
+
+def run_plain_tpe(recording: Recording, seed: int, budget: int, storage: str | None = None) -> list[float]:
+    """Plain Optuna TPE over the recording's axes: a new valid config counts, an invalid one or a repeat does not."""
+    study = optuna.create_study(storage=storage, sampler=optuna.samplers.TPESampler(seed=seed))
+    counted: dict[tuple, float] = {}
+
+    def objective(trial: optuna.Trial) -> float:
+        params = {a: trial.suggest_categorical(a, v) for a, v in recording.axes.items()}
+        record = recording.lookup(params)
+        if record is None or record.status == "invalid":
+            raise optuna.TrialPruned()
+        key = tuple(params.values())
+        counted.setdefault(key, record.ms if record.status == "ok" else math.inf)
+        if record.status != "ok":
+            raise optuna.TrialPruned()
+        return record.ms
+
+    def enough(study, trial) -> None:
+        if len(counted) >= budget:
+            study.stop()
+
+    study.optimize(objective, n_trials=50 * budget, callbacks=[enough])
+    return list(counted.values())[:budget]
+
+
+def run_kernel_tuner(recording: Recording, strategy: str, seed: int, budget: int) -> list[float]:  # pragma: no cover - optional
+    """Kernel Tuner's strategy on the cache file itself (simulation mode), when it is installed."""
+    import kernel_tuner
+
+    np.random.seed(seed)
+    results, _ = kernel_tuner.tune_kernel(
+        recording.kernel or "kernel", "", (1,), [], {k: v for k, v in recording.axes.items()},
+        simulation_mode=True, cache=str(recording.path), strategy=strategy, strategy_options={"max_fevals": budget},
+        verbose=False, quiet=True)
+    return [r["time"] if isinstance(r.get("time"), (int, float)) else math.inf for r in results][:budget]
+
+
+def best_so_far(values: list[float], length: int) -> np.ndarray:
+    out = np.minimum.accumulate(np.asarray(values + [math.inf] * max(0, length - len(values)), dtype=float)[:length])
+    return out
+
+
+def random_expected_best(recording: Recording, space: Space, length: int) -> np.ndarray:
+    """E[best time] of uniform random search without repeats over the valid set, budgets 1..length."""
+    times = []
+    for params in space.valid:
+        record = recording.lookup(params)
+        times.append(record.ms if record is not None and record.status == "ok" else math.inf)
+    times_arr = np.asarray(times)
+    times_arr = np.sort(np.where(np.isfinite(times_arr), times_arr, times_arr[np.isfinite(times_arr)].max()))  # a failure: the worst
+    n = len(times_arr)
+    i = np.arange(1, n + 1)
+    out = []
+    for budget in range(1, length + 1):
+        b = min(budget, n)
+        # P(the i-th fastest is the best of b draws) = C(n-i, b-1) / C(n, b), i = 1..n
+        p = np.exp(_log_comb(n - i, b - 1) - _log_comb(np.array(n), b))
+        out.append(float((p * times_arr).sum() / p.sum()))
+    return np.asarray(out)
+
+
+def _log_comb(n, k):
+    n = np.asarray(n, dtype=float)
+    valid = n >= k
+    value = np.where(valid, np.vectorize(math.lgamma)(n + 1) - math.lgamma(k + 1) - np.vectorize(math.lgamma)(np.maximum(n - k, 0) + 1), -np.inf)
+    return value
+
+
+@dataclass
+class Row:
+    space: str
+    strategy: str
+    fractions: dict[int, tuple[float, float]]  # budget -> (mean, worst seed)
+    score: float
+    seconds: float
+
+
+def quality(label: str, study_file, path: Path, strategies: list[str], seeds: int, budgets: tuple[int, ...]) -> list[Row]:
+    recording = load_recording(path)
+    space = space_for(study_file, recording)
+    optimum = min(r.ms for k, r in recording.records.items() if r.status == "ok" and space.is_valid(dict(zip(recording.axes, k, strict=True))))
+    length = min(max(budgets), len(space.valid))
+    random_curve = random_expected_best(recording, space, length)
+    rows = []
+    for strategy in strategies:
+        started = time.perf_counter()
+        curves = []
+        for seed in range(seeds):
+            if strategy in ("tpe", "random"):
+                values = run_tuner(space, recording, strategy, seed, length)
+            elif strategy == "optuna-tpe":
+                values = run_plain_tpe(recording, seed, length)
+            else:
+                values = run_kernel_tuner(recording, strategy.removeprefix("kt-"), seed, length)
+            curves.append(best_so_far(values, length))
+        curves_arr = np.stack(curves)
+        fractions = {}
+        for b in budgets:
+            at = curves_arr[:, min(b, length) - 1]
+            ratio = optimum / at
+            fractions[b] = (float(ratio.mean()), float(ratio.min()))
+        worst = max(r.ms for r in recording.records.values() if r.status == "ok")
+        mean_curve = np.where(np.isfinite(curves_arr), curves_arr, worst).mean(axis=0)  # only failures so far: the worst time
+        gap = random_curve - optimum
+        score = float(np.mean(np.where(gap > 0, (random_curve - mean_curve) / np.where(gap > 0, gap, 1.0), 1.0)))
+        rows.append(Row(label, strategy, fractions, score, time.perf_counter() - started))
+    return rows
+
+
+def warm_start_quality(seeds: int, budget: int = 25, source_budget: int = 100) -> list[tuple[str, float, float, float]]:
+    """Fraction at ``budget`` on the target with the source study (``source_budget`` trials of the
+    default sampler on the other GPU, same storage) as --warm-start, against a cold start."""
+    paths = {label: path for label, _, path in RECORDINGS}
+    out = []
+    for source, target in WARM_PAIRS:
+        rs, rt = load_recording(paths[source]), load_recording(paths[target])
+        ss, st = space_for(None, rs), space_for(None, rt)
+        warm, cold = [], []
+        for seed in range(seeds):
+            with tempfile.TemporaryDirectory() as tmp:
+                url = str(Path(tmp) / "warm.log")  # one journal file holds both studies
+                run_tuner(ss, rs, "tpe", seed, source_budget, storage=url, study_name="source")
+                values = run_tuner(st, rt, "tpe", seed, budget, storage=url, warm_start=["source"], study_name="target")
+            warm.append(rt.optimum() / min(values))
+            cold.append(rt.optimum() / min(run_tuner(st, rt, "tpe", seed, budget)))
+        out.append((f"{source} -> {target}", statistics.mean(warm), min(warm), statistics.mean(cold)))
+    return out
+
+
+def replay_time(path: Path, trials: int) -> tuple[float, float]:
+    """(tuner, plain Optuna TPE) wall seconds per trial, SQLite, the same run."""
+    recording = load_recording(path)
+    space = space_for(None, recording)
+    space.require_valid()  # enumerated once, as a run does before its first trial
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        run_plain_tpe(recording, 0, trials, storage=f"sqlite:///{tmp}/plain.db")
+        plain = (time.perf_counter() - started) / trials
+        started = time.perf_counter()
+        run_tuner(space, recording, "tpe", 0, trials, storage=f"sqlite:///{tmp}/tuner.db")
+        ours = (time.perf_counter() - started) / trials
+    return ours, plain
+
+
+def synthetic_recording(n_valid: int, seed: int = 0) -> Recording:
+    """A space of about 2 * n_valid configs, half of them valid, with a smooth random landscape."""
+    rng = np.random.default_rng(seed)
+    axes: dict = {"a": list(range(16)), "b": list(range(8)), "c": [1, 2, 4, 8], "d": [0, 1]}
+    size = 16 * 8 * 4 * 2
+    extra = 0
+    while size < 2 * n_valid:
+        axes[f"e{extra}"] = list(range(10))
+        size *= 10
+        extra += 1
+    if size > 4 * n_valid:  # trim the last axis to land near 2 * n_valid
+        last = f"e{extra - 1}"
+        keep = max(2, round(10 * 2 * n_valid / size))
+        axes[last] = list(range(keep))
+        size = size // 10 * keep
+    names = list(axes)
+    grids = np.stack(np.meshgrid(*[np.arange(len(v)) for v in axes.values()], indexing="ij"), -1).reshape(-1, len(names))
+    valid = rng.random(len(grids)) < n_valid / len(grids)
+    weights = rng.normal(size=len(names))
+    ms = 1.0 + np.abs((grids / np.maximum(1, [len(v) - 1 for v in axes.values()])) @ weights) + 0.1 * rng.random(len(grids))
+    records = {tuple(axes[n][i] for n, i in zip(names, row, strict=True)): Record("ok", float(m), [float(m)] * 10)
+               for row, m, ok in zip(grids, ms, valid, strict=True) if ok}
+    return Recording(Path(f"synthetic-{n_valid}"), "csv", axes, records)
+
+
+def ask_cost(n_valid: int, trials: int = 200, measured_from: int = 100) -> tuple[int, float]:
+    """(valid configs, mean ms of one ask of the default sampler over trials measured_from..trials)."""
+    recording = synthetic_recording(n_valid)
+    recording.digest = lambda: f"synthetic{n_valid}"  # no file behind it
+    space = Space(make_replay_spec(recording), {}, recording.axes, list(recording.axes), [])
+    sampler = ValidOnlySampler(space, make_base_sampler("tpe", 0), seed=0)
+    study = optuna.create_study(sampler=sampler)
+    costs = []
+    for number in range(trials):
+        started = time.perf_counter()
+        trial = study.ask()
+        params = {a: trial.suggest_categorical(a, v) for a, v in space.axes.items()}
+        if number >= measured_from:
+            costs.append(time.perf_counter() - started)
+        study.tell(trial, recording.lookup(params).ms)
+    return len(space.valid), 1e3 * statistics.mean(costs)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seeds", type=int, default=10)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 seeds, budgets to 100, timing at 100 trials only")
+    parser.add_argument("--seeds", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="write the Markdown tables here")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    print(f"{'recording':34} {'sampler':7} {'budget':>6} {'best/opt':>8} {'reached opt':>11} {'median to opt':>13} {'median to 1%':>12} {'s':>5}")
-    for label, study_file, path, budget in RECORDINGS:
+    seeds = args.seeds or (3 if args.quick else 5)
+    budgets = BUDGETS[:3] if args.quick else BUDGETS
+    strategies = ["tpe", "random", "optuna-tpe"]
+    try:
+        import kernel_tuner  # noqa: F401
+
+        strategies += ["kt-genetic_algorithm", "kt-pso"]
+    except ImportError:
+        pass
+    lines = [f"# Sampler benchmark — replay, CPU, 2 cores, {dt.date.today().isoformat()}", "",
+             f"`python bench/bench_sampler.py{' --quick' if args.quick else ''}` ({seeds} seeds). Fraction = optimum / best "
+             "found after B counted configs (mean / worst seed); score = Willemsen et al. (FGCS 2024), averaged over "
+             f"budgets 1..{max(budgets)}; strategies: {', '.join(strategies)}.", ""]
+
+    def emit(text: str = "") -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    emit("## Quality")
+    emit()
+    emit("| space | strategy | " + " | ".join(f"@{b}" for b in budgets) + " | score | s |")
+    emit("|---|---|" + "---|" * (len(budgets) + 2))
+    practice: dict[str, list[Row]] = {}
+    for label, study_file, path in RECORDINGS + OURS:
         if not path.is_file():
-            print(f"{label}: {path} missing, skipped")
+            emit(f"| {label} | missing: {path.name} |")
             continue
-        recording = load_recording(path)
-        space = space_for(study_file, recording)
-        baseline = None
-        for sampler in ("tpe", "random", "grid"):
-            started = time.perf_counter()
-            runs = [one_run(space, recording, sampler, seed, budget) for seed in range(args.seeds if sampler != "grid" else 1)]
-            ratio = statistics.mean(r[0] for r in runs)
-            reached = [r[1] for r in runs if r[1] is not None]
-            within = [r[2] for r in runs if r[2] is not None]
-            baseline = baseline or ratio
-            print(f"{label:34} {sampler:7} {budget:6d} {ratio:8.4f} {len(reached):5d}/{len(runs):<5d} "
-                  f"{statistics.median(reached) if reached else '-':>13} {statistics.median(within) if within else '-':>12} "
-                  f"{time.perf_counter() - started:5.1f}")
+        for row in quality(label, study_file, path, strategies, seeds, budgets):
+            if (label, study_file, path) in RECORDINGS:
+                practice.setdefault(row.strategy, []).append(row)
+            cells = " | ".join(f"{m:.3f} / {w:.3f}" for m, w in (row.fractions[b] for b in budgets))
+            emit(f"| {label} | {row.strategy} | {cells} | {row.score:.3f} | {row.seconds:.0f} |")
+    for strategy, rows in practice.items():
+        cells = " | ".join(f"**{statistics.mean(r.fractions[b][0] for r in rows):.3f}** / {min(r.fractions[b][1] for r in rows):.3f}"
+                           for b in budgets)
+        emit(f"| mean of the {len(rows)} practice spaces | {strategy} | {cells} | {statistics.mean(r.score for r in rows):.3f} | |")
+    emit()
+    emit("## Warm start (source: 100 trials of the default sampler on the other GPU, same storage; fraction at 25)")
+    emit()
+    emit("| pair | warm mean | warm worst seed | cold mean |")
+    emit("|---|---|---|---|")
+    for pair, warm, worst, cold in warm_start_quality(seeds):
+        emit(f"| {pair} | {warm:.3f} | {worst:.3f} | {cold:.3f} |")
+    emit()
+    emit("## Replay wall time per trial (SQLite; plain = Optuna TPESampler defaults, same storage, same run)")
+    emit()
+    emit("| recording | trials | tuner ms/trial | plain TPE ms/trial | ratio |")
+    emit("|---|---|---|---|---|")
+    for trials in ((100,) if args.quick else (100, 1000)):
+        for label, _, path in RECORDINGS:
+            ours, plain = replay_time(path, trials)
+            emit(f"| {label} | {trials} | {1e3 * ours:.1f} | {1e3 * plain:.1f} | {ours / plain:.2f} |")
+    emit()
+    emit("## Sampler time per ask (synthetic spaces, in-memory storage, asks 100-200)")
+    emit()
+    emit("| valid configs | ms per ask |")
+    emit("|---|---|")
+    for n_valid in (1_000, 10_000, 100_000):
+        size, ms = ask_cost(n_valid)
+        emit(f"| {size:,} | {ms:.2f} |")
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

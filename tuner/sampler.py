@@ -1,45 +1,45 @@
 """A sampler that proposes only valid configurations nobody has tried yet.
 
 Kernel spaces are small and enumerable, and most of a cross product is often invalid.
-Optuna's TPE ignores FAIL trials and proposes many duplicates in small discrete spaces,
-so this sampler wraps a base sampler (TPE, GP, random) and moves its proposal onto the
-set of *valid, untried* configurations:
+The valid set of the phase is held as an integer index (:mod:`tuner.pool`), and a proposal
+is always one of its untried rows:
 
-1. the base sampler proposes a full configuration (``sample_relative``);
-2. if that configuration is valid and untried, it is used as is;
-3. otherwise the nearest valid untried configuration is used (fewest differing axes,
-   then the smallest step along ordered axes), so the search keeps the base sampler's
-   sense of direction without ever spending a compile on an invalid config or a GPU
-   run on a repeat.
+* ``tpe`` (the default) scores a bounded sample of the untried configs, plus the one-axis
+  neighbours of the best ones, by a Parzen density ratio over ordinal level indices times a
+  feasibility model learnt from failures (:mod:`tuner.parzen`); a related study's trials
+  can serve as its prior (``--warm-start``);
+* ``gp`` and ``random`` are Optuna samplers: their proposal is used when it is valid and
+  untried, else moved to the nearest untried config (fewest differing axes, then fewest
+  level steps, ties at random: no axis is favoured for having more values);
+* ``grid`` walks the valid set in order (Optuna's BruteForceSampler semantics, without
+  visiting invalid configurations).
 
-``grid`` walks the valid set in order (Optuna's BruteForceSampler semantics, without
-visiting invalid configurations).
+The work per proposal does not depend on the size of the space nor on the number of
+finished trials (only trials new since the last proposal, and those in flight, are read).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
-from optuna.samplers import BaseSampler, GPSampler, RandomSampler, TPESampler
-from optuna.trial import FrozenTrial, TrialState
+from optuna.samplers import BaseSampler, GPSampler, RandomSampler
+from optuna.trial import FrozenTrial
 
-from tuner import optuna_private
 from tuner.errors import UserError
+from tuner.parzen import ParzenSearch
+from tuner.pool import TRIED_STATES, Observations, Pool, trial_params
 from tuner.space import Space
 
-TRIED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+__all__ = ["BASE_SAMPLERS", "TRIED_STATES", "ValidOnlySampler", "make_base_sampler"]
 
-
-def _tpe(seed: int | None, n_startup_trials: int) -> BaseSampler:
-    return TPESampler(
-        seed=seed,
-        multivariate=True,  # proposes whole configurations: defines interact
-        constant_liar=True,  # trials in flight (asked ahead, other workers') count as bad: no piling on one region
-        n_startup_trials=n_startup_trials,
-    )
+#: candidates drawn when an Optuna sampler's proposal has no untried one-axis neighbour
+NEAREST_SAMPLE = 2048
+#: how many values 0..k-1 read as the codes of unordered choices
+CHOICE_CODES = (3, 4)
 
 
 def _gp(seed: int | None, n_startup_trials: int) -> BaseSampler:
@@ -50,40 +50,72 @@ def _gp(seed: int | None, n_startup_trials: int) -> BaseSampler:
     return GPSampler(seed=seed, n_startup_trials=n_startup_trials)
 
 
+Base = BaseSampler | ParzenSearch | None
+
 #: sampler name -> factory(seed, n_startup_trials); None walks the valid set in order.
 #: The study-file key and the --sampler flag take their choices from here.
-BASE_SAMPLERS: dict[str, Callable[[int | None, int], BaseSampler | None]] = {
-    "tpe": _tpe,
+BASE_SAMPLERS: dict[str, Callable[[int | None, int], Base]] = {
+    "tpe": lambda seed, n_startup_trials: ParzenSearch(seed=seed, n_startup_trials=n_startup_trials),
     "gp": _gp,
     "random": lambda seed, n_startup_trials: RandomSampler(seed=seed),
     "grid": lambda seed, n_startup_trials: None,
 }
 
 
-def make_base_sampler(name: str, seed: int | None, n_startup_trials: int = 10) -> BaseSampler | None:
+def make_base_sampler(name: str, seed: int | None, n_startup_trials: int = 10) -> Base:
     if name not in BASE_SAMPLERS:
         raise UserError(f"unknown sampler {name!r}: use {', '.join(BASE_SAMPLERS)}")
     return BASE_SAMPLERS[name](seed, n_startup_trials)
 
 
-class ValidOnlySampler(BaseSampler):
-    """Wraps ``base`` so every proposal is a valid, not-yet-tried config of ``space``."""
+def ordered_axis(values: Sequence[Any]) -> bool:
+    """Does the order of an axis' values mean something? Numbers do (sizes, counts), except the
+    codes 0, 1, 2(, 3) of a handful of choices (a method, a variant), whose neighbours are no
+    closer; a longer run 0..k-1 is more likely a count."""
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return False
+    return not (len(values) in CHOICE_CODES and sorted(values) == list(range(len(values))))
 
-    def __init__(self, space: Space, base: BaseSampler | None, seed: int | None = None, order: str = "random"):
+
+class ValidOnlySampler(BaseSampler):
+    """Every proposal is a valid, not-yet-tried config of ``space``, chosen by ``base``."""
+
+    def __init__(self, space: Space, base: Base, seed: int | None = None, order: str = "random"):
         self.space = space
         self.base = base
-        self.order = order  # "grid": walk candidates in order; else random fallback
+        self.order = order  # "grid": walk candidates in order; else random
         self._rng = np.random.default_rng(seed)
-        self.candidates: list[dict[str, Any]] = list(space.valid)
-        self._axis_values = {a: list(v) for a, v in space.axes.items()}
-        self._ordered_axes = {a for a, v in space.axes.items() if all(isinstance(x, int) for x in v)}
+        self._candidates: list[dict[str, Any]] | None = None  # None: the whole valid set, enumerated on first use
+        self._pool: Pool | None = None
+        self._ordered = [ordered_axis(values) for values in space.axes.values()]
+        self._prior_trials: list[FrozenTrial] = []
+        self._prior: Observations | None = None
+        self._cursor = 0  # grid order: rows before it are tried
         self.exhausted = False
 
     # -- what the study should sample ----------------------------------------------------
+    @property
+    def candidates(self) -> list[dict[str, Any]]:
+        return self.space.valid if self._candidates is None else self._candidates
+
     def set_candidates(self, candidates: Sequence[dict[str, Any]]) -> None:
         """Restrict proposals (tiered mode: tier-1 set, then tier 2 on the winner)."""
-        self.candidates = list(candidates)
+        self._candidates = list(candidates)
+        self._pool = None
+        self._cursor = 0
         self.exhausted = False
+
+    def set_prior(self, trials: Sequence[FrozenTrial]) -> None:
+        """Finished trials of a related study (same axes) that shape the first proposals."""
+        self._prior_trials = list(trials)
+        self._prior = None
+
+    @property
+    def pool(self) -> Pool:
+        if self._pool is None:
+            self._pool = Pool(self.space, self.candidates)
+            self._prior = None
+        return self._pool
 
     def infer_relative_search_space(self, study, trial) -> dict[str, BaseDistribution]:
         return {a: CategoricalDistribution(v) for a, v in self.space.axes.items()}
@@ -91,35 +123,50 @@ class ValidOnlySampler(BaseSampler):
     def sample_relative(self, study, trial: FrozenTrial, search_space) -> dict[str, Any]:
         if trial.system_attrs.get("fixed_params"):  # an enqueued trial: keep its params
             return {}
-        tried = self.tried_keys(study, exclude=trial.number)
-        remaining = [c for c in self.candidates if self.space.key(c) not in tried]
-        if not remaining:
+        pool = self.pool
+        pool.update(study, exclude=trial.number)
+        if pool.untried == 0:
             self.exhausted = True
             return dict(self.candidates[0]) if self.candidates else {}
-        if self.base is None:
-            if self.order == "grid":
-                return dict(remaining[0])
-            return dict(remaining[self._rng.integers(len(remaining))])
-        proposal = self.base.sample_relative(study, trial, search_space)
-        # Other workers started (or even finished) trials while the base sampler thought: drop those too.
-        remaining = self._drop_running(study, trial.number, remaining)
-        if not remaining:
+        row = self._choose(study, trial, search_space, pool)
+        if row is None:
             self.exhausted = True
             return dict(self.candidates[0])
-        if len(proposal) != len(search_space):  # base sampler still in its random start-up
-            return dict(remaining[self._rng.integers(len(remaining))])
-        return self.nearest(proposal, remaining)
+        return pool.decode(pool.codes[row])
+
+    def _choose(self, study, trial: FrozenTrial, search_space, pool: Pool) -> int | None:
+        if self.base is None:
+            if self.order == "grid":
+                found = pool.first_untried(self._cursor)
+                self._cursor = found if found is not None else pool.size
+                return found
+            return _first(pool.random_untried(1, self._rng))
+        if isinstance(self.base, ParzenSearch):
+            return self.base.propose(pool, self._ordered, self.prior_observations())
+        proposal = self.base.sample_relative(study, trial, search_space)
+        pool.update(study, exclude=trial.number)  # other workers started trials while the base sampler thought
+        if len(proposal) != len(search_space) or pool.untried == 0:  # base sampler still in its random start-up
+            return _first(pool.random_untried(1, self._rng))
+        return self.nearest(pool.encode(proposal))
+
+    def prior_observations(self) -> Observations | None:
+        if self._prior is None and self._prior_trials:
+            prior = Pool(self.space, [])
+            for trial in self._prior_trials:
+                prior._read(trial)
+            self._prior = prior.observations
+        return self._prior
 
     def sample_independent(self, study, trial, param_name, param_distribution):
         # Only reached for params outside the space (none in tuner studies).
         return RandomSampler().sample_independent(study, trial, param_name, param_distribution)
 
     def before_trial(self, study, trial) -> None:
-        if self.base is not None:
+        if isinstance(self.base, BaseSampler):
             self.base.before_trial(study, trial)
 
     def after_trial(self, study, trial, state, values) -> None:
-        if self.base is not None:
+        if isinstance(self.base, BaseSampler):
             self.base.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
@@ -129,46 +176,33 @@ class ValidOnlySampler(BaseSampler):
     # -- helpers --------------------------------------------------------------------------
     def trial_key(self, trial: FrozenTrial) -> tuple | None:
         """The config a trial ran or will run (an enqueued trial has only fixed params yet)."""
-        params = trial.params or trial.system_attrs.get("fixed_params") or {}
-        if all(a in params for a in self.space.axis_names):
-            return self.space.key(params)
-        return None
+        params = trial_params(trial, self.space.axis_names)
+        return None if params is None else self.space.key(params)
 
     def tried_keys(self, study: optuna.Study, exclude: int | None = None) -> set[tuple]:
-        trials = optuna_private.cached_trials(study, TRIED_STATES)
-        keys = {self.trial_key(t) for t in trials if t.number != exclude}
-        keys.discard(None)
-        return keys
+        """Configs of this phase's candidates taken by a trial (measured, or in flight)."""
+        pool = self.pool
+        pool.update(study, exclude=exclude)
+        return {self.space.key(pool.decode(code)) for code in pool.codes[pool.tried > 0]}
 
-    def _drop_running(self, study: optuna.Study, number: int, remaining: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        axes = self.space.axis_names
-        busy = set()
-        for t in study.get_trials(deepcopy=False, states=TRIED_STATES[:3]):
-            if t.number != number and all(a in t.params for a in axes):
-                busy.add(tuple(t.params[a] for a in axes))
-        if not busy:
-            return remaining
-        return [c for c in remaining if self.space.key(c) not in busy]
+    def nearest(self, code: Sequence[int]) -> int:
+        """The untried row closest to ``code``: fewest differing axes, then fewest level steps
+        (raw steps: an axis with many values is not favoured); ties at random."""
+        pool = self.pool
+        row = pool.row(code)
+        if row is not None and pool.tried[row] == 0:
+            return row
+        rows = pool.neighbours(code)
+        if not len(rows):
+            rows = pool.random_untried(NEAREST_SAMPLE, self._rng)
+        codes = pool.codes[rows]
+        target = np.asarray(code)
+        differing = (codes != target).sum(axis=1)
+        steps = np.where(self._ordered, np.abs(codes - target), codes != target).sum(axis=1)
+        score = differing * (1 + int(steps.max(initial=0))) + steps
+        best = np.flatnonzero(score == score.min())
+        return int(rows[best[self._rng.integers(len(best))]])
 
-    def nearest(self, proposal: dict[str, Any], remaining: list[dict[str, Any]]) -> dict[str, Any]:
-        """The remaining config closest to ``proposal``; ties broken at random."""
-        best_score, best = None, []
-        for cand in remaining:
-            differing = 0
-            steps = 0.0
-            for axis, value in proposal.items():
-                other = cand[axis]
-                if other == value:
-                    continue
-                differing += 1
-                if axis in self._ordered_axes:
-                    values = self._axis_values[axis]
-                    steps += abs(values.index(other) - values.index(value)) / max(1, len(values) - 1)
-                else:
-                    steps += 1.0
-            score = (differing, steps)
-            if best_score is None or score < best_score:
-                best_score, best = score, [cand]
-            elif score == best_score:
-                best.append(cand)
-        return dict(best[self._rng.integers(len(best))])
+
+def _first(rows: np.ndarray) -> int | None:
+    return int(rows[0]) if len(rows) else None

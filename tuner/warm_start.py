@@ -9,10 +9,12 @@ defaults; in tiered mode, tier-2 defines are held at their defaults as tier 1 re
 from __future__ import annotations
 
 import optuna
-from optuna.trial import TrialState
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner import optuna_private
 from tuner.errors import UserError
+from tuner.results import value_of
 from tuner.space import Space
 
 MARK = "warm_started_from"
@@ -52,12 +54,8 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
     defaults = space.defaults()
     queue = _Queue(study, space)
     for name in source_names:
-        try:
-            source = optuna.load_study(study_name=name, storage=optuna_private.storage_of(study))
-        except KeyError:
-            names = optuna.get_all_study_names(optuna_private.storage_of(study))
-            raise UserError(f"--warm-start: no study {name!r} in this storage; studies there: {', '.join(names) or 'none'}") from None
-        ranked = sorted(source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.value)
+        source = _load_source(study, name)
+        ranked = sorted(source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=value_of)
         taken = 0
         for trial in ranked:
             params = _hold_tier2(space, {a: trial.params.get(a, defaults[a]) for a in space.axes}, tiered)
@@ -69,6 +67,33 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
                     break
     study.set_user_attr(MARK, source_names)
     return queue.queued
+
+
+def _load_source(study: optuna.Study, name: str) -> optuna.Study:
+    try:
+        return optuna.load_study(study_name=name, storage=optuna_private.storage_of(study))
+    except KeyError:
+        names = optuna.get_all_study_names(optuna_private.storage_of(study))
+        raise UserError(f"--warm-start: no study {name!r} in this storage; studies there: {', '.join(names) or 'none'}") from None
+
+
+def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> list[FrozenTrial]:
+    """The finished trials of the source studies, as the sampler's prior: their configs
+    completed with this space's defaults, those with a value this study does not search left out.
+    Values are relative to each source's best, so sources of different speeds mix."""
+    defaults = space.defaults()
+    prior = []
+    for name in source_names:
+        trials = _load_source(study, name).get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        best = min((t.value for t in trials if t.state == TrialState.COMPLETE and t.value), default=1.0)
+        for trial in trials:
+            params = {a: trial.params.get(a, defaults[a]) for a in space.axes}
+            if all(params[a] in values for a, values in space.axes.items()):
+                prior.append(optuna.trial.create_trial(
+                    state=trial.state, value=value_of(trial) / best if trial.state == TrialState.COMPLETE else None,
+                    params=params, distributions={a: CategoricalDistribution(v) for a, v in space.axes.items()},
+                    user_attrs={"status": trial.user_attrs.get("status", "")}))
+    return prior
 
 
 def start_params(space: Space, configs: list[dict], tiered: bool = False, what: str = "[search.start] #{}") -> list[dict]:
