@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--study", type=Path, default=ROOT / "studies" / "example_sgemm.toml")
     p.add_argument("--trials", type=int, default=24)
-    p.add_argument("--compile-s", type=float, default=0.42, help="fake compile time (the issue's NVRTC median)")
+    p.add_argument("--compile-s", type=float, default=0.42, help="fake compile time (a median NVRTC compile of a GEMM config)")
     p.add_argument("--measure-s", type=float, default=0.3, help="fake measurement time")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile processes of the pipelined run")
     p.add_argument("--real-nvrtc", action="store_true", help="compile for real (NVRTC) instead of the fixed delay")

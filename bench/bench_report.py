@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import optuna  # noqa: E402
+import optuna
 
-from dashboards.demo import make_study  # noqa: E402
-from dashboards.report import write_report  # noqa: E402
+from dashboards.demo import make_study
+from dashboards.report import write_report
 
 
 def main() -> int:

@@ -68,7 +68,7 @@ def main() -> int:
         if evaluator is not None:
             evaluator.close()
     print(f"\nours / cuBLAS GEMM-only, {args.regime}, {rows[0]['device']}, "
-          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}")
+          f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d}")
     print(f"{'study':24} {'ratio':>7} {'95% interval':>17} {'ours ms':>8} {'cuBLAS ms':>9} {'pairs':>5} {'MHz':>5} {'W':>5}")
     for r in rows:
         if r["status"] != "ok":

@@ -23,11 +23,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuner.compile import compile_kernel  # noqa: E402
-from tuner.driver import check as ck, kernel_params, launch_config  # noqa: E402
-from tuner.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32  # noqa: E402
-from tuner.spec import DeviceInfo, load_spec  # noqa: E402
-from tuner.worker import CudaBackend  # noqa: E402
+from tuner.compile import compile_kernel
+from tuner.driver import check as ck
+from tuner.driver import kernel_params, launch_config
+from tuner.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32
+from tuner.spec import DeviceInfo, load_spec
+from tuner.worker import CudaBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 WINNER = {"BLOCK_M": 128, "BLOCK_N": 192, "N_STAGES": 4, "PINGPONG": 1, "MMA_INFLIGHT": 2, "SHARED_STAGING": 1,

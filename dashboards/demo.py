@@ -123,11 +123,11 @@ def make_study(storage, name: str, shape: str = "patch_embed", n_trials: int = 3
     t = created
     for number in range(n_trials):
         combo = rng.choice(grid)
-        params = dict(zip(AXES, combo))
+        params = dict(zip(AXES, combo, strict=True))
         rec = _evaluate(params, problem, rng)
         while rec.get("status") == "invalid" and rng.random() < 0.85:  # the sampler mostly
             combo = rng.choice(grid)  # proposes valid configs; a few invalid ones still land
-            params = dict(zip(AXES, combo))
+            params = dict(zip(AXES, combo, strict=True))
             rec = _evaluate(params, problem, rng)
         rec["phase"] = "tier1" if number < n_trials // 3 else "joint"
         start = t

@@ -27,8 +27,9 @@ import re
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import optuna
 import pandas as pd
@@ -160,12 +161,12 @@ class _SnapshotStorage(InMemoryStorage):
         super().__init__()
         self._snapshot = sorted(trials, key=lambda t: t.number)
 
-    def get_all_trials(self, study_id, deepcopy=True, states=None):  # noqa: ARG002
+    def get_all_trials(self, study_id, deepcopy=True, states=None):
         if states is None:
             return list(self._snapshot)
         return [t for t in self._snapshot if t.state in states]
 
-    def get_n_trials(self, study_id, state=None):  # noqa: ARG002
+    def get_n_trials(self, study_id, state=None):
         if state is None:
             return len(self._snapshot)
         states = state if isinstance(state, tuple) else (state,)
@@ -292,7 +293,7 @@ def fig_resources(data: StudyData) -> go.Figure:
         group = _sample(group, SCATTER_MAX_POINTS)
         color = STATUS_COLORS.get(status, "#333333")
         label = status + (" (last block median)" if status == "pruned_slow" else "")
-        text = [f"#{n} {f}" for n, f in zip(group["number"], group["flags"])]
+        text = [f"#{n} {f}" for n, f in zip(group["number"], group["flags"], strict=True)]
         common = dict(mode="markers", name=label, legendgroup=status, text=text,
                       marker=dict(color=color, size=6, opacity=0.75),
                       hovertemplate="%{x}, %{y:.4f} ms<br>%{text}<extra>" + status + "</extra>")
@@ -340,7 +341,7 @@ def fig_failures(data: StudyData) -> go.Figure:
         fig.add_trace(go.Bar(x=group["state"], y=group["count"], name=status, legendgroup=status,
                              marker_color=STATUS_COLORS.get(status, "#333333")), row=1, col=1)
     if not table.empty:
-        labels = [_clip(f"{s}: {r}", 60) for s, r in zip(table["status"], table["reason"])]
+        labels = [_clip(f"{s}: {r}", 60) for s, r in zip(table["status"], table["reason"], strict=True)]
         fig.add_trace(go.Bar(
             x=table["count"][::-1], y=labels[::-1], orientation="h", showlegend=False,
             marker_color=[STATUS_COLORS.get(s, "#333333") for s in table["status"]][::-1],

@@ -8,14 +8,15 @@
 // K-major), FP32 accumulation in tensor memory, plus the fused epilogue chosen by EPILOGUE:
 //   BIAS_POS      (patch_embed)  C = acc + combined[row % SEQ_LEN][col]
 //                 combined = bias + pos_embed, precomputed on the host in the blocked
-//                 layout [ceil(SEQ_LEN/32)][N/32][32][32] (seed experiment F13).
+//                 layout [ceil(SEQ_LEN/32)][N/32][32][32]: each 32-column step reads one
+//                 contiguous 2 KB block, not rows N*2 bytes apart (L1 locality).
 //   BIAS_GELU     (FC1)          C = gelu_tanh(acc + bias[col])
 //                 GELU is the tanh form 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))), computed
 //                 with tanh.approx.f32 (PyTorch's gelu(approximate="tanh")).
 //   BIAS_RESIDUAL (FC2)          C = acc + bias[col] + residual[row][col]   (residual BF16 [M,N])
 // The addend (combined or bias) is BF16 or FP32 as ADD_SOURCE says.
 //
-// Design (the seed's patch_embed_gemm, rebuilt from its description):
+// Design:
 //  * persistent grid of 2-CTA clusters (__cluster_dims__(2,1,1)); a cluster owns a
 //    256 x TN output tile at a time, CTA rank r owns rows 128r..128r+127 of it;
 //  * warp 0: TMA producer (both CTAs): A box 128x128 B and its half of W (TN/2 x 128 B)
@@ -26,10 +27,12 @@
 //    warps the 5th shares lane group 2 with warp 2 and the two split the columns;
 //  * one TMEM allocation of 2*TN columns, double-buffered: the epilogue of tile i runs while
 //    the MMA of tile i+1 fills the other half;
-//  * every epilogue warp polls the mainloop mbarrier itself (seed F7);
+//  * every epilogue warp polls the mainloop mbarrier itself (one poller broadcasting with
+//    bar.sync stalls the others);
 //  * TMEM -> registers with tcgen05.ld.32x32b.x32 (or x16), software-pipelined one chunk
 //    ahead, + addend, -> BF16 -> per-warp SMEM staging -> coalesced 8/16-byte global stores;
-//  * epilogue column bounds are template parameters so every loop unrolls (seed F4).
+//  * epilogue column bounds are template parameters so every loop unrolls (runtime bounds
+//    keep the 5th warp's loops rolled).
 //
 // Self-contained for NVRTC: no headers, inline PTX for tcgen05 / TMA / mbarrier / cluster.
 // Every tunable is an #ifndef-guarded define; every dependent constant is derived below.
@@ -109,7 +112,7 @@
 #define SPEC_SMEM_BYTES 0
 #endif
 
-// ---- fixed by the design (tier 3 in the seed's plan) --------------------------------------
+// ---- fixed by the design (not tunable) ---------------------------------------------------
 #define TM 128              // rows per CTA (TMEM lanes)
 #define TK 128              // K bytes per stage = one 128-byte swizzle atom (FP8)
 #define CTA_GROUP 2
@@ -166,7 +169,7 @@
 #error "TN must be 128 or 256"
 #endif
 #if NUM_EPI_WARPS != 4 && NUM_EPI_WARPS != 5
-#error "NUM_EPI_WARPS must be 4 or 5 (4 TMEM lane groups; a 6th warp is TMEM-bound, seed F3)"
+#error "NUM_EPI_WARPS must be 4 or 5 (4 TMEM lane groups; a 6th warp saturates TMEM reads)"
 #endif
 #if TMEM_LOAD_WIDTH != 16 && TMEM_LOAD_WIDTH != 32
 #error "TMEM_LOAD_WIDTH must be 16 or 32"
@@ -673,7 +676,7 @@ gemm_sm100a(const __grid_constant__ TmaMap tmap_a,   // A [M, K] uint8, box 128 
       tile_coords(t, tm, tn);
       const u32 buf = (u32)local & 1;
       const u32 use = (u32)local >> 1;
-      mbar_wait(mainloop_bar + 8 * buf, use & 1);   // independent polling (seed F7)
+      mbar_wait(mainloop_bar + 8 * buf, use & 1);   // each warp polls for itself (no bar.sync broadcast)
       tc_fence_after();
       const u32 taddr = tmem_base + ((group * 32) << 16) + buf * TN;
       const int row0 = tm * MMA_M + (int)rank * TM + (int)group * 32;

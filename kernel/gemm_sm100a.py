@@ -7,14 +7,16 @@ clusters, TMA maps, dynamic SMEM) so that run needs no new host code.
 C[M,N] (BF16) = A[M,K] (FP8 E4M3, K-major) x W[N,K]^T (FP8 E4M3, K-major) + epilogue:
 
 * ``BIAS_POS``      C = acc + combined[row % SEQ_LEN]   (combined = bias + pos_embed,
-  uploaded in the seed's blocked layout [ceil(S/32), N/32, 32, 32], experiment F13)
+  uploaded in the blocked layout [ceil(S/32), N/32, 32, 32]: each 32-column step of the
+  epilogue reads one contiguous 2 KB block instead of rows N*2 bytes apart)
 * ``BIAS_GELU``     C = gelu_tanh(acc + bias)             (tanh-form GELU)
 * ``BIAS_RESIDUAL`` C = acc + bias + residual             (residual BF16 [M, N])
 
 Constraint model
 ----------------
-``check()`` is the seed's ``is_valid()`` (``seeds/grid_search_design.md``) written for this
-kernel's real SMEM layout, which is the seed's offset chain exactly::
+``check()`` is the grid-search plan's ``is_valid()`` (:func:`grid_plan_is_valid`, the plan's
+tier-1 grid :data:`GRID_PLAN_TIER1`; docs/SM100A.md) written for this kernel's real SMEM
+layout, which is the plan's offset chain exactly::
 
     stages    N_STAGES * (128*128 + (TN/2)*128)      A box 128x128 B + this CTA's half of W
     tmem addr 8
@@ -28,10 +30,10 @@ The kernel derives the same chain with ``#define``s and ``#error``s out if the s
 (passed as ``SPEC_SMEM_BYTES``) differs, so the model, the kernel and ``launch()`` agree for
 every config by construction.
 
-Differences from the seed's ``is_valid()``:
+Differences from :func:`grid_plan_is_valid`:
 
 * SMEM limit 232448 bytes (the B200 opt-in maximum per block, 227 KB), not 233472 (228 KB,
-  the per-SM capacity, which includes 1 KB the driver reserves per block). On the seed's
+  the per-SM capacity, which includes 1 KB the driver reserves per block). On the plan's
   tier-1 grid this rejects nothing more: the largest accepted config uses 231552 bytes and
   the smallest one rejected for SMEM 233600, above both limits (see
   ``tests/test_gemm_sm100a.py``), so both models accept the same 69 of 108 configs (27
@@ -39,21 +41,26 @@ Differences from the seed's ``is_valid()``:
 * Row-group coverage is stated as the hardware rule: warp ``w`` may only read TMEM lanes
   ``32*(w % 4)..+31``, epilogue warps are warps 2..; 4 or 5 of them cover the 4 lane groups
   (the 5th shares group 2 with warp 2 and takes the upper half of the columns).
-* Extra rules the seed's problem never hit: M a multiple of 256 (2-CTA tile), K a multiple
-  of 128 (one swizzle atom per stage), N a multiple of 32 (blocked combined layout), the
-  identifiers of ``EPILOGUE`` / ``ADD_SOURCE`` and the value sets of tier-2 switches.
+* Rules the plan leaves out because patch_embed never breaks them: M a multiple of 256
+  (2-CTA tile), K a multiple of 128 (one swizzle atom per stage), N a multiple of 32 (blocked
+  combined layout), the identifiers of ``EPILOGUE`` / ``ADD_SOURCE`` and the value sets of
+  tier-2 switches.
+
+:data:`INPUT_RULES` (names, types, TN) and then :data:`RULES` (over :meth:`Spec.derive`'s
+sizes too) list what a config must meet, in the order ``check()`` reports the first it breaks.
 
 Post-compile rules (registers <= 255, no spills) are the engine's.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
 from tuner.errors import UserError
 from tuner.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32, random_fp8
+from tuner.rules import Names, Rule, first_violation, one_of
 from tuner.spec import EXPECTED, Buffer, DeviceInfo, KernelSpec, Launch, OutputSpec, ReferenceKernel, Scalar, TensorMap
 
 # fixed by the design
@@ -64,21 +71,21 @@ MMA_M = TM * CTA_GROUP
 MMA_K = 32
 COMB_BLOCK = 32
 MAX_DYN_SMEM_B200 = 232448
-SEED_SMEM_LIMIT = 233472  # the seed's is_valid() limit (228 KB)
+GRID_PLAN_SMEM_LIMIT = 233472  # grid_plan_is_valid()'s limit (228 KB)
 
 EPILOGUES = ("BIAS_POS", "BIAS_GELU", "BIAS_RESIDUAL")
 ADD_SOURCES = ("BF16", "FP32")
 
-#: the seed's tier-1 axes and values (grid_search_design.md)
-SEED_TIER1 = {
+#: the grid-search plan's tier-1 axes and values
+GRID_PLAN_TIER1 = {
     "TN": (128, 256),
     "N_STAGES": (3, 4, 5),
     "NUM_EPI_WARPS": (4, 5),
     "PHASE2_UNROLL": (4, 8, 16),
     "STAGING_ROW_PAD": (0, 16, 32),
 }
-#: the seed's tier-2 switches with this kernel's spelling
-SEED_TIER2 = {
+#: the grid-search plan's tier-2 switches with this kernel's spelling
+GRID_PLAN_TIER2 = {
     "SNAKE_ORDER": (0, 1),
     "TMA_L2_PROMOTION": (0, 1),
     "ADD_SOURCE": ADD_SOURCES,
@@ -91,8 +98,58 @@ def _align(x: int, a: int) -> int:
     return (x + a - 1) // a * a
 
 
-def seed_is_valid(tn: int, n_stages: int, num_epi_warps: int, staging_pad: int) -> tuple[bool, str]:
-    """The seed's ``is_valid()`` verbatim in logic (patch_embed N=768), for comparison."""
+def _integer(key: str) -> Rule:
+    """The rule that ``key`` is an int (a bool is not: ``True`` would pass as 1)."""
+    return Rule(lambda v: isinstance(getattr(v, key), int) and not isinstance(getattr(v, key), bool),
+                key + "={" + key + "!r} must be an integer")
+
+
+_RULE_CONSTANTS = {"MMA_M": MMA_M, "TK": TK, "MAX_DYN_SMEM_B200": MAX_DYN_SMEM_B200}
+
+#: what the config and problem must be before sizes can be derived from them
+INPUT_RULES = (
+    Rule(lambda v: not v.unknown, "unknown parameter(s) {unknown} (this kernel has {known})"),
+    Rule(lambda v: v.problem_error is None, "problem needs integer M, N, K: {problem_error}"),
+    one_of("EPILOGUE", EPILOGUES, "EPILOGUE={EPILOGUE} not one of " + ", ".join(EPILOGUES)),
+    *(_integer(key) for key in ("TN", "N_STAGES", "NUM_EPI_WARPS", "PHASE2_UNROLL", "STAGING_ROW_PAD",
+                                "SNAKE_ORDER", "TMA_L2_PROMOTION", "TMEM_LOAD_WIDTH", "COMBINED_LOAD_VEC")),
+    one_of("TN", (128, 256),
+           "TN={TN}: the MMA is M=256 x N=TN with TN in {{128, 256}} (TMEM 2*TN <= 512, TN/32 in {{4, 8}})"),
+)
+
+#: what a config must meet, over the config, the problem and :meth:`Spec.derive`'s sizes, in report order
+RULES = (
+    Rule(lambda v: v.N_STAGES >= 2, "N_STAGES={N_STAGES} < 2: no overlap of TMA and MMA"),
+    Rule(lambda v: v.threads <= 1024, "threads {threads} > 1024"),
+    Rule(lambda v: v.NUM_EPI_WARPS >= 4,
+         "NUM_EPI_WARPS={NUM_EPI_WARPS} < 4: warp w reads only TMEM lanes 32*(w%4).., lane group(s) never written"),
+    Rule(lambda v: v.NUM_EPI_WARPS <= 5,
+         "NUM_EPI_WARPS={NUM_EPI_WARPS} > 5: the kernel splits columns for a 5th warp only"),
+    one_of("ADD_SOURCE", ADD_SOURCES, "ADD_SOURCE={ADD_SOURCE} not one of " + ", ".join(ADD_SOURCES)),
+    one_of("TMEM_LOAD_WIDTH", (16, 32), "TMEM_LOAD_WIDTH={TMEM_LOAD_WIDTH} not 16 or 32"),
+    one_of("COMBINED_LOAD_VEC", (2, 4), "COMBINED_LOAD_VEC={COMBINED_LOAD_VEC} not 2 (uint2) or 4 (uint4)"),
+    Rule(lambda v: v.SNAKE_ORDER in (0, 1) and v.TMA_L2_PROMOTION in (0, 1),
+         "SNAKE_ORDER and TMA_L2_PROMOTION are 0 or 1"),
+    Rule(lambda v: 1 <= v.PHASE2_UNROLL <= 32, "PHASE2_UNROLL={PHASE2_UNROLL} not in 1..32"),
+    Rule(lambda v: v.STAGING_ROW_PAD >= 0 and v.STAGING_ROW_PAD % 16 == 0,
+         "STAGING_ROW_PAD={STAGING_ROW_PAD} must be a multiple of 16 bytes (v4 staging access)"),
+    Rule(lambda v: v.smem_bytes <= MAX_DYN_SMEM_B200, "SMEM {smem_bytes} > {MAX_DYN_SMEM_B200} (227 KB)"),
+    Rule(lambda v: 32 <= v.tmem_cols <= 512 and v.tmem_cols & (v.tmem_cols - 1) == 0,
+         "TMEM {tmem_cols} columns: must be a power of two in 32..512"),
+    Rule(lambda v: v.M > 0 and v.M % MMA_M == 0, "M={M} not a multiple of {MMA_M} (the 2-CTA tile height)"),
+    Rule(lambda v: v.N % v.TN == 0, "N={N} % TN={TN} != 0"),
+    Rule(lambda v: v.N % COMB_BLOCK == 0, "N={N} not a multiple of 32"),
+    Rule(lambda v: v.K > 0 and v.K % TK == 0, "K={K} not a multiple of {TK}"),
+    one_of("cols_per_thread_full", (4, 8), "COLS_PER_THREAD={cols_per_thread_full} invalid (needs 4 or 8)"),
+    Rule(lambda v: v.NUM_EPI_WARPS != 5 or v.cols_per_thread_split in (4, 8),
+         "split COLS_PER_THREAD={cols_per_thread_split} invalid (needs 4 or 8): "
+         "TN={TN} cannot use the 5th epilogue warp"),
+    Rule(lambda v: v.EPILOGUE != "BIAS_POS" or v.SEQ_LEN > 0, "SEQ_LEN={SEQ_LEN} must be positive"),
+)
+
+
+def grid_plan_is_valid(tn: int, n_stages: int, num_epi_warps: int, staging_pad: int) -> tuple[bool, str]:
+    """The grid-search plan's ``is_valid()`` verbatim in logic (patch_embed N=768), to compare the model with."""
     tk, tm = 128, 128
     threads = 32 * (2 + num_epi_warps)
     if threads > 1024:
@@ -109,7 +166,7 @@ def seed_is_valid(tn: int, n_stages: int, num_epi_warps: int, staging_pad: int) 
     staging_row_bytes = tn * 2 + staging_pad
     staging_warp_bytes = 32 * staging_row_bytes
     smem_total = (off_staging + num_epi_warps * staging_warp_bytes + 127) & ~127
-    if smem_total > SEED_SMEM_LIMIT:
+    if smem_total > GRID_PLAN_SMEM_LIMIT:
         return False, f"SMEM {smem_total} > 228KB"
     if tn * 2 > 512:
         return False, f"TMEM {tn * 2} > 512"
@@ -250,68 +307,27 @@ class Spec(KernelSpec):
             "comb_rows_padded": _align(seq, COMB_BLOCK),
         }
 
-    def check(self, config, problem) -> str | None:
+    def names(self, config, problem) -> Names:
+        """What the rule tables see: constants, problem and config (as given) by name; a problem
+        without integer M, N, K is recorded in ``problem_error`` for the rule that reports it."""
         c = self._cfg(config)
-        unknown = sorted(set(config) - set(self.params))
-        if unknown:
-            return f"unknown parameter(s) {', '.join(unknown)} (this kernel has {', '.join(self.params)})"
         try:
             m, n, k, epilogue, seq = self._prob(problem)
+            problem_error = None
         except (KeyError, ValueError) as exc:
-            return f"problem needs integer M, N, K: {exc}"
-        if epilogue not in EPILOGUES:
-            return f"EPILOGUE={epilogue} not one of {', '.join(EPILOGUES)}"
-        for key in ("TN", "N_STAGES", "NUM_EPI_WARPS", "PHASE2_UNROLL", "STAGING_ROW_PAD",
-                    "SNAKE_ORDER", "TMA_L2_PROMOTION", "TMEM_LOAD_WIDTH", "COMBINED_LOAD_VEC"):
-            if isinstance(c[key], bool) or not isinstance(c[key], int):
-                return f"{key}={c[key]!r} must be an integer"
-        tn, stages, epi = c["TN"], c["N_STAGES"], c["NUM_EPI_WARPS"]
-        if tn not in (128, 256):
-            return f"TN={tn}: the MMA is M=256 x N=TN with TN in {{128, 256}} (TMEM 2*TN <= 512, TN/32 in {{4, 8}})"
-        if stages < 2:
-            return f"N_STAGES={stages} < 2: no overlap of TMA and MMA"
-        threads = 32 * (2 + epi)
-        if threads > 1024:
-            return f"threads {threads} > 1024"
-        if epi < 4:
-            return (f"NUM_EPI_WARPS={epi} < 4: warp w reads only TMEM lanes 32*(w%4).., "
-                    "lane group(s) never written")
-        if epi > 5:
-            return f"NUM_EPI_WARPS={epi} > 5: the kernel splits columns for a 5th warp only"
-        if c["ADD_SOURCE"] not in ADD_SOURCES:
-            return f"ADD_SOURCE={c['ADD_SOURCE']} not one of {', '.join(ADD_SOURCES)}"
-        if c["TMEM_LOAD_WIDTH"] not in (16, 32):
-            return f"TMEM_LOAD_WIDTH={c['TMEM_LOAD_WIDTH']} not 16 or 32"
-        if c["COMBINED_LOAD_VEC"] not in (2, 4):
-            return f"COMBINED_LOAD_VEC={c['COMBINED_LOAD_VEC']} not 2 (uint2) or 4 (uint4)"
-        if c["SNAKE_ORDER"] not in (0, 1) or c["TMA_L2_PROMOTION"] not in (0, 1):
-            return "SNAKE_ORDER and TMA_L2_PROMOTION are 0 or 1"
-        if not 1 <= c["PHASE2_UNROLL"] <= 32:
-            return f"PHASE2_UNROLL={c['PHASE2_UNROLL']} not in 1..32"
-        if c["STAGING_ROW_PAD"] < 0 or c["STAGING_ROW_PAD"] % 16:
-            return f"STAGING_ROW_PAD={c['STAGING_ROW_PAD']} must be a multiple of 16 bytes (v4 staging access)"
-        d = self.derive(config, problem)
-        if d["smem_bytes"] > MAX_DYN_SMEM_B200:
-            return f"SMEM {d['smem_bytes']} > {MAX_DYN_SMEM_B200} (227 KB)"
-        tmem = d["tmem_cols"]
-        if tmem > 512 or tmem & (tmem - 1) or tmem < 32:
-            return f"TMEM {tmem} columns: must be a power of two in 32..512"
-        if m <= 0 or m % MMA_M:
-            return f"M={m} not a multiple of {MMA_M} (the 2-CTA tile height)"
-        if n % tn:
-            return f"N={n} % TN={tn} != 0"
-        if n % COMB_BLOCK:
-            return f"N={n} not a multiple of 32"
-        if k <= 0 or k % TK:
-            return f"K={k} not a multiple of {TK}"
-        if d["cols_per_thread_full"] not in (4, 8):
-            return f"COLS_PER_THREAD={d['cols_per_thread_full']} invalid (needs 4 or 8)"
-        if epi == 5 and d["cols_per_thread_split"] not in (4, 8):
-            return (f"split COLS_PER_THREAD={d['cols_per_thread_split']} invalid (needs 4 or 8): "
-                    f"TN={tn} cannot use the 5th epilogue warp")
-        if epilogue == "BIAS_POS" and seq <= 0:
-            return f"SEQ_LEN={seq} must be positive"
-        return None
+            m = n = k = seq = 0
+            epilogue, problem_error = "", exc
+        return Names(**_RULE_CONSTANTS, M=m, N=n, K=k, EPILOGUE=epilogue, SEQ_LEN=seq, problem_error=problem_error,
+                     **{key: c[key] for key in self.params},
+                     unknown=", ".join(sorted(config.keys() - self.params.keys())), known=", ".join(self.params))
+
+    def check(self, config, problem) -> str | None:
+        names = self.names(config, problem)
+        reason = first_violation(INPUT_RULES, names)
+        if reason is None:  # the sizes are derived from well-formed values only
+            names.__dict__.update(self.derive(config, problem))
+            reason = first_violation(RULES, names)
+        return reason
 
     def defines(self, config, problem):
         merged = super().defines(config, problem)

@@ -7,16 +7,18 @@ C[M,N] (BF16) = A[M,K] (E4M3) x W[N,K]^T (E4M3), FP32 accumulate, then EPILOGUE:
 
 The constraint model below mirrors the kernel's derived constants one for one
 (``SMEM_BYTES`` etc.); tests compile with ``-DEXPECT_SMEM_BYTES=<model>`` so any
-disagreement is a compile error, not a silent wrong launch.
+disagreement is a compile error, not a silent wrong launch. :data:`RULES` lists what a
+config must meet, in the order ``check()`` reports the first rule it breaks.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
-from tuner.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32, E4M3_TO_F32
+from tuner.numerics import E4M3_TO_F32, bf16_to_f32, f32_to_bf16, fp8_to_f32
+from tuner.rules import Names, Rule, first_violation, one_of
 from tuner.spec import (
     EXPECTED,
     Buffer,
@@ -39,10 +41,121 @@ ACC_REG_HEADROOM = 40       # registers a consumer needs beyond its accumulators
 COMBINED_EXT_PAD = 256      # combined_ext rows = SEQ_LEN + this (>= any WG_M)
 REGFILE = 65536
 
+#: the on/off switches among the defines
+FLAGS = ("PINGPONG", "STORE_TMA", "EXTRA_TMA", "SNAKE_ORDER", "BUG_POS_OFF_BY_ONE", "GELU_F16X2", "CLUSTER_RELEASE",
+         "BIAS_ACC", "GELU_H2", "EPI_DIRECT", "SHARED_STAGING", "PREFETCH_A")
+_DEFAULT_DEVICE = DeviceInfo()
+#: constants the rules' messages name
+_RULE_CONSTANTS = {"BLOCK_K": BLOCK_K, "EPILOGUES": EPILOGUES, "WGMMA_N": WGMMA_N, "EPI_SLAB_COLS": EPI_SLAB_COLS,
+                   "ACC_REG_HEADROOM": ACC_REG_HEADROOM, "REGFILE": REGFILE}
 
-def _i(config, key, default):
-    v = config.get(key, default)
-    return int(v)
+#: what a config must meet, in the order ``check()`` reports the first one it breaks
+RULES = (
+    # -- names and values
+    Rule(lambda v: not v.unknown, "unknown parameter(s) {unknown}"),
+    one_of("EPILOGUE", EPILOGUES, "EPILOGUE {EPILOGUE} not one of {EPILOGUES}"),
+    *(one_of(flag, (0, 1), f"{flag} must be 0 or 1") for flag in FLAGS),
+    one_of("DIAG", (0, 1, 2), "DIAG must be 0, 1 (record the SM clock) or 2 (also leave the wgmmas out)"),
+    one_of("MMA_INFLIGHT", (0, 1, 2),
+           "MMA_INFLIGHT must be 0 (drain each k-block), 1 (release one k-block late) or 2 (split release)"),
+    one_of("SPLIT_K32", (1, 2, 3),
+           f"SPLIT_K32 must be 1..{BLOCK_K // 32 - 1} (k32 steps queued before the split release)"),
+    # -- tile shape
+    Rule(lambda v: v.K % BLOCK_K == 0, "K={K} not a multiple of BLOCK_K={BLOCK_K}"),
+    one_of("BLOCK_N", WGMMA_N, "BLOCK_N={BLOCK_N} not a wgmma N the kernel carries {WGMMA_N}"),
+    Rule(lambda v: v.N % v.BLOCK_N == 0 or (v.STORE_TMA and not v.EPI_SLOTS and not v.EPI_DIRECT),
+         "N={N} not a multiple of BLOCK_N={BLOCK_N}: a partial last column block needs STORE_TMA=1, "
+         "EPI_SLOTS=0, EPI_DIRECT=0 (TMA clips the store; fragment stores are not masked)"),
+    Rule(lambda v: v.N % v.BLOCK_N == 0 or v.N % 8 == 0,
+         "partial column block: N={N} must be a multiple of 8 (masks per 8-column group)"),
+    one_of("NUM_CONSUMERS", (1, 2), "NUM_CONSUMERS must be 1 or 2"),
+    Rule(lambda v: not (v.PINGPONG and v.NUM_CONSUMERS == 1),
+         "PINGPONG=1 with one consumer is the same kernel as PINGPONG=0"),
+    Rule(lambda v: 0 < v.BLOCK_M <= 256 and v.BLOCK_M % 64 == 0,
+         "BLOCK_M={BLOCK_M}: multiple of 64, at most 256 (TMA box limit)"),
+    Rule(lambda v: v.M % v.BLOCK_M == 0, "M={M} not a multiple of BLOCK_M={BLOCK_M}"),
+    Rule(lambda v: v.wg_m >= 64 and v.wg_m % 64 == 0, "rows per consumer {wg_m} must be a multiple of 64 (wgmma M)"),
+    Rule(lambda v: v.N_STAGES >= 2, "N_STAGES must be >= 2"),
+    Rule(lambda v: not v.PINGPONG or v.N_STAGES <= v.k_iters,
+         "PINGPONG needs N_STAGES <= K/BLOCK_K = {k_iters} (mbarrier parity)"),
+    # -- clusters. The kernel builds CLUSTER_M=4; the model leaves it out: 30 clusters of 4 fit on an
+    # H200 (120 of 132 SMs) and it measured no faster than CLUSTER_M=1 (docs/experiments/logs/diag_*_h200.log)
+    Rule(lambda v: v.CLUSTER_M != 4, "CLUSTER_M=4 leaves SMs idle (30 clusters of 4 fit on an H200): use 1 or 2"),
+    one_of("CLUSTER_M", (1, 2), "CLUSTER_M must be 1 or 2"),
+    Rule(lambda v: v.tiles_m % v.CLUSTER_M == 0, "{tiles_m} row blocks do not pair up in clusters of {CLUSTER_M}"),
+    Rule(lambda v: v.w_box_rows % 8 == 0, "W slice of {w_box_rows} rows per cluster CTA is not whole 8-row groups"),
+    Rule(lambda v: v.GROUP_M >= 1, "GROUP_M must be >= 1"),
+    # -- registers
+    Rule(lambda v: all(24 <= regs <= 256 and regs % 8 == 0 for regs in (v.PRODUCER_REGS, v.CONSUMER_REGS)),
+         "setmaxnreg values must be multiples of 8 in [24, 256]"),
+    Rule(lambda v: v.regfile <= REGFILE, "registers after setmaxnreg {regfile} > {REGFILE}"),
+    Rule(lambda v: v.acc_regs <= v.CONSUMER_REGS - ACC_REG_HEADROOM,
+         "{acc_regs} accumulator registers per thread leave less than "
+         "{ACC_REG_HEADROOM} of CONSUMER_REGS={CONSUMER_REGS} (ptxas spills)"),
+    # ptxas (sweep of every accepted 192-accumulator config, 2026-11-21): with 192 accumulators the
+    # epilogue's bias words and temporaries do not fit for BIAS_GELU / BIAS_RESIDUAL (spills of 8-512 B,
+    # e.g. ping-pong 128x192 GELU 428 B) unless the bias is folded into the accumulator start (BIAS_ACC=1);
+    # one patch_embed path (1 consumer, 128x192, multicast, MMA_INFLIGHT=1, fragment stores) spills 56 B.
+    Rule(lambda v: v.acc_regs < 192 or v.EPILOGUE == "BIAS_POS" or v.BIAS_ACC or v.EPI_DIRECT,
+         "{acc_regs} accumulators + the {EPILOGUE} epilogue's bias words spill (ptxas): "
+         "needs BIAS_ACC=1 (bias folded into the accumulator start)"),
+    Rule(lambda v: not (v.acc_regs >= 192 and v.EPILOGUE == "BIAS_POS" and v.NUM_CONSUMERS == 1 and v.CLUSTER_M == 2
+                        and v.MMA_INFLIGHT and v.STORE_TMA and not v.EXTRA_TMA),
+         "192 accumulators, 1 consumer, CLUSTER_M=2, MMA_INFLIGHT>0, TMA-store staging: ptxas spills 56 B"),
+    # ptxas sweep of the split-release / shared-staging configs (2026-11-21): with the operand read from
+    # global per word in the epilogue (STORE_TMA=1, EXTRA_TMA=0), 160 accumulators + the 32-column
+    # register tail spill 16-48 B, and 192 accumulators of a 128-row consumer tile with MMA_INFLIGHT=2 36 B
+    Rule(lambda v: not (v.operand_from_global and v.acc_regs >= 160 and v.BLOCK_N % EPI_SLAB_COLS),
+         "{acc_regs} accumulators + the 32-column register tail with the {EPILOGUE} operand read from "
+         "global spill (ptxas): needs EXTRA_TMA=1"),
+    Rule(lambda v: not (v.operand_from_global and v.acc_regs >= 192 and not v.PINGPONG and v.MMA_INFLIGHT == 2),
+         "192 accumulators, MMA_INFLIGHT=2, operand read from global in the epilogue: ptxas spills 36 B"),
+    # -- epilogue staging
+    Rule(lambda v: not v.STORE_TMA or v.BLOCK_N % EPI_SLAB_COLS in (0, 32),
+         "STORE_TMA=1 needs BLOCK_N % {EPI_SLAB_COLS} in (0, 32) (store boxes + a 32-column register tail)"),
+    Rule(lambda v: not (v.STORE_TMA and v.BLOCK_N % EPI_SLAB_COLS and v.BLOCK_N < 2 * EPI_SLAB_COLS),
+         "STORE_TMA=1 with BLOCK_N={BLOCK_N}: a third of the columns would take the 32-column register tail "
+         "(kept out of the space; the tail is meant for BLOCK_N=160)"),
+    Rule(lambda v: not v.EXTRA_TMA or v.STORE_TMA,
+         "EXTRA_TMA=1 needs STORE_TMA=1 (the operand lands in the staging tile)"),
+    Rule(lambda v: not v.EXTRA_TMA or v.EPILOGUE != "BIAS_GELU", "EXTRA_TMA has no operand to load for BIAS_GELU"),
+    Rule(lambda v: v.EPILOGUE != "BIAS_POS" or v.wg_m <= COMBINED_EXT_PAD, "combined_ext too short for WG_M"),
+    Rule(lambda v: not v.SHARED_STAGING or (v.PINGPONG and v.STORE_TMA and not v.EPI_SLOTS and not v.EPI_DIRECT),
+         "SHARED_STAGING=1 (one staging tile for the two ping-pong consumers, stored by a producer thread) "
+         "needs PINGPONG=1, STORE_TMA=1, EPI_SLOTS=0, EPI_DIRECT=0"),
+    Rule(lambda v: not v.EPI_DIRECT or not (v.STORE_TMA or v.EXTRA_TMA or v.EPI_SLOTS),
+         "EPI_DIRECT=1 (no staging: operand in the accumulator start, 16-byte stores) "
+         "needs STORE_TMA=0, EXTRA_TMA=0, EPI_SLOTS=0"),
+    Rule(lambda v: (not v.EPI_DIRECT or v.EPILOGUE == "BIAS_GELU"
+                    or v.acc_regs + v.direct_held_regs <= v.CONSUMER_REGS - ACC_REG_HEADROOM),
+         "EPI_DIRECT: {acc_regs} accumulators + {direct_held_regs} prefetched operand registers leave "
+         "less than {ACC_REG_HEADROOM} of CONSUMER_REGS={CONSUMER_REGS} (ptxas spills)"),
+    one_of("EPI_SLOTS", (0, 1, 2, 3, 4), "EPI_SLOTS must be 0..4"),
+    Rule(lambda v: not v.EPI_SLOTS or (v.STORE_TMA and not v.EXTRA_TMA),
+         "EPI_SLOTS > 0 (staging ring) needs STORE_TMA=1 and EXTRA_TMA=0"),
+    Rule(lambda v: not v.EPI_SLOTS or v.acc_regs + v.ring_held_regs <= v.CONSUMER_REGS - ACC_REG_HEADROOM,
+         "EPI_SLOTS: {acc_regs} accumulators + {ring_held_regs} prefetched operand registers leave "
+         "less than {ACC_REG_HEADROOM} of CONSUMER_REGS={CONSUMER_REGS} (ptxas spills)"),
+    Rule(lambda v: not v.EPI_SLOTS or v.BLOCK_N % EPI_SLAB_COLS == 0,
+         "EPI_SLOTS > 0 needs BLOCK_N % {EPI_SLAB_COLS} == 0"),
+    Rule(lambda v: v.EPI_SLOTS <= v.BLOCK_N // EPI_SLAB_COLS,
+         "EPI_SLOTS={EPI_SLOTS} > BLOCK_N/{EPI_SLAB_COLS} slabs of a tile"),
+    # -- epilogue math
+    Rule(lambda v: not v.GELU_F16X2 or v.EPILOGUE == "BIAS_GELU", "GELU_F16X2 applies to EPILOGUE=BIAS_GELU only"),
+    Rule(lambda v: not v.BIAS_ACC or v.EPILOGUE != "BIAS_POS",
+         "BIAS_ACC folds bias[col] into the accumulator: BIAS_GELU / BIAS_RESIDUAL only"),
+    Rule(lambda v: not v.GELU_H2 or v.EPILOGUE == "BIAS_GELU", "GELU_H2 applies to EPILOGUE=BIAS_GELU only"),
+    Rule(lambda v: not (v.GELU_H2 and v.GELU_F16X2), "GELU_H2 and GELU_F16X2 are two forms of the same GELU: pick one"),
+    one_of("EPI_BATCH", (0, 4, 8, 16, 32), "EPI_BATCH must be 0, 4, 8, 16 or 32"),
+    Rule(lambda v: not v.EPI_BATCH or v.EXTRA_TMA,
+         "EPI_BATCH reads the staged EXTRA_TMA operand ahead: needs EXTRA_TMA=1"),
+    Rule(lambda v: not v.EPI_BATCH or v.staged_groups % v.EPI_BATCH == 0,
+         "EPI_BATCH={EPI_BATCH} does not divide the {staged_groups} staged column groups of a fragment row"),
+    one_of("L2_PROMO", (0, 64, 128, 256), "L2_PROMO must be 0, 64, 128 or 256"),
+    # -- resources
+    Rule(lambda v: v.smem_bytes <= v.max_smem, "shared memory {smem_bytes} B > {max_smem} B"),
+    Rule(lambda v: v.total_tiles >= 1, "no tiles"),
+)
 
 
 class Spec(KernelSpec):
@@ -87,10 +200,9 @@ class Spec(KernelSpec):
     atol = 2e-2
 
     # -- helpers ------------------------------------------------------------------------
-    def _cfg(self, config):
-        c = dict(self.params)
-        c.update(config)
-        return c
+    def _ints(self, config) -> dict[str, int]:
+        """Every define, ``config`` over the defaults, as the integer the kernel sees."""
+        return {key: int(config.get(key, default)) for key, default in self.params.items()}
 
     @staticmethod
     def _prob(problem):
@@ -101,22 +213,26 @@ class Spec(KernelSpec):
 
     # -- constraint model ---------------------------------------------------------------
     def derive(self, config, problem):
-        c = self._cfg(config)
         M, N, K, epi, seq = self._prob(problem)
-        bm, bn, st, nc = (_i(c, k, 0) for k in ("BLOCK_M", "BLOCK_N", "N_STAGES", "NUM_CONSUMERS"))
-        pp, store_tma, extra_tma = _i(c, "PINGPONG", 0), _i(c, "STORE_TMA", 1), _i(c, "EXTRA_TMA", 0)
+        return self._sizes(self._ints(config), M, N, K, epi)
+
+    @staticmethod
+    def _sizes(c, M: int, N: int, K: int, epi: str) -> dict[str, int]:
+        bm, bn, st, nc = c["BLOCK_M"], c["BLOCK_N"], c["N_STAGES"], c["NUM_CONSUMERS"]
+        pp, store_tma, extra_tma, cm = c["PINGPONG"], c["STORE_TMA"], c["EXTRA_TMA"], c["CLUSTER_M"]
         wg_m = bm if pp else (bm // nc if nc else 0)
         stage_bytes = (bm + bn) * BLOCK_K
-        slots = _i(c, "EPI_SLOTS", 0)
+        slots = c["EPI_SLOTS"]
         # EPI_SLOTS=R > 0: a ring of R 64-column slabs per consumer instead of the whole tile
         # whole tile: the whole 64-column slabs only (BLOCK_N % 64 == 32: the 32-column tail is stored from registers)
         staging_per_wg = wg_m * EPI_SLAB_COLS * 2 * slots if slots else wg_m * (bn // EPI_SLAB_COLS) * EPI_SLAB_COLS * 2
-        shared = _i(c, "SHARED_STAGING", 0)   # ping-pong: one staging tile for both consumers + a STG_FULL barrier
+        shared = c["SHARED_STAGING"]   # ping-pong: one staging tile for both consumers + a STG_FULL barrier
         staging = (1 if shared else nc) * staging_per_wg if (store_tma or extra_tma) else 0
         barrier_bytes = 8 * (2 * st + 2 * nc + shared)
         smem = SMEM_ALIGN + st * stage_bytes + staging + barrier_bytes
         tiles_m = M // bm if bm else 0
         tiles_n = -(-N // bn) if bn else 0   # ceil: a partial last column block (kernel PARTIAL_N)
+        carries_operand = epi != "BIAS_GELU"
         return {
             "threads": 128 * (nc + 1),
             "wg_m": wg_m,
@@ -130,165 +246,45 @@ class Spec(KernelSpec):
             "tiles_m": tiles_m,
             "tiles_n": tiles_n,
             "total_tiles": tiles_m * tiles_n,
-            "regfile": _i(c, "PRODUCER_REGS", 40) * 128 + _i(c, "CONSUMER_REGS", 232) * 128 * nc,
+            "regfile": c["PRODUCER_REGS"] * 128 + c["CONSUMER_REGS"] * 128 * nc,
+            # rows of W each CTA of a cluster loads (W is multicast across the cluster)
+            "w_box_rows": bn // cm if cm else 0,
+            # the epilogue reads the BIAS_POS / BIAS_RESIDUAL operand from global memory, word by word
+            "operand_from_global": int(bool(store_tma and not extra_tma and carries_operand)),
+            # registers EPI_DIRECT holds the next tile's operand words in, beside the accumulators
+            "direct_held_regs": (wg_m // 64) * 2 * (bn // 8),
+            # registers the EPI_SLOTS ring holds the next slab's operand words (2 slabs x rows x 8) and bias words in
+            "ring_held_regs": 2 * (wg_m // 64) * 2 * 8 * carries_operand + 16 * (epi != "BIAS_POS"),
+            # fragment column groups of a row that go through the staging tile
+            "staged_groups": (bn // EPI_SLAB_COLS) * 8,
         }
 
-    def check(self, config, problem, device: DeviceInfo | None = None):
-        c = self._cfg(config)
+    def names(self, config, problem, device: DeviceInfo | None = None) -> Names:
+        """What :data:`RULES` see: constants, problem, config (as ints) and derived sizes by name."""
+        c = self._ints(config)
         M, N, K, epi, seq = self._prob(problem)
-        dev = device or DeviceInfo()
-        unknown = sorted(set(config) - set(self.params))
-        if unknown:
-            return f"unknown parameter(s) {unknown}"
-        if epi not in EPILOGUES:
-            return f"EPILOGUE {epi} not one of {EPILOGUES}"
-        bm, bn, st, nc = (_i(c, k, 0) for k in ("BLOCK_M", "BLOCK_N", "N_STAGES", "NUM_CONSUMERS"))
-        pp, store_tma, extra_tma = _i(c, "PINGPONG", 0), _i(c, "STORE_TMA", 1), _i(c, "EXTRA_TMA", 0)
-        creg, preg = _i(c, "CONSUMER_REGS", 232), _i(c, "PRODUCER_REGS", 40)
-        for flag in ("PINGPONG", "STORE_TMA", "EXTRA_TMA", "SNAKE_ORDER", "BUG_POS_OFF_BY_ONE",
-                     "GELU_F16X2", "CLUSTER_RELEASE", "BIAS_ACC", "GELU_H2", "EPI_DIRECT", "SHARED_STAGING", "PREFETCH_A"):
-            if _i(c, flag, 0) not in (0, 1):
-                return f"{flag} must be 0 or 1"
-        if _i(c, "DIAG", 0) not in (0, 1, 2):
-            return "DIAG must be 0, 1 (record the SM clock) or 2 (also leave the wgmmas out)"
-        if _i(c, "MMA_INFLIGHT", 0) not in (0, 1, 2):
-            return "MMA_INFLIGHT must be 0 (drain each k-block), 1 (release one k-block late) or 2 (split release)"
-        if _i(c, "SPLIT_K32", 1) not in (1, 2, 3):
-            return f"SPLIT_K32 must be 1..{BLOCK_K // 32 - 1} (k32 steps queued before the split release)"
-        if K % BLOCK_K:
-            return f"K={K} not a multiple of BLOCK_K={BLOCK_K}"
-        if bn not in WGMMA_N:
-            return f"BLOCK_N={bn} not a wgmma N the kernel carries {WGMMA_N}"
-        if N % bn and not (_i(c, "STORE_TMA", 1) and not _i(c, "EPI_SLOTS", 0) and not _i(c, "EPI_DIRECT", 0)):
-            return (f"N={N} not a multiple of BLOCK_N={bn}: a partial last column block needs STORE_TMA=1, "
-                    "EPI_SLOTS=0, EPI_DIRECT=0 (TMA clips the store; fragment stores are not masked)")
-        if N % bn and N % 8:
-            return f"partial column block: N={N} must be a multiple of 8 (masks per 8-column group)"
-        if nc not in (1, 2):
-            return "NUM_CONSUMERS must be 1 or 2"
-        if pp and nc == 1:
-            return "PINGPONG=1 with one consumer is the same kernel as PINGPONG=0"
-        if bm <= 0 or bm % 64 or bm > 256:
-            return f"BLOCK_M={bm}: multiple of 64, at most 256 (TMA box limit)"
-        if M % bm:
-            return f"M={M} not a multiple of BLOCK_M={bm}"
-        d = self.derive(c, problem)
-        if d["wg_m"] % 64 or d["wg_m"] < 64:
-            return f"rows per consumer {d['wg_m']} must be a multiple of 64 (wgmma M)"
-        if st < 2:
-            return "N_STAGES must be >= 2"
-        if pp and st > K // BLOCK_K:
-            return f"PINGPONG needs N_STAGES <= K/BLOCK_K = {K // BLOCK_K} (mbarrier parity)"
-        cm = _i(c, "CLUSTER_M", 1)
-        if cm == 4:   # the kernel builds it; kept out of the model: 30 clusters of 4 fit on an H200 (120 of 132
-            # SMs) and it measured no faster than CLUSTER_M=1 (docs/experiments/logs/diag_*_h200.log)
-            return "CLUSTER_M=4 leaves SMs idle (30 clusters of 4 fit on an H200): use 1 or 2"
-        if cm not in (1, 2):
-            return "CLUSTER_M must be 1 or 2"
-        if d["tiles_m"] % cm:
-            return f"{d['tiles_m']} row blocks do not pair up in clusters of {cm}"
-        if (bn // cm) % 8:
-            return f"W slice of {bn // cm} rows per cluster CTA is not whole 8-row groups"
-        if _i(c, "GROUP_M", 1) < 1:
-            return "GROUP_M must be >= 1"
-        if not (24 <= preg <= 256 and preg % 8 == 0 and 24 <= creg <= 256 and creg % 8 == 0):
-            return "setmaxnreg values must be multiples of 8 in [24, 256]"
-        if d["regfile"] > REGFILE:
-            return f"registers after setmaxnreg {d['regfile']} > {REGFILE}"
-        if d["acc_regs"] > creg - ACC_REG_HEADROOM:
-            return (f"{d['acc_regs']} accumulator registers per thread leave less than "
-                    f"{ACC_REG_HEADROOM} of CONSUMER_REGS={creg} (ptxas spills)")
-        # ptxas (sweep of every accepted 192-accumulator config, 2026-11-21): with 192 accumulators the
-        # epilogue's bias words and temporaries do not fit for BIAS_GELU / BIAS_RESIDUAL (spills of 8-512 B,
-        # e.g. ping-pong 128x192 GELU 428 B) unless the bias is folded into the accumulator start (BIAS_ACC=1);
-        # one patch_embed path (1 consumer, 128x192, multicast, MMA_INFLIGHT=1, fragment stores) spills 56 B.
-        direct = _i(c, "EPI_DIRECT", 0)
-        if d["acc_regs"] >= 192 and epi != "BIAS_POS" and not (_i(c, "BIAS_ACC", 0) or direct):
-            return (f"{d['acc_regs']} accumulators + the {epi} epilogue's bias words spill (ptxas): "
-                    "needs BIAS_ACC=1 (bias folded into the accumulator start)")
-        if (d["acc_regs"] >= 192 and epi == "BIAS_POS" and nc == 1 and cm == 2 and _i(c, "MMA_INFLIGHT", 0)
-                and store_tma and not extra_tma):
-            return "192 accumulators, 1 consumer, CLUSTER_M=2, MMA_INFLIGHT>0, TMA-store staging: ptxas spills 56 B"
-        # ptxas sweep of the split-release / shared-staging configs (2026-11-21): with the operand read from
-        # global per word in the epilogue (STORE_TMA=1, EXTRA_TMA=0), 160 accumulators + the 32-column
-        # register tail spill 16-48 B, and 192 accumulators of a 128-row consumer tile with MMA_INFLIGHT=2 36 B
-        operand_from_global = store_tma and not extra_tma and epi != "BIAS_GELU"
-        if operand_from_global and d["acc_regs"] >= 160 and bn % EPI_SLAB_COLS:
-            return (f"{d['acc_regs']} accumulators + the 32-column register tail with the {epi} operand read from "
-                    "global spill (ptxas): needs EXTRA_TMA=1")
-        if operand_from_global and d["acc_regs"] >= 192 and not pp and _i(c, "MMA_INFLIGHT", 0) == 2:
-            return "192 accumulators, MMA_INFLIGHT=2, operand read from global in the epilogue: ptxas spills 36 B"
-        if store_tma and bn % EPI_SLAB_COLS not in (0, 32):
-            return f"STORE_TMA=1 needs BLOCK_N % {EPI_SLAB_COLS} in (0, 32) (store boxes + a 32-column register tail)"
-        if store_tma and bn % EPI_SLAB_COLS and bn < 2 * EPI_SLAB_COLS:
-            return (f"STORE_TMA=1 with BLOCK_N={bn}: a third of the columns would take the 32-column register tail "
-                    "(kept out of the space; the tail is meant for BLOCK_N=160)")
-        if extra_tma and not store_tma:
-            return "EXTRA_TMA=1 needs STORE_TMA=1 (the operand lands in the staging tile)"
-        if extra_tma and epi == "BIAS_GELU":
-            return "EXTRA_TMA has no operand to load for BIAS_GELU"
-        if epi == "BIAS_POS" and d["wg_m"] > COMBINED_EXT_PAD:
-            return "combined_ext too short for WG_M"
-        slots = _i(c, "EPI_SLOTS", 0)
-        if _i(c, "SHARED_STAGING", 0) and not (pp and store_tma and not slots and not direct):
-            return ("SHARED_STAGING=1 (one staging tile for the two ping-pong consumers, stored by a producer thread) "
-                    "needs PINGPONG=1, STORE_TMA=1, EPI_SLOTS=0, EPI_DIRECT=0")
-        if direct and (store_tma or extra_tma or slots):
-            return "EPI_DIRECT=1 (no staging: operand in the accumulator start, 16-byte stores) needs STORE_TMA=0, EXTRA_TMA=0, EPI_SLOTS=0"
-        if direct and epi != "BIAS_GELU":
-            # the next tile's operand words are held in registers next to the accumulators
-            held = (d["wg_m"] // 64) * 2 * (bn // 8)
-            if d["acc_regs"] + held > creg - ACC_REG_HEADROOM:
-                return (f"EPI_DIRECT: {d['acc_regs']} accumulators + {held} prefetched operand registers leave "
-                        f"less than {ACC_REG_HEADROOM} of CONSUMER_REGS={creg} (ptxas spills)")
-        if slots not in (0, 1, 2, 3, 4):
-            return "EPI_SLOTS must be 0..4"
-        if slots and not (store_tma and not extra_tma):
-            return "EPI_SLOTS > 0 (staging ring) needs STORE_TMA=1 and EXTRA_TMA=0"
-        if slots:
-            # the ring epilogue holds the next slab's operand words (2 slabs x rows x 8) and bias words
-            held = 2 * (d["wg_m"] // 64) * 2 * 8 * (epi != "BIAS_GELU") + 16 * (epi != "BIAS_POS")
-            if d["acc_regs"] + held > creg - ACC_REG_HEADROOM:
-                return (f"EPI_SLOTS: {d['acc_regs']} accumulators + {held} prefetched operand registers leave "
-                        f"less than {ACC_REG_HEADROOM} of CONSUMER_REGS={creg} (ptxas spills)")
-        if slots and bn % EPI_SLAB_COLS:
-            return f"EPI_SLOTS > 0 needs BLOCK_N % {EPI_SLAB_COLS} == 0"
-        if slots and slots > bn // EPI_SLAB_COLS:
-            return f"EPI_SLOTS={slots} > BLOCK_N/{EPI_SLAB_COLS} slabs of a tile"
-        if _i(c, "GELU_F16X2", 0) and epi != "BIAS_GELU":
-            return "GELU_F16X2 applies to EPILOGUE=BIAS_GELU only"
-        if _i(c, "BIAS_ACC", 0) and epi == "BIAS_POS":
-            return "BIAS_ACC folds bias[col] into the accumulator: BIAS_GELU / BIAS_RESIDUAL only"
-        if _i(c, "GELU_H2", 0) and epi != "BIAS_GELU":
-            return "GELU_H2 applies to EPILOGUE=BIAS_GELU only"
-        if _i(c, "GELU_H2", 0) and _i(c, "GELU_F16X2", 0):
-            return "GELU_H2 and GELU_F16X2 are two forms of the same GELU: pick one"
-        batch = _i(c, "EPI_BATCH", 0)
-        if batch not in (0, 4, 8, 16, 32):
-            return "EPI_BATCH must be 0, 4, 8, 16 or 32"
-        if batch and not extra_tma:
-            return "EPI_BATCH reads the staged EXTRA_TMA operand ahead: needs EXTRA_TMA=1"
-        staged_j = (bn // EPI_SLAB_COLS) * 8   # fragment groups that go through the staging tile
-        if batch and staged_j % batch:
-            return f"EPI_BATCH={batch} does not divide the {staged_j} staged column groups of a fragment row"
-        if _i(c, "L2_PROMO", 0) not in (0, 64, 128, 256):
-            return "L2_PROMO must be 0, 64, 128 or 256"
-        if d["smem_bytes"] > dev.max_smem_per_block:
-            return f"shared memory {d['smem_bytes']} B > {dev.max_smem_per_block} B"
-        if d["total_tiles"] < 1:
-            return "no tiles"
-        return None
+        return Names(
+            **_RULE_CONSTANTS,
+            M=M, N=N, K=K, EPILOGUE=epi, SEQ_LEN=seq,
+            **c,
+            **self._sizes(c, M, N, K, epi),
+            unknown=sorted(config.keys() - self.params.keys()),
+            max_smem=(device or _DEFAULT_DEVICE).max_smem_per_block,
+        )
+
+    def check(self, config, problem, device: DeviceInfo | None = None):
+        return first_violation(RULES, self.names(config, problem, device))
 
     # -- launch -------------------------------------------------------------------------
     def launch(self, config, problem, device: DeviceInfo):
-        c = self._cfg(config)
+        c = self._ints(config)
         M, N, K, epi, seq = self._prob(problem)
-        d = self.derive(c, problem)
-        bm, bn, wg_m = _i(c, "BLOCK_M", 0), _i(c, "BLOCK_N", 0), d["wg_m"]
-        l2 = _i(c, "L2_PROMO", 0)
+        d = self._sizes(c, M, N, K, epi)
+        bm, wg_m = c["BLOCK_M"], d["wg_m"]
+        l2 = c["L2_PROMO"]
         tm_a = TensorMap("A", "uint8", (M, K), (bm, BLOCK_K), 128, l2)
-        cm = _i(c, "CLUSTER_M", 1)
-        tm_b = TensorMap("W", "uint8", (N, K), (bn // cm, BLOCK_K), 128, l2)
+        cm = c["CLUSTER_M"]
+        tm_b = TensorMap("W", "uint8", (N, K), (d["w_box_rows"], BLOCK_K), 128, l2)
         tm_c = TensorMap("C", "bfloat16", (M, N), (wg_m, EPI_SLAB_COLS), 128, 0)
         if epi == "BIAS_POS":
             tm_x = TensorMap("combined_ext", "bfloat16", (seq + COMBINED_EXT_PAD, N), (wg_m, EPI_SLAB_COLS), 128, 0)
@@ -411,7 +407,7 @@ def gemm_reference_kernel(M: int, N: int, K: int, epilogue: str, seq: int, bias:
                           addend: str | None) -> ReferenceKernel:
     """The plain FP32 reference of an FP8 GEMM + epilogue: v = A W^T (+ bias[col])
     (+ addend[row % rows, col]), then GELU for BIAS_GELU; ``addend`` rows: SEQ_LEN
-    (a position table) or M (a residual). Shared by the sm_90a and sm_100a specs."""
+    (a position table) or M (a residual)."""
     tile = 128   # REF_TILE of the .cu
     addend_rows = seq if epilogue == "BIAS_POS" else M
     pointer = lambda name: Buffer(name) if name else Scalar("uint64", 0)  # noqa: E731

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_backend import FakeBackend  # noqa: E402
+from fake_backend import FakeBackend
 
 
 class MarkingBackend(FakeBackend):

@@ -9,19 +9,20 @@ Passwords in storage URLs never appear in output, reports or stored notes.
 from __future__ import annotations
 
 import json
-import re
+import sqlite3
+from pathlib import Path
 
 import optuna
 import pytest
 
-from tuner import optuna_private
+from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
+from tuner import options
 from tuner.errors import UserError
 from tuner.gpu import GpuEvaluator, arch_matches
 from tuner.spec import load_spec
 from tuner.storage import open_storage
 from tuner.study_file import MeasureSettings
 from tuner.supervisor import Supervisor
-from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
 
 GOOD = f"""
 [study]
@@ -70,17 +71,36 @@ STUDY_FILE_CASES = [
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """A store holding a finished replay study: every case must leave it as it was."""
+    """A store holding a finished replay study: every case must leave it as it was, byte for byte."""
     folder = tmp_path_factory.mktemp("store")
     url = f"sqlite:///{folder / 'kept.db'}"
     result = tuner("run", "--replay", PNPOLY, "--storage", url, "--study-name", "kept", "--trials", 6, "--seed", 2, "--json")
     assert result.returncode == 0, result.stderr
+    with sqlite3.connect(folder / "kept.db") as conn:  # the write-ahead log into the file: its bytes are the store
+        conn.execute("pragma wal_checkpoint(truncate)")
     return url, snapshot(url)
 
 
-def snapshot(url: str) -> list[tuple]:
-    study = optuna.load_study(study_name="kept", storage=open_storage(url))
-    return [(t.number, t.state, t.value, sorted(t.params.items()), sorted(t.user_attrs.items())) for t in study.trials]
+class Snapshot(list):
+    """A store's trials and its file's bytes: ``==`` compares both."""
+
+    def __init__(self, rows: list[tuple], data: bytes):
+        super().__init__(rows)
+        self.data = data
+
+    def __eq__(self, other) -> bool:
+        return list.__eq__(self, other) and self.data == getattr(other, "data", None)
+
+
+def snapshot(url: str) -> Snapshot:
+    path = url[len("sqlite:///"):]
+    data = open(path, "rb").read()
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        rows = conn.execute("select t.number, t.state, v.value, p.param_name, p.param_value from trials t "
+                            "left join trial_values v on v.trial_id = t.trial_id "
+                            "left join trial_params p on p.trial_id = t.trial_id order by t.number, p.param_name").fetchall()
+        attrs = conn.execute("select trial_id, key, value_json from trial_user_attributes order by trial_id, key").fetchall()
+    return Snapshot(rows + attrs, data)
 
 
 def assert_one_line_exit_2(result, fragment: str) -> str:
@@ -248,28 +268,452 @@ def test_sqlite_refused_for_workers_before_anything_runs(tmp_path, store):
 # -- passwords ---------------------------------------------------------------------------------------------------
 
 
-def test_password_never_printed_stored_or_reported(tmp_path, postgres_url, unique_name):
-    """Trust auth ignores the password, so a URL with one really connects: look everywhere."""
-    secret = "pw-" + unique_name
-    url = re.sub(r"://([^@/]+)@", rf"://\1:{secret}@", postgres_url)
-    assert secret in url
+#: the four ways a password is written in a storage URL ({} is where the secret goes; trust
+#: auth ignores it, so each URL really connects)
+PASSWORD_FORMS = {
+    "user:password": ("postgresql+psycopg://postgres:{}@127.0.0.1:5432/test", "{}"),
+    "?password=": ("postgresql+psycopg://postgres@127.0.0.1:5432/test?password={}", "{}"),
+    "empty user": ("postgresql+psycopg://:{}@127.0.0.1:5432/test", "{}"),
+    "@ percent-encoded": ("postgresql+psycopg://postgres:{}%40tail@127.0.0.1:5432/test", "{}@tail"),
+}
+
+
+def _database_text(url: str) -> str:
+    """Every row of every table of the study database, as text."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            tables = [name for (name,) in conn.execute(sqlalchemy.text(
+                "select table_name from information_schema.tables where table_schema = 'public'"))]
+            return "\n".join(str(row) for t in tables for row in conn.execute(sqlalchemy.text(f'select * from "{t}"')))
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("form", list(PASSWORD_FORMS))
+def test_password_never_printed_stored_or_reported(form, tmp_path, postgres_url, unique_name):
+    """Every command that takes the URL, in text and --json, its files and the database's rows."""
+    secret = "pw" + unique_name[2:]
+    template, decoded = PASSWORD_FORMS[form]
+    url = template.format(secret)
+    secrets = {secret, decoded.format(secret), url.split("://")[1].split("@")[0]} - {"postgres"}
+    name = unique_name
+    commands = [
+        ("run", "--replay", PNPOLY, "--study-name", name, "--trials", 3, "--json"),
+        ("run", "--replay", PNPOLY, "--study-name", name, "--trials", 4),
+        ("run", "--replay", PNPOLY, "--study-name", name, "--trials", 7, "--workers", 2, "--json"),
+        ("status",), ("status", "--json"),
+        ("best", "--study", name, "--json", "--header", tmp_path / "best.h"),
+        ("export", "--study", name, "-o", tmp_path / "trials.csv"),
+        ("export", "--study", name, "-o", tmp_path / "cache.json"),
+        ("report", "--study", name, "-o", tmp_path / "report"),
+    ]
     outputs = []
-    for args in (("run", "--replay", PNPOLY, "--study-name", unique_name, "--trials", 3, "--json"),
-                 ("run", "--replay", PNPOLY, "--study-name", unique_name, "--trials", 6, "--workers", 2),
-                 ("run", "--replay", PNPOLY, "--study-name", unique_name, "--trials", 8, "--workers", 2, "--json"),
-                 ("status",), ("status", "--json"), ("best", "--study", unique_name, "--json"),
-                 ("report", "--study", unique_name, "-o", tmp_path / "report")):
+    for args in commands:
         result = tuner(*args, "--storage", url)
-        assert result.returncode == 0, result.stderr
+        assert result.returncode == 0, (args, result.stderr[-2000:])
         outputs.append(result.stdout + result.stderr)
+    failed = tuner("best", "--study", "no-such-study", "--storage", url)  # an error names the storage
+    assert failed.returncode == 2
+    outputs.append(failed.stdout + failed.stderr)
     text = "\n".join(outputs)
-    assert secret not in text and ":***@" in text
-    for page in (tmp_path / "report").rglob("*"):
-        if page.is_file():
-            assert secret not in page.read_text(errors="replace"), page
-    study = optuna.load_study(study_name=unique_name, storage=open_storage(url))
-    system = optuna_private.study_system_attrs(study)
-    stored = json.dumps([study.user_attrs, system] + [(t.user_attrs, t.system_attrs) for t in study.trials],
-                        default=str)
-    assert secret not in stored  # incl. optuna-dashboard notes (study system attrs)
-    optuna.delete_study(study_name=unique_name, storage=open_storage(postgres_url))
+    written = "\n".join(p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file())
+    rows = _database_text(postgres_url)
+    assert name in rows and "***" in text
+    for leaked in secrets:
+        assert leaked not in text, leaked
+        assert leaked not in written, leaked
+        assert leaked not in rows, leaked  # study and trial attributes, optuna-dashboard notes
+    optuna.delete_study(study_name=name, storage=open_storage(postgres_url))
+
+
+# -- every setting of the option table, as a study-file key and as a flag ----------------------------------------
+
+
+def _bad_values(opt) -> list[tuple[str, object, str]]:
+    """(label, bad value, fragment of the message) for one row of the option table."""
+    cases: list[tuple[str, object, str]] = []
+    if opt.kind in (int, float):
+        cases.append(("text", "many", "must be"))
+        if opt.minimum is not None:
+            cases.append(("below", opt.kind(opt.minimum - 1), ">="))
+        if opt.above is not None:
+            cases.append(("not above", opt.kind(opt.above), ">"))
+        if opt.maximum is not None:
+            cases.append(("above max", opt.kind(opt.maximum + 1), "<="))
+    if opt.kind is str and opt.choices:
+        cases.append(("unknown choice", "nope", "unknown"))
+    if opt.kind is bool:
+        cases.append(("text", "yes", "true or false"))
+    return cases
+
+
+TOML_CASES = [(o.section, o.name, label, value, fragment) for o in options.OPTIONS
+              if o.toml and o.section in ("search", "measure") for label, value, fragment in _bad_values(o)]
+FLAG_CASES = [(o.flags[0], label, value, fragment) for o in options.OPTIONS
+              if "run" in o.commands and o.kind is not bool for label, value, fragment in _bad_values(o)]
+
+
+@pytest.mark.parametrize("section,key,label,value,fragment", TOML_CASES,
+                         ids=[f"[{c[0]}.{c[1]}] {c[2]}" for c in TOML_CASES])
+def test_bad_study_file_setting(section, key, label, value, fragment, tmp_path, store, capsys, monkeypatch):
+    url, before = store
+    text = GOOD.replace("[search]\ntrials = 4\n", "")
+    literal = json.dumps(value) if not isinstance(value, str) else f'"{value}"'
+    path = tmp_path / "study.toml"
+    path.write_text(f"{text}\n[{section}]\n{key} = {literal}\n")
+    result = tuner_here(capsys, monkeypatch, "run", path, "--storage", url, "--study-name", "kept")
+    line = assert_one_line_exit_2(result, fragment)
+    assert f"[{section}.{key}]" in line and str(path) in line
+    assert snapshot(url) == before
+
+
+@pytest.mark.parametrize("flag,label,value,fragment", FLAG_CASES, ids=[f"{c[0]} {c[1]}" for c in FLAG_CASES])
+def test_bad_flag_value(flag, label, value, fragment, store, capsys, monkeypatch):
+    url, before = store
+    result = tuner_here(capsys, monkeypatch, "run", "--replay", PNPOLY, "--storage", url, "--study-name", "kept", flag, value)
+    line = assert_one_line_exit_2(result, fragment)
+    assert flag in line
+    assert snapshot(url) == before
+
+
+ARGPARSE_CASES = [
+    ("unknown flag", ("run", "--trails", "3"), "--trails"),
+    ("flag without its value", ("run", "--storage"), "--storage"),
+    ("unknown command", ("rnu",), "rnu"),
+    ("export without -o", ("export", "--study", "kept"), "--output"),
+    ("no command", (), "COMMAND"),
+]
+
+
+@pytest.mark.parametrize("args,fragment", [c[1:] for c in ARGPARSE_CASES], ids=[c[0] for c in ARGPARSE_CASES])
+def test_bad_command_line(args, fragment, store, capsys, monkeypatch):
+    url, before = store
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, *args), fragment)
+    assert snapshot(url) == before
+
+
+STUDY_NAMES = [("path separator", "../x", "path separators"), ("backslash", "a\\b", "path separators"),
+               ("control character", "a\x01b", "control characters"), ("newline", "a\nb", "control characters"),
+               ("empty", " ", "cannot be empty"), ("too long", "a" * 600, "at most 512")]
+
+
+@pytest.mark.parametrize("name,fragment", [c[1:] for c in STUDY_NAMES], ids=[c[0] for c in STUDY_NAMES])
+def test_bad_study_name(name, fragment, store, tmp_path, capsys, monkeypatch):
+    url, before = store
+    monkeypatch.chdir(tmp_path)
+    result = tuner_here(capsys, monkeypatch, "run", "--replay", PNPOLY, "--storage", url, "--study-name", name, "--trials", 2)
+    assert "--study-name" in assert_one_line_exit_2(result, fragment)
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "best", "--study", name, "--storage", url), fragment)
+    assert snapshot(url) == before and not list(tmp_path.iterdir())
+
+
+# -- replay files: every format, every way a recorded value can be wrong ----------------------------------------
+
+
+def _kernel_tuner_cache() -> dict:
+    import gzip
+
+    return json.loads(gzip.decompress(PNPOLY.read_bytes()))
+
+
+def _kt(edit):
+    def make(path):
+        data = _kernel_tuner_cache()
+        first = next(iter(data["cache"]))
+        edit(data, data["cache"][first])
+        path.write_text(json.dumps(data))  # NaN and Infinity as Python's json writes them
+    return make
+
+
+def _t4(results):
+    def make(path):
+        path.write_text(json.dumps({"schema_version": "1.0.0", "results": results}))
+    return make
+
+
+def _text(content: str):
+    def make(path):
+        path.write_text(content)
+    return make
+
+
+def _gzip_bomb(path):
+    import gzip
+
+    import tuner.replay
+
+    size = tuner.replay.MAX_REPLAY_BYTES + 2**20
+    with gzip.open(path, "wb", compresslevel=9) as f:  # ~1 MB on disk
+        chunk = b" " * 2**20
+        for _ in range(size // len(chunk)):
+            f.write(chunk)
+
+
+def _t4_ok(**changes):
+    entry = {"configuration": {"A": 1, "B": 2}, "invalidity": "correct", "measurements": [{"name": "time", "value": 1.0}]}
+    entry.update(changes)
+    return entry
+
+
+CSV_HEADER = "BLOCK,THREAD_TILE,UNROLL_K,ms,status\n"
+REPLAY_CASES = [
+    ("kt time negative", _kt(lambda d, e: e.update(time=-5.0)), "finite and positive"),
+    ("kt time zero", _kt(lambda d, e: e.update(time=0)), "finite and positive"),
+    ("kt time NaN", _kt(lambda d, e: e.update(time=float("nan"))), "finite and positive"),
+    ("kt time inf", _kt(lambda d, e: e.update(time=float("inf"))), "finite and positive"),
+    ("kt time null", _kt(lambda d, e: e.update(time=None)), "not a number"),
+    ("kt time a list", _kt(lambda d, e: e.update(time=[1])), "not a number"),
+    ("kt times negative", _kt(lambda d, e: e.update(times=[1.0, -1.0])), "finite and positive"),
+    ("kt times not a list", _kt(lambda d, e: e.update(times=3)), "'times' must be a list"),
+    ("kt entry without a key", _kt(lambda d, e: e.pop(d["tune_params_keys"][0])), "has no"),
+    ("kt entry not an object", _kt(lambda d, e: d["cache"].update({"x": 3})), "is not an object"),
+    ("kt value a float", _kt(lambda d, e: e.update({d["tune_params_keys"][0]: 1.5})), "integer or a name"),
+    ("kt tune_params empty", _kt(lambda d, e: d.update(tune_params={})), "tune_params"),
+    ("kt tune_params value not a list", _kt(lambda d, e: d["tune_params"].update({d["tune_params_keys"][0]: 3})), "non-empty list"),
+    ("kt keys unknown", _kt(lambda d, e: d.update(tune_params_keys=["nope"])), "tune_params_keys"),
+    ("kt cache a list", _kt(lambda d, e: d.update(cache=[])), "must be objects"),
+    ("t4 no results", _t4([]), "no results"),
+    ("t4 without configuration", _t4([{"invalidity": "correct"}]), "no 'configuration'"),
+    ("t4 later entry without configuration", _t4([_t4_ok(), {"invalidity": "correct"}]), "result 1 has no 'configuration'"),
+    ("t4 configuration missing a key", _t4([_t4_ok(), _t4_ok(configuration={"A": 2})]), "configuration has no B"),
+    ("t4 time negative", _t4([_t4_ok(measurements=[{"name": "time", "value": -1}])]), "finite and positive"),
+    ("t4 time text", _t4([_t4_ok(measurements=[{"name": "time", "value": "fast"}])]), "not a number"),
+    ("t4 correct without a time", _t4([_t4_ok(measurements=[])]), "no 'time' measurement"),
+    ("t4 measurements not a list", _t4([_t4_ok(measurements=7)]), "'measurements' must be a list"),
+    ("t4 results not a list", lambda p: p.write_text(json.dumps({"schema_version": "1", "results": 3})), "must be a list"),
+    ("csv time not a number", _text(CSV_HEADER + "64,4,0,fast,ok\n"), "not a number"),
+    ("csv time negative", _text(CSV_HEADER + "64,4,0,-1.5,ok\n"), "finite and positive"),
+    ("csv time NaN", _text(CSV_HEADER + "64,4,0,nan,ok\n"), "finite and positive"),
+    ("csv time inf", _text(CSV_HEADER + "64,4,0,inf,ok\n"), "finite and positive"),
+    ("csv ragged row", _text(CSV_HEADER + "64,4\n"), "line 2"),
+    ("csv row too long", _text(CSV_HEADER + "64,4,0,1.0,ok,9,9\n"), "replay file"),
+    ("csv regs not a number", _text("BLOCK,THREAD_TILE,UNROLL_K,ms,status,regs\n64,4,0,1.0,ok,many\n"), "regs"),
+    ("csv header only", _text(CSV_HEADER), "needs a header"),
+    ("csv no status column", _text("BLOCK,THREAD_TILE,UNROLL_K,ms\n64,4,0,1.0\n"), "needs a header"),
+    ("empty file", _text(""), "replay file"),
+    ("gzip bomb", _gzip_bomb, "MiB"),
+    ("truncated gzip", lambda p: p.write_bytes(__import__("gzip").compress(b'{"cache": {}}')[:12]), "gzip"),
+    ("json array", _text("[1, 2]"), "replay file"),
+    ("json broken", _text('{"cache": '), "invalid JSON"),
+    ("a folder", lambda p: p.mkdir(), "not found"),
+]
+
+
+@pytest.mark.parametrize("make,fragment", [c[1:] for c in REPLAY_CASES], ids=[c[0] for c in REPLAY_CASES])
+def test_bad_replay_file(make, fragment, tmp_path, store, capsys, monkeypatch):
+    url, before = store
+    path = tmp_path / "recording.json"
+    make(path)
+    args = ("run", "--replay", path, "--storage", url, "--study-name", "kept", "--trials", 4)
+    if path.is_file() and path.read_bytes()[:1] not in (b"", b"{", b"[", b"\x1f"):  # our CSV: with its study file
+        study = tmp_path / "study.toml"
+        study.write_text(GOOD)
+        args = ("run", study, *args[1:])
+    line = assert_one_line_exit_2(tuner_here(capsys, monkeypatch, *args), fragment)
+    assert str(path) in line
+    assert snapshot(url) == before
+
+
+# -- storages ---------------------------------------------------------------------------------------------------
+
+
+def _foreign_sqlite(folder):
+    path = folder / "app.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("create table customers (id integer, name text)")
+    return f"sqlite:///{path}"
+
+
+def _corrupt_mid_file(folder):
+    """A real tuner database with garbage over its middle pages: the header still says SQLite."""
+    path = folder / "mid.db"
+    assert tuner("run", "--replay", PNPOLY, "--storage", f"sqlite:///{path}", "--trials", 3).returncode == 0
+    with sqlite3.connect(path) as conn:
+        conn.execute("pragma wal_checkpoint(truncate)")
+    data = bytearray(path.read_bytes())
+    page = 4096
+    for start in range(2 * page, len(data) - page, 2 * page):
+        data[start:start + page] = b"\xa5" * page
+    path.write_bytes(bytes(data))
+    return f"sqlite:///{path}"
+
+
+STORAGE_CASES = [
+    ("sqlite in memory", lambda f: "sqlite://", "in-memory"),
+    ("sqlite :memory:", lambda f: "sqlite:///:memory:", "in-memory"),
+    ("sqlite folder missing", lambda f: f"sqlite:///{f}/no/such/dir/x.db", "does not exist"),
+    ("sqlite path is a folder", lambda f: f"sqlite:///{f}", "is a folder"),
+    ("sqlite of another application", _foreign_sqlite, "another application"),
+    ("sqlite not a database", lambda f: (f / "junk.db").write_bytes(b"junk" * 500) and f"sqlite:///{f / 'junk.db'}",
+     "not corrupted"),
+    ("sqlite corrupted mid-file", _corrupt_mid_file, "storage"),
+    ("journal folder missing", lambda f: str(f / "no" / "j.log"), "does not exist"),
+    ("journal folder not writable", lambda f: "/proc/self/j.log", "not writable"),
+    ("journal is a folder", lambda f: (f / "d.log").mkdir() or str(f / "d.log"), "is a folder"),
+    ("journal corrupt", lambda f: (f / "bad.log").write_text('{"op_code": 0, "worker_id": "x"\n{not json}\n') and str(f / "bad.log"),
+     "cannot be read"),
+    ("not a URL", lambda f: "somewhere-else", "not a URL"),
+    ("unknown database kind", lambda f: "nosuchdb://u@h/d", "cannot open storage"),
+    ("postgres unreachable", lambda f: "postgresql+psycopg://u@127.0.0.1:1/db", "is the server up"),
+    ("postgres password with a raw @", lambda f: "postgresql+psycopg://u:se@cret@127.0.0.1:1/db", "%40"),
+]
+
+
+@pytest.mark.parametrize("make,fragment", [c[1:] for c in STORAGE_CASES], ids=[c[0] for c in STORAGE_CASES])
+def test_bad_storage(make, fragment, tmp_path, capsys, monkeypatch):
+    url = make(tmp_path)
+    before = sorted((p.name, p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*"))
+    result = tuner_here(capsys, monkeypatch, "run", "--replay", PNPOLY, "--storage", url, "--trials", 3)
+    assert_one_line_exit_2(result, fragment)
+    assert "cret" not in result.stderr
+    after = sorted((p.name, p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*")
+                   if not p.name.endswith((".lock", "-shm", "-wal")))
+    assert after == [b for b in before if not b[0].endswith((".lock", "-shm", "-wal"))]  # nothing written, nothing changed
+
+
+@pytest.mark.parametrize("command", ["status", "best", "export"])
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_reading_a_missing_storage_creates_nothing(command, kind, tmp_path, capsys, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'none.db'}" if kind == "sqlite" else str(tmp_path / "none.log")
+    args = {"status": ("status",), "best": ("best", "--study", "x"), "export": ("export", "--study", "x", "-o", tmp_path / "x.csv")}
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, *args[command], "--storage", url), "none.")
+    assert not list(tmp_path.iterdir())
+
+
+def test_too_many_clients_is_reported_as_such():
+    import sqlalchemy.exc
+
+    from tuner.errors import as_user_error
+
+    exc = sqlalchemy.exc.OperationalError("select 1", {}, Exception("FATAL:  sorry, too many clients already"))
+    message = str(as_user_error(exc))
+    assert "too many clients" in message and "max_connections" in message and "length" not in message
+
+
+def test_accept_mismatch_cannot_change_the_axes(store, capsys, monkeypatch):
+    url, before = store
+    other = PNPOLY.parent / "gemm_RTX_2080_Ti.json.gz"
+    result = tuner_here(capsys, monkeypatch, "run", "--replay", other, "--storage", url, "--study-name", "kept",
+                        "--trials", 2, "--accept-mismatch")
+    assert "--study-name NEW" in assert_one_line_exit_2(result, "keeps one space")
+    assert snapshot(url) == before
+
+
+def test_changed_axis_values_are_refused(tmp_path, capsys, monkeypatch):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    path = tmp_path / "study.toml"
+    path.write_text(GOOD)
+    ok = tuner("run", path, "--storage", url, "--trials", 2, env={"TUNER_WORKER_BACKEND": FAKE_BACKEND},
+               timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    before = (tmp_path / "s.db").read_bytes()
+    path.write_text(GOOD.replace("BLOCK = [64, 128]", "BLOCK = [64, 128, 256]"))
+    result = tuner_here(capsys, monkeypatch, "run", path, "--storage", url, "--trials", 3)
+    assert_one_line_exit_2(result, "BLOCK")
+    assert (tmp_path / "s.db").read_bytes() == before  # the refused run stored nothing
+
+
+# -- kernel specs that break their contract ---------------------------------------------------------------------
+
+
+def _spec_study(folder, check_body: str, at_import: str = "") -> Path:
+    spec = folder / "broken_spec.py"
+    spec.write_text(
+        "import sys\nfrom tuner.spec import load_spec\n"
+        f"_BASE = type(load_spec({str(ROOT / 'kernel' / 'example_sgemm.py')!r}))\n{at_import}\n"
+        "class Spec(_BASE):\n"
+        f"    source = {str(ROOT / 'kernel' / 'example_sgemm.cu')!r}\n"
+        "    def check(self, config, problem):\n"
+        f"        {check_body}\n")
+    study = folder / "study.toml"
+    study.write_text(GOOD.replace(str(ROOT / "kernel" / "example_sgemm.py"), str(spec)))
+    return study
+
+
+SPEC_CASES = [
+    ("check raises", "raise RuntimeError('boom')", "", "raised RuntimeError: boom"),
+    ("check returns a number", "return 3", "", "must return None"),
+    ("check returns a list", "return ['bad']", "", "must return None"),
+    ("check calls sys.exit(0)", "sys.exit(0)", "", "raised SystemExit"),
+    ("check calls sys.exit(1)", "sys.exit(1)", "", "raised SystemExit"),
+    ("check loops forever", "while True: pass", "", "ran longer than"),
+    ("check hits a recursion limit", "return self.check(config, problem)", "", "RecursionError"),
+    ("import calls sys.exit(0)", "return None", "sys.exit(0)", "failed to import: SystemExit"),
+    ("import raises", "return None", "raise ValueError('bad spec')", "failed to import: ValueError"),
+]
+
+
+@pytest.mark.parametrize("body,at_import,fragment", [c[1:] for c in SPEC_CASES], ids=[c[0] for c in SPEC_CASES])
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_spec_breaking_its_contract(command, body, at_import, fragment, tmp_path, store, capsys, monkeypatch):
+    import tuner.enumeration
+
+    monkeypatch.setattr(tuner.enumeration, "CHECK_LIMIT_S", 1.0)
+    url, before = store
+    study = _spec_study(tmp_path, body, at_import)
+    args = ("check", study) if command == "check" else ("run", study, "--storage", url, "--study-name", "kept")
+    line = assert_one_line_exit_2(tuner_here(capsys, monkeypatch, *args), fragment)
+    assert "broken_spec.py" in line
+    assert snapshot(url) == before
+
+
+def test_spec_exit_through_the_console_script(tmp_path):
+    """sys.exit(0) in a spec's check() must not make `tuner check` exit 0 in silence."""
+    result = tuner("check", _spec_study(tmp_path, "sys.exit(0)"), timeout=120)
+    assert_one_line_exit_2(result, "raised SystemExit")
+
+
+def test_define_value_with_a_trailing_newline(tmp_path, store, capsys, monkeypatch):
+    url, before = store
+    path = tmp_path / "study.toml"
+    path.write_text(GOOD.replace("UNROLL_K = [0, 1]", 'UNROLL_K = ["X\\n"]'))
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "run", path, "--storage", url), "integer or a C identifier")
+    assert snapshot(url) == before
+
+
+# -- output paths: refused before any work ----------------------------------------------------------------------
+
+
+def _output_paths(folder):
+    (folder / "a_file").write_text("x")
+    (folder / "a_folder").mkdir()
+    return {
+        "parent is a file": (folder / "a_file" / "out.x", "is a file"),
+        "a folder": (folder / "a_folder", "is a folder"),
+        "folder not writable": (Path("/proc/self/out.x"), "not writable"),
+    }
+
+
+OUTPUT_KINDS = ["parent is a file", "a folder", "folder not writable"]
+OUTPUT_COMMANDS = {
+    "export -o": lambda url, out: ("export", "--study", "kept", "--storage", url, "-o", out),
+    "export -o json": lambda url, out: ("export", "--study", "kept", "--storage", url, "-o", f"{out}.json" if out.suffix else out),
+    "best --header": lambda url, out: ("best", "--study", "kept", "--storage", url, "--header", out),
+    "grid --csv": None,  # needs a study file: built in the test
+}
+
+
+@pytest.mark.parametrize("kind", OUTPUT_KINDS)
+@pytest.mark.parametrize("command", list(OUTPUT_COMMANDS))
+def test_bad_output_path(command, kind, tmp_path, store, capsys, monkeypatch):
+    url, before = store
+    out, fragment = _output_paths(tmp_path)[kind]
+    (tmp_path / "study.toml").write_text(GOOD)  # grid's: the whole space would be measured before the CSV
+    if command == "grid --csv":
+        args = ("grid", tmp_path / "study.toml", "--storage", url, "--study-name", "kept", "--csv", out)
+    else:
+        args = OUTPUT_COMMANDS[command](url, out)
+    started = __import__("time").monotonic()
+    result = tuner_here(capsys, monkeypatch, *args)
+    assert_one_line_exit_2(result, fragment)
+    assert __import__("time").monotonic() - started < 30  # refused before the work, not after it
+    assert snapshot(url) == before
+
+
+def test_the_suite_covers_at_least_100_kinds():
+    kinds = (len(PASSWORD_FORMS) + len(STUDY_FILE_CASES) + len(TOML_CASES) + len(FLAG_CASES) + len(ARGPARSE_CASES) + len(STUDY_NAMES)
+             + len(REPLAY_CASES) + len(STORAGE_CASES) + 6 + len(SPEC_CASES) + len(OUTPUT_KINDS) * len(OUTPUT_COMMANDS))
+    assert kinds >= 100, kinds

@@ -30,8 +30,8 @@ from optuna.trial import TrialState
 from dashboards import demo
 from dashboards import report as rep
 from dashboards.report import load_study, write_report
-from tuner.notes import attach_trial_artifacts, study_note, write_study_note
 from tuner.errors import UserError
+from tuner.notes import attach_trial_artifacts, study_note, write_study_note
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOT_DIR = Path(os.environ.get("TUNER_SCREENSHOT_DIR", ROOT / "docs" / "img"))

@@ -52,7 +52,7 @@ def _space(study: dict, tiers=("tier1", "tier2")) -> list[dict]:
     axes: dict = {}
     for tier in tiers:
         axes.update(study["space"][tier])
-    return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+    return [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
 
 
 @pytest.fixture(scope="module")
@@ -62,26 +62,26 @@ def cache_dir(request):
 
 
 # -- constraint model -----------------------------------------------------------------------
-def test_seed_grid_accepts_69_and_model_agrees(spec, mod):
+def test_grid_plan_accepts_69_and_model_agrees(spec, mod):
     problem = _study("patch_embed")["problem"]
-    grid = [dict(zip(mod.SEED_TIER1, v)) for v in itertools.product(*mod.SEED_TIER1.values())]
+    grid = [dict(zip(mod.GRID_PLAN_TIER1, v, strict=True)) for v in itertools.product(*mod.GRID_PLAN_TIER1.values())]
     assert len(grid) == 108
-    seed_ok = {i for i, c in enumerate(grid) if mod.seed_is_valid(
+    plan_ok = {i for i, c in enumerate(grid) if mod.grid_plan_is_valid(
         c["TN"], c["N_STAGES"], c["NUM_EPI_WARPS"], c["STAGING_ROW_PAD"])[0]}
     ours_ok = {i for i, c in enumerate(grid) if spec.check(c, problem) is None}
-    assert len(seed_ok) == 69
-    assert ours_ok == seed_ok  # the docstring explains why the 227 KB limit changes nothing
+    assert len(plan_ok) == 69
+    assert ours_ok == plan_ok  # the docstring explains why the 227 KB limit changes nothing
     accepted = [spec.derive(grid[i], problem)["smem_bytes"] for i in ours_ok]
     smem_rejected = [spec.derive(c, problem)["smem_bytes"] for c in grid
                      if (r := spec.check(c, problem)) and r.startswith("SMEM")]
     assert max(accepted) == 231552 and min(smem_rejected) == 233600
 
 
-def test_default_config_matches_the_seed_figures(spec):
+def test_default_config_matches_the_grid_plan_figures(spec):
     problem = _study("patch_embed")["problem"]
     d = spec.derive({}, problem)
     assert spec.check({}, problem) is None
-    # the seed's chain for TN=256, 4 stages, 5 epilogue warps, pad 16 (~211 KB)
+    # the plan's offset chain for TN=256, 4 stages, 5 epilogue warps, pad 16 (~211 KB)
     assert d["smem_bytes"] == 215680
     assert d["stage_bytes"] == d["tma_bytes"] == 32768
     assert d["tmem_cols"] == 512 and d["tiles_n"] == 3 and d["tiles_m"] == 3626
@@ -89,7 +89,7 @@ def test_default_config_matches_the_seed_figures(spec):
     assert d["idesc"] == 0x10400010
     tn128 = spec.derive({"TN": 128, "NUM_EPI_WARPS": 4}, problem)
     assert tn128["idesc"] == 0x10200010
-    assert tn128["stage_bytes"] == tn128["tma_bytes"] == 24576  # the seed's TN=128 hang
+    assert tn128["stage_bytes"] == tn128["tma_bytes"] == 24576  # expect-tx bytes = the stage (a mismatch hangs the wait)
     assert tn128["tmem_cols"] == 256 and tn128["tiles_n"] == 6 and tn128["total_tiles"] == 21756
 
 
@@ -214,14 +214,14 @@ def _tier1_corners(spec, problem) -> list[dict]:
     axes = study["space"]["tier1"]
     corners = []
     for values in itertools.product(*[(min(v), max(v)) for v in axes.values()]):
-        config = dict(zip(axes, values))
+        config = dict(zip(axes, values, strict=True))
         if spec.check(config, problem) is None:
             corners.append(config)
     return corners
 
 
 def _assert_clean(results, configs):
-    failures = [(c, r.status, r.reason) for c, r in zip(configs, results) if not r.ok]
+    failures = [(c, r.status, r.reason) for c, r in zip(configs, results, strict=True) if not r.ok]
     assert not failures, failures
     for r in results:
         assert r.regs is not None and r.regs <= 255 and r.spills == 0
@@ -245,7 +245,7 @@ def test_compile_tier1_corners_and_epilogues(spec, cache_dir):
     results = []
     for p in {id(p): p for _, p in jobs}.values():
         configs = [c for c, q in jobs if q is p]
-        results += list(zip(configs, compile_many(spec, configs, p, ARCH, cache_dir, jobs=2)))
+        results += list(zip(configs, compile_many(spec, configs, p, ARCH, cache_dir, jobs=2), strict=True))
     _assert_clean([r for _, r in results], [c for c, _ in results])
 
 

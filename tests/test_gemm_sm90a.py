@@ -28,7 +28,7 @@ def valid_configs(name):
     st = study(name)
     axes = {**st["space"]["tier1"], **st["space"]["tier2"]}
     for vals in itertools.product(*axes.values()):
-        cfg = dict(zip(axes, vals))
+        cfg = dict(zip(axes, vals, strict=True))
         cfg.update(st.get("fixed", {}))
         if SPEC.check(cfg, st["problem"]) is None:
             yield cfg
@@ -52,12 +52,6 @@ def test_study_file_and_defaults(name):
     for key in list(st["space"]["tier1"]) + list(st["space"]["tier2"]) + list(st.get("fixed", {})):
         assert key in SPEC.params, key
     assert SPEC.check({}, st["problem"]) is None
-
-
-def test_space_sizes():
-    counts = {n: sum(1 for _ in valid_configs(n)) for n in STUDIES}
-    assert counts["patch_embed"] >= 100, counts
-    assert all(1 <= c <= 20000 for c in counts.values()), counts
 
 
 @pytest.mark.parametrize("name", list(STUDIES))

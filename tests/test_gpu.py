@@ -3,10 +3,10 @@ output check against the spec's reference — on the shipped kernels."""
 
 import pytest
 
+from tests.conftest import ROOT
 from tuner.gpu import GpuEvaluator
 from tuner.spec import load_spec
 from tuner.study_file import MeasureSettings
-from tests.conftest import ROOT
 
 pytestmark = pytest.mark.gpu
 
@@ -29,7 +29,7 @@ def test_sm90a_epilogues_check_through_the_worker(epilogue, n, k, inputs, tmp_pa
     configs = [{}, {"PINGPONG": 1, "BLOCK_N": 128, "N_STAGES": 5}, {"STORE_TMA": 1, "EXTRA_TMA": 1},
                {"CLUSTER_M": 2}]  # a cluster launch through cuLaunchKernelEx
     device, results = evaluate("gemm_sm90a.py", problem, configs, tmp_path=tmp_path)
-    for config, m in zip(configs, results):
+    for config, m in zip(configs, results, strict=True):
         assert m.status == "ok", (config, m.status, m.reason)
         assert m.ms > 0 and m.max_err is not None and m.max_err <= 1.0
         if inputs == "small_int" and epilogue != "BIAS_GELU":

@@ -65,3 +65,21 @@ def test_journal_lock_and_file(tmp_path):
         held = set(os.listdir(tmp_path)) - before
         assert held, "the journal's lock file exists while held"
     assert set(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "journal"])
+def test_set_user_attrs_stores_every_key_once(kind, tmp_path, request):
+    url = {"sqlite": f"sqlite:///{tmp_path / 'a.db'}", "journal": None,
+           "postgres": request.getfixturevalue("postgres_url") if kind == "postgres" else None}[kind]
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "a.log"))) if kind == "journal" else url
+    study = optuna.create_study(storage=storage, study_name=f"attrs-{os.getpid()}-{kind}")
+    attrs = {f"k{i}": i * 0.5 for i in range(20)} | {"status": "ok", "flags": "-DX=1"}
+    trial = study.ask()
+    trial.set_user_attr("k0", "overwritten")
+    op.set_user_attrs(trial, attrs)
+    assert trial.user_attrs == attrs  # the live trial sees them
+    study.tell(trial, 1.0)
+    assert study.trials[0].user_attrs == attrs  # and so does the storage
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):  # as Trial.set_user_attr on a finished trial
+        op.set_user_attrs(trial, {"late": 1, "later": 2})
+    assert "late" not in study.trials[0].user_attrs

@@ -1,4 +1,4 @@
-"""Packaging: the console script, the README's two set-up commands, the Dockerfile lint."""
+"""Packaging: the console script, the README's two set-up commands, CI's lint and type check, the Dockerfile lint."""
 
 import re
 import shutil
@@ -25,6 +25,19 @@ def test_readme_keeps_two_setup_commands_that_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "python3 -m pip install -q -e '.[dev]'" in ci and ci.rstrip().endswith("python3 -m pytest -q")
     assert "tuner run studies/" in readme
+
+
+def test_ci_lints_and_type_checks_between_install_and_tests():
+    """ruff and mypy run with the versions the dev extra pins, and either failing stops CI (set -e)."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    steps = [line for line in ci.splitlines() if line.startswith("python3 -m ")]
+    assert steps == ["python3 -m pip install -q -e '.[dev]'", "python3 -m ruff check .", "python3 -m mypy",
+                     "python3 -m pytest -q"]
+    assert "set -euo pipefail" in ci
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    dev = pyproject["project"]["optional-dependencies"]["dev"]
+    assert any(d.startswith("ruff==") for d in dev) and any(d.startswith("mypy==") for d in dev)
+    assert pyproject["tool"]["mypy"]["packages"] == ["tuner"] and pyproject["tool"]["ruff"]["lint"]["select"]
 
 
 def test_dockerfile_lints_clean():

@@ -139,3 +139,18 @@ def test_stop_rule():
     narrow = RatioSummary(1.0, 0.999, 1.001, 20)
     assert rule.done(narrow) and not rule.done(RatioSummary(1.0, 0.999, 1.001, 19))
     assert not rule.done(RatioSummary(1.0, 0.99, 1.01, 50)) and rule.done(RatioSummary(1.0, 0.99, 1.01, 100))
+
+
+def test_session_warm_up_runs_before_the_first_job_until_it_arrives(drifting):
+    """The worker warms the GPU with the reference while the tuner sets up: at least
+    session_warmup_ms, then on until a job waits; the first trial then skips it."""
+    backend = drifting.backend
+    polls = []
+    drifting.warm_up(job({}), lambda: polls.append(1) or len(polls) > 3)
+    warm_launches = backend.launches
+    assert warm_launches * 1.1 >= 50 and len(polls) == 4  # 50 ms of ~1.1 ms launches, then until the job came
+    m, _ = drifting.measure(job({"X": 122}), Recorder())
+    fresh = Measurer(FakeBackend())
+    fresh.measure(job({"X": 122}), Recorder())
+    assert m.status == "ok" and fresh.backend.launches > backend.launches - warm_launches  # no second session warm-up
+    drifting.warm_up(job({}), lambda: pytest.fail("warmed up twice"))

@@ -20,8 +20,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner.storage import open_storage
 from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
+from tuner.storage import open_storage
 
 MARKING_BACKEND = f"{ROOT / 'tests' / 'fault_backend.py'}:MarkingBackend"
 PG_RESTART = "pg_ctlcluster --skip-systemctl-redirect {version} main restart"
@@ -434,12 +434,14 @@ def gpu_fault_kernel(folder: Path) -> Path:
             + tail[body_start:])
     (folder / "gpufault.cu").write_text(head + "#ifndef OOB\n#define OOB 0\n#endif\n#ifndef SMEM_KB\n#define SMEM_KB 0\n#endif\n"
                                         + marker + tail)
-    spec = (ROOT / "kernel" / "example_sgemm.py").read_text()
-    spec = spec.replace('source = "example_sgemm.cu"', 'source = "gpufault.cu"')
-    spec = spec.replace('"PLANT_BUG": 0}', '"PLANT_BUG": 0, "OOB": 0, "SMEM_KB": 0}')
-    spec = spec.replace("            args=[Buffer(\"A\"), Buffer(\"B\"), Buffer(\"C\")],\n",
-                        "            args=[Buffer(\"A\"), Buffer(\"B\"), Buffer(\"C\")],\n"
-                        "            smem_bytes=config[\"SMEM_KB\"] * 1024,\n")
+    spec = (ROOT / "kernel" / "example_sgemm.py").read_text()  # a light spec: OOB, SMEM_KB come from the guards
+    spec = spec.replace('source = "example_sgemm.cu"', 'source = "gpufault.cu"\n    kernel_name = "example_sgemm"')
+    spec = spec.replace("    def flops(self, problem):",
+                        "    def launch(self, config, problem, device):  # SMEM_KB of dynamic shared memory\n"
+                        "        import dataclasses\n\n"
+                        "        launch = super().launch(config, problem, device)\n"
+                        "        return dataclasses.replace(launch, smem_bytes=config['SMEM_KB'] * 1024)\n\n"
+                        "    def flops(self, problem):")
     assert "smem_bytes=config" in spec
     (folder / "gpufault.py").write_text(spec)
     return folder / "gpufault.py"

@@ -57,7 +57,7 @@ def test_export_replays_and_old_optuna_exports_read_the_same(tmp_path):
     assert any(c.startswith("params_") for c in pd.read_csv(old).columns)
     new_rec, old_rec = load_recording(out), load_recording(old)
     def by_config(rec):  # Optuna orders params by name, the export as the study's axes
-        return {frozenset(zip(rec.axes, k)): (r.status, r.ms) for k, r in rec.records.items()}
+        return {frozenset(zip(rec.axes, k, strict=True)): (r.status, r.ms) for k, r in rec.records.items()}
 
     assert {a: set(v) for a, v in new_rec.axes.items()} == {a: set(v) for a, v in old_rec.axes.items()}
     assert by_config(new_rec) == by_config(old_rec) and len(new_rec.records) == 15
@@ -95,7 +95,7 @@ def test_recorded_kernel_tuner_caches_replay(path):
 
 def test_trials_frame_and_best_trial():
     study = optuna.create_study()
-    for x, value in [(1, 3.0), (2, 1.0), (3, None)]:
+    for value in (3.0, 1.0, None):
         trial = study.ask({"X": optuna.distributions.CategoricalDistribution([1, 2, 3])})
         trial.set_user_attr("status", "ok" if value else "mismatch")
         if value is None:

@@ -7,11 +7,11 @@ import statistics
 import optuna
 import pytest
 
-from tuner.replay import load_recording, make_replay_spec, ReplayEvaluator
+from tests.conftest import KERNEL_TUNER_CACHES, tuner
+from tuner.errors import UserError
+from tuner.replay import ReplayEvaluator, load_recording, make_replay_spec
 from tuner.runner import Runner, RunSettings
 from tuner.space import Space
-from tuner.errors import UserError
-from tests.conftest import KERNEL_TUNER_CACHES, tuner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -49,7 +49,7 @@ def test_failures_are_pruned_with_reasons_never_fail(pnpoly):
     failing = [k for k, r in recording.records.items() if r.status == "launch_error"][:3]
     runner = Runner(space, ReplayEvaluator(recording), RunSettings(study_name="f", sampler="random", trials=1, seed=0, progress=False), "memory")
     for key in failing:
-        runner.study.enqueue_trial(dict(zip(recording.axes, key)))
+        runner.study.enqueue_trial(dict(zip(recording.axes, key, strict=True)))
     runner.settings.trials = 3
     runner.run()
     trials = runner.study.trials

@@ -1,27 +1,28 @@
-"""Space counts from the seed's own rules; real NVRTC compiles with ptxas figures; the cache."""
+"""Space counts over a kernel's constraint model; real NVRTC compiles with ptxas figures; the cache."""
 
 import os
 import stat
 
 import pytest
 
+from tests.conftest import ROOT
 from tuner.compile import compile_kernel, parse_ptxas
 from tuner.space import Space
 from tuner.spec import load_spec
 from tuner.study_file import load_study
-from tests.conftest import ROOT
 
 PROBLEM = {"M_DIM": 512, "N_DIM": 512, "K_DIM": 512}
 
 
-def test_seed_tier1_grid_has_69_valid_of_108():
-    cfg = load_study(ROOT / "tests" / "fixtures" / "seed_sm100a_tier1.toml")
+def test_grid_plan_tier1_has_69_valid_of_108():
+    cfg = load_study(ROOT / "tests" / "fixtures" / "sm100a_grid_plan.toml")
     space = Space.from_study(cfg, load_spec(cfg.kernel))
     assert space.total == 108
     assert len(space.valid) == 69
     assert sum(space.invalid.values()) == 39
     # every TN=128 config with 5 epilogue warps splits 64 columns into 2 per thread
-    assert space.invalid["split COLS_PER_THREAD=N invalid"] == 27
+    assert space.invalid["split COLS_PER_THREAD=N invalid (needs N or N): TN=N cannot use the Nth epilogue warp"] == 27
+    assert space.invalid["SMEM N > N (N KB)"] == 12
 
 
 def test_parallel_enumeration_equals_one_process_in_product_order(monkeypatch):
@@ -42,14 +43,43 @@ def test_space_enumerates_on_first_use_once(monkeypatch):
     from tuner import space as space_module
 
     calls = []
-    real = space_module.enumerate_valid
-    monkeypatch.setattr(space_module, "enumerate_valid", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = space_module.enumerate_cached
+    monkeypatch.setattr(space_module, "enumerate_cached", lambda *a, **k: calls.append(1) or real(*a, **k))
     cfg = load_study(ROOT / "studies" / "example_sgemm.toml")
     space = Space.from_study(cfg, load_spec(cfg.kernel))
     assert calls == []  # building the space checks nothing yet: a GPU worker starts meanwhile
     space.enumerate_soon()
     assert space.valid and space.is_valid(space.valid[0]) and sum(space.invalid.values()) == space.total - len(space.valid)
     assert calls == [1]
+
+
+def test_large_enumeration_is_kept_on_disk_and_redone_when_the_spec_changes(tmp_path, monkeypatch):
+    import shutil
+
+    from tuner import enumeration
+
+    for name in ("gemm_sm90a.py", "gemm_sm90a.cu"):
+        shutil.copy(ROOT / "kernel" / name, tmp_path / name)
+    monkeypatch.setattr(enumeration, "CACHE_FROM", 0)  # the Hopper grid is small: keep it anyway
+    cfg = load_study(ROOT / "studies" / "patch_embed_sm90a_hopper_grid.toml")
+
+    def enumerate_now():
+        spec = load_spec(tmp_path / "gemm_sm90a.py")
+        space = Space.from_study(cfg, spec)
+        return enumeration.enumerate_cached(spec, space.problem, space.axes, space.fixed, space.total, tmp_path / "spaces")
+
+    first = enumerate_now()
+    assert len(first.valid) == 1184 and len(list((tmp_path / "spaces").iterdir())) == 1
+    checks = []
+    real = enumeration.checked_reason
+    monkeypatch.setattr(enumeration, "checked_reason", lambda *a: checks.append(1) or real(*a))
+    again = enumerate_now()
+    assert checks == []  # read back, not checked again
+    assert again.valid == first.valid and again.invalid == first.invalid and again.invalid_examples == first.invalid_examples
+    spec_file = tmp_path / "gemm_sm90a.py"
+    spec_file.write_text(spec_file.read_text() + "\n# an edit: check() may have changed\n")
+    assert enumerate_now().valid == first.valid and len(checks) == sum(first.invalid.values()) + 1184
+    assert len(list((tmp_path / "spaces").iterdir())) == 2
 
 
 def test_tiered_candidates():
@@ -158,4 +188,4 @@ def test_compiling_leaves_the_interpreters_shared_bytes_alone(monkeypatch):
     ok, log, cubin = _nvrtc_compile(SourceBundle("quiet.cu", 'extern "C" __global__ void k() {}'), ["-arch=sm_90a"])
     assert ok and log == "" and cubin.startswith(b"\x7fELF")
     assert len(handed) == 2 and all(isinstance(buf, bytearray) for buf in handed)
-    assert " ".encode() == b"\x20"
+    assert b" " == b"\x20"

@@ -12,9 +12,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from tests.conftest import FAKE_BACKEND, ROOT, tuner
 from tuner.errors import UserError
 from tuner.storage import open_storage, redact
-from tests.conftest import FAKE_BACKEND, ROOT, tuner
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"
 

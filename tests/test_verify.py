@@ -5,6 +5,7 @@ decision (counts -> pass or a reason) is the one both checks use."""
 import numpy as np
 import pytest
 
+from tests.conftest import ROOT
 from tuner.numerics import bf16_to_f32, f32_to_bf16
 from tuner.spec import EXPECTED, Buffer, Scalar, host_inputs, load_spec
 from tuner.verify import (
@@ -17,7 +18,6 @@ from tuner.verify import (
     rows_to_sample,
     verdict,
 )
-from tests.conftest import ROOT
 
 EPILOGUES = ("BIAS_POS", "BIAS_GELU", "BIAS_RESIDUAL")
 SPECS = {"gemm_sm90a.py": ("sm_90a", (9, 0)), "gemm_sm100a.py": ("sm_100a", (10, 0))}

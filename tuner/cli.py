@@ -19,13 +19,15 @@ import importlib.metadata
 import json
 import os
 import sys
+import time
+import typing
 import warnings
 from pathlib import Path
 
 import optuna
 
 from tuner import __version__, options
-from tuner.errors import UserError
+from tuner.errors import UserError, as_user_error, interrupted
 from tuner.storage import DEFAULT_URL
 
 #: entry points in this group add subcommands: each is called with the subparsers object
@@ -45,21 +47,46 @@ def main(argv: list[str] | None = None) -> int:
             args.given = {**options.decode(os.environ[options.ENV]), **args.given}
         args.run = options.run_options(args.given)
         return args.func(args) or 0
-    except UserError as exc:
-        from tuner.storage import redact
-
-        print(f"tuner: error: {redact(str(exc))}", file=sys.stderr)
-        return exc.exit_code
     except KeyboardInterrupt:
-        print("tuner: interrupted; finished trials are stored, run the same command to resume", file=sys.stderr)
-        return 130
+        return _interrupted()
     except BrokenPipeError:  # `tuner check ... | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:
+        if interrupted(exc):  # something broke while Ctrl-C unwound the run
+            return _interrupted()
+        error = as_user_error(exc)
+        if error is None:  # a bug: the traceback is for us
+            raise
+        _error(str(error))
+        return error.exit_code
+
+
+def _error(message: str) -> None:
+    """The one line of a failed command, passwords hidden."""
+    from tuner.storage import redact
+
+    print(f"tuner: error: {' '.join(redact(message).split())}", file=sys.stderr)
+
+
+def _interrupted() -> int:
+    print("tuner: interrupted; finished trials are stored, run the same command to resume", file=sys.stderr)
+    return 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's one-line errors (``tuner: error: ...``, exit code 2); the
+    usage stays a ``--help`` away."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        from tuner.storage import redact
+
+        print(f"tuner: error: {self.prog}: {' '.join(redact(message).split())} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tuner", description="Bayesian autotuning of CUDA kernel defines.")
+    parser = _Parser(prog="tuner", description="Bayesian autotuning of CUDA kernel defines.")
     parser.add_argument("--version", action="version", version=f"tuner {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -172,6 +199,7 @@ def _search(args, cfg) -> options.SearchSettings:
 def _settings(args, cfg, space, attrs, name):
     from tuner.pipeline import process_started
     from tuner.runner import RunSettings
+    from tuner.scale import PEERS_ENV
 
     search = _search(args, cfg)
     if args.func is cmd_grid:
@@ -186,6 +214,7 @@ def _settings(args, cfg, space, attrs, name):
         warm_start_top=args.run.warm_start_top,
         study_attrs=attrs,
         started=process_started(),
+        peers=int(os.environ.get(PEERS_ENV, "1")) if args.func is cmd_worker else 1,
     )
 
 
@@ -194,6 +223,10 @@ def _evaluator(args, cfg, space, recording, supervisor=None):
     from tuner.runner import study_attrs
 
     measure = cfg.measure if cfg else options.MeasureSettings()
+    from tuner.storage import check_study_name
+
+    if args.run.study_name is not None:
+        check_study_name(args.run.study_name)
     base_name = args.run.study_name or (cfg.name if cfg else recording.path.name.split(".")[0])
     shape = cfg.shape if cfg else (recording.kernel or base_name)
     if recording is not None:
@@ -236,6 +269,25 @@ def _reference(cfg, space):
         return space.full_config(defaults)  # no enumeration needed: the worker's start overlaps it
     space.require_valid()
     return space.full_config(space.valid[0])
+
+
+def _check_output(path: Path | None, flag: str) -> None:
+    """Refuse an output path that cannot be written, before any work is done for it."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise UserError(f"{flag} {path} is a folder: give a file name")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise UserError(f"{flag} {path} is not writable: give a path you can write")
+        return
+    folder = path.parent
+    while not folder.exists():  # the folders that do not exist yet are created on writing
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UserError(f"{flag} {path}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: folder {folder} is not writable; give a path you can write")
 
 
 def _write_note(runner) -> None:
@@ -283,10 +335,13 @@ def cmd_run(args) -> int:
 
         supervisor = Supervisor(os.environ.get("TUNER_WORKER_BACKEND", "cuda"))
         supervisor.start_soon()
+    startup = StartupClock()
     try:
         cfg, space, recording = _load(args)
+        startup.mark("study_loaded")
         space.enumerate_soon()  # overlaps the worker's CUDA start and its inputs
         evaluator, attrs, name, close = _evaluator(args, cfg, space, recording, supervisor)
+        startup.mark("worker_ready")
     except BaseException:
         if supervisor is not None:
             try:
@@ -297,6 +352,7 @@ def cmd_run(args) -> int:
         raise
     try:
         runner = Runner(space, evaluator, _settings(args, cfg, space, attrs, name), args.storage)
+        startup.mark("storage_and_space_ready")
         if runner.requeued and not args.json:
             print(f"re-queued {len(runner.requeued)} trial(s) left RUNNING by a dead process: {runner.requeued}", file=sys.stderr)
         if runner.warm_queued and not args.json:
@@ -304,12 +360,27 @@ def cmd_run(args) -> int:
         if runner.start_queued and not args.json:
             print(f"start: {len(runner.start_queued)} config(s) from [search] start queued first", file=sys.stderr)
         summary = runner.run()
+        summary["startup_s"] = startup.marks
         _confirm_after_run(args, cfg, space, evaluator, runner.study, recording, summary)
         _write_note(runner)
     finally:
         close()
     _print_summary(summary, args.json)
     return 0
+
+
+class StartupClock:
+    """Seconds from the process's start to each step of a run's start (``--json``: ``startup_s``),
+    beside ``first_trial_s``: where a slow start goes."""
+
+    def __init__(self) -> None:
+        from tuner.pipeline import process_started
+
+        self.started = process_started()
+        self.marks: dict[str, float] = {}
+
+    def mark(self, step: str) -> None:
+        self.marks[step] = round(time.monotonic() - self.started, 3)
 
 
 def _confirm_after_run(args, cfg, space, evaluator, study, recording, summary: dict) -> None:
@@ -343,7 +414,7 @@ def cmd_confirm(args) -> int:
     evaluator, attrs, name, close = _evaluator(args, cfg, space, None)
     try:
         try:
-            study = optuna.load_study(study_name=name, storage=open_storage(args.storage))
+            study = optuna.load_study(study_name=name, storage=open_storage(args.storage, create=False))
         except KeyError:
             raise UserError(f"no study {name!r} in this storage: run it first (tuner run {args.study_file})") from None
         bind_study(study, attrs, args.run.accept_mismatch)
@@ -362,7 +433,21 @@ def cmd_confirm(args) -> int:
 
 
 def cmd_worker(args) -> int:
+    from tuner.scale import PARENT_ENV
+
+    parent = os.environ.get(PARENT_ENV)
+    if parent and parent.isdigit():  # a worker of `tuner run --workers N`: it stops when that run dies
+        import signal
+
+        from tuner.supervisor import die_with_parent
+
+        signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: trials in flight are failed and queued again
+        die_with_parent(int(parent), signal.SIGTERM)
     return cmd_run(args)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def cmd_grid(args) -> int:
@@ -372,6 +457,7 @@ def cmd_grid(args) -> int:
     from tuner.runner import Runner
     from tuner.table import seed_table
 
+    _check_output(args.csv, "--csv")
     cfg, space, recording = _load(args)
     evaluator, attrs, name, close = _evaluator(args, cfg, space, recording)
     if args.run.study_name is None and recording is None:
@@ -414,16 +500,16 @@ def _precompile(cfg, space, args) -> None:
 def cmd_check(args) -> int:
     from tuner.compile import CompileLimits, compile_many
     from tuner.enumeration import reason_kind
+    from tuner.space import Space
     from tuner.spec import load_spec
     from tuner.study_file import load_study
-    from tuner.space import Space
     from tuner.table import SHORT, render
 
     cfg = load_study(args.study_file)
     spec = load_spec(cfg.kernel)
     space = Space.from_study(cfg, spec)
     summary = space.summary()
-    configs = []
+    configs: list[dict[str, typing.Any]] = []
     if args.compile:
         limits = CompileLimits(cfg.measure.max_regs, cfg.measure.reject_spills)
         progress = None
@@ -434,11 +520,11 @@ def cmd_check(args) -> int:
             progress = lambda: bar.update(1)  # noqa: E731
         full = [space.full_config(p) for p in space.valid]
         results = compile_many(spec, full, space.problem, cfg.arch, args.run.cache_dir, limits, args.run.jobs, progress)
-        for params, config, r in zip(space.valid, full, results):
+        for params, config, r in zip(space.valid, full, results, strict=True):
             smem = spec.derive(config, space.problem).get("smem_bytes", r.smem_static)
             configs.append({"params": params, "regs": r.regs, "spills": r.spills, "smem_bytes": smem,
                             "status": r.status, "reason": r.reason, "compile_s": round(r.compile_s, 3)})
-        compiled = {}
+        compiled: dict[str, int] = {}
         for c in configs:
             compiled[c["status"]] = compiled.get(c["status"], 0) + 1
         summary["compiled"] = compiled
@@ -461,7 +547,7 @@ def cmd_check(args) -> int:
 
 
 def _open_study(args):
-    from tuner.storage import open_storage, redact, resolve_url
+    from tuner.storage import check_study_name, open_storage, redact, resolve_url
 
     name = args.study
     if name is None:
@@ -470,7 +556,9 @@ def _open_study(args):
         from tuner.study_file import load_study
 
         name = load_study(args.study_file).name
-    storage = open_storage(args.storage)
+    else:
+        check_study_name(name, "--study")
+    storage = open_storage(args.storage, create=False)
     try:
         return optuna.load_study(study_name=name, storage=storage), storage
     except KeyError:
@@ -483,6 +571,7 @@ def _open_study(args):
 def cmd_best(args) -> int:
     from tuner.confirm import confirmed_best, describe
 
+    _check_output(args.header, "--header")
     study, _ = _open_study(args)
     best, confirmation = confirmed_best(study)
     flags = best.user_attrs.get("flags", "")
@@ -511,13 +600,13 @@ def cmd_status(args) -> int:
     from tuner.storage import open_storage, redact, resolve_url
     from tuner.table import render
 
-    storage = open_storage(args.storage)
+    storage = open_storage(args.storage, create=False)
     rows = []
     for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
         study = optuna.load_study(study_name=s.study_name, storage=storage)
         summary = summarize(study, resolve_url(args.storage))
         trials = study.get_trials(deepcopy=False)
-        ends = [t.datetime_complete or t.datetime_start for t in trials if (t.datetime_complete or t.datetime_start)]
+        ends = [end for t in trials if (end := t.datetime_complete or t.datetime_start) is not None]
         summary.update(
             device=study.user_attrs.get("device_name", ""),
             kind=study.user_attrs.get("kind", ""),
@@ -542,6 +631,7 @@ def cmd_status(args) -> int:
 def cmd_export(args) -> int:
     from tuner.results import trials_frame, write_table
 
+    _check_output(args.output, "--output")
     study, _ = _open_study(args)
     axes = study.user_attrs.get("axes")
     trials = study.get_trials(deepcopy=False)

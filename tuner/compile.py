@@ -20,10 +20,11 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TypedDict
 
 from tuner.spec import Config, KernelSpec, Problem, define_flags, load_spec
 
@@ -77,7 +78,7 @@ class SourceBundle:
     headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: Path) -> "SourceBundle":
+    def load(cls, path: Path) -> SourceBundle:
         path = Path(path)
         text = path.read_text()
         headers: dict[str, str] = {}
@@ -114,7 +115,16 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tuner" / "cubin"
 
 
-def parse_ptxas(log: str) -> dict[str, int | None]:
+class PtxasStats(TypedDict):
+    """What ptxas reports of a build (None: not in its output)."""
+
+    regs: int | None
+    spills: int | None
+    stack: int | None
+    smem_static: int | None
+
+
+def parse_ptxas(log: str) -> PtxasStats:
     """Registers, spill bytes, stack and static SMEM from ptxas's verbose output.
 
     With several kernels in one file the maximum over entries is kept: the tuner
@@ -125,12 +135,8 @@ def parse_ptxas(log: str) -> dict[str, int | None]:
         found = [sum(int(g) for g in m.groups()[:groups]) for m in pattern.finditer(log)]
         return max(found) if found else None
 
-    return {
-        "regs": biggest(_REGS),
-        "spills": biggest(_SPILL, groups=2),
-        "stack": biggest(_STACK),
-        "smem_static": biggest(_SMEM),
-    }
+    return PtxasStats(regs=biggest(_REGS), spills=biggest(_SPILL, groups=2), stack=biggest(_STACK),
+                      smem_static=biggest(_SMEM))
 
 
 def compile_options(spec: KernelSpec, config: Config, problem: Problem, arch: str) -> list[str]:
@@ -308,7 +314,7 @@ class _Cache:
                 result.cubin_path = tmp
             if str(self.root) not in self._warned:
                 self._warned.add(str(self.root))
-                warnings.warn(f"compile cache {self.root} not writable ({exc.strerror}); compiling uncached")
+                warnings.warn(f"compile cache {self.root} not writable ({exc.strerror}); compiling uncached", stacklevel=2)
 
     def _write(self, name: str, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
@@ -407,7 +413,7 @@ class CompilePool:
                 self._executor.shutdown(wait=False, cancel_futures=True)
                 self._executor = None
 
-    def __enter__(self) -> "CompilePool":
+    def __enter__(self) -> CompilePool:
         return self
 
     def __exit__(self, *exc) -> None:

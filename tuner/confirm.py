@@ -20,7 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import UserError
 from tuner.paired import Standing
-from tuner.results import best_trial
+from tuner.results import best_trial, value_of
 from tuner.space import Space
 from tuner.spec import Value
 
@@ -35,7 +35,7 @@ def top_trials(study: optuna.Study, space: Space, k: int) -> list[FrozenTrial]:
     """The ``k`` best complete trials, one per config (a duplicate's original stands for it)."""
     seen: set[tuple] = set()
     chosen = []
-    for trial in sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.value):
+    for trial in sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=value_of):
         if not trial.params or not all(a in trial.params for a in space.axis_names):
             continue
         key = space.key(trial.params)
@@ -68,7 +68,7 @@ def confirm_study(study: optuna.Study, space: Space, evaluator: Confirms, device
             "flags": trial.user_attrs.get("flags", ""),
         })
     record = {
-        "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "session": f"{socket.gethostname()}:{os.getpid()}",
         "device_name": device.get("name", ""),
         "device_uuid": device.get("uuid", ""),

@@ -8,11 +8,13 @@ The driver is imported inside the functions: importing this module loads nothing
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tuner.spec import Buffer, Launch, Scalar, TensorMap
 
-_CTYPES = {
+#: the ctypes type of each Scalar ctype (ctypes checks the value's type when it builds one)
+_CTYPES: dict[str, Callable[..., ctypes._SimpleCData[Any]]] = {
     "int32": ctypes.c_int32,
     "uint32": ctypes.c_uint32,
     "int64": ctypes.c_int64,
@@ -89,13 +91,13 @@ def kernel_params(launch: Launch, address_of: Callable[[str], int]) -> tuple[int
     addresses: list[int] = []
     for arg in launch.args:
         if isinstance(arg, Buffer):
-            value = ctypes.c_uint64(address_of(arg.name))
-            keep.append(value)
-            addresses.append(ctypes.addressof(value))
+            pointer = ctypes.c_uint64(address_of(arg.name))
+            keep.append(pointer)
+            addresses.append(ctypes.addressof(pointer))
         elif isinstance(arg, Scalar):
-            value = _CTYPES[arg.ctype](arg.value)
-            keep.append(value)
-            addresses.append(ctypes.addressof(value))
+            scalar = _CTYPES[arg.ctype](arg.value)
+            keep.append(scalar)
+            addresses.append(ctypes.addressof(scalar))
         elif isinstance(arg, TensorMap):
             tmap = tensor_map(arg, address_of(arg.buffer))
             keep.append(tmap)

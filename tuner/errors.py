@@ -1,7 +1,76 @@
 """Errors that reach the user as one line and exit code 2."""
 
+from __future__ import annotations
+
+import errno
+import json
+import zlib
+
 
 class UserError(Exception):
     """Bad input: the message says what to fix. Printed without a traceback."""
 
     exit_code = 2
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a Ctrl-C (or SIGTERM) unwound the program: an
+    interruption, whatever broke on the way out (say, a storage's lock file)."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__context__
+    return False
+
+
+def as_user_error(exc: BaseException) -> UserError | None:
+    """The one-line error for an exception that bad input or the environment causes (a file
+    that cannot be written, a database that refuses, bytes that do not parse), else None: the
+    places that know more (the file, the key) raise :class:`UserError` themselves first."""
+    import sqlalchemy.exc
+
+    if isinstance(exc, UserError):
+        return exc
+    if isinstance(exc, sqlalchemy.exc.SQLAlchemyError):
+        return UserError(_database_message(exc))
+    if isinstance(exc, OSError) and exc.errno is not None:
+        where = exc.filename or ""
+        what = _OS_HINTS.get(exc.errno, "")
+        return UserError(f"{where}: {exc.strerror}{what}" if where else f"{exc.strerror}{what}")
+    if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError, zlib.error, EOFError)):
+        return UserError(f"unreadable data ({type(exc).__name__}: {_first_line(exc)})")
+    return None
+
+
+_OS_HINTS = {
+    errno.EACCES: ": give a path you can write",
+    errno.EPERM: ": give a path you can write",
+    errno.EROFS: ": the file system is read-only; give another path",
+    errno.ENOSPC: ": free some space or give another path",
+    errno.ENOENT: ": check the path",
+    errno.ENOTDIR: ": a part of the path is a file, not a folder",
+    errno.EISDIR: ": give a file name, not a folder",
+}
+
+
+def _database_message(exc: BaseException) -> str:
+    text = _first_line(getattr(exc, "orig", None) or exc)
+    lower = text.lower()
+    if "too many clients" in lower or "remaining connection slots" in lower:
+        return ("the database server has too many clients already: close other sessions, run fewer workers, "
+                f"or raise its max_connections ({text})")
+    if "readonly database" in lower or "read-only" in lower:
+        return f"the storage is read-only ({text}): make the file and its folder writable, or give another --storage"
+    if "malformed" in lower or "not a database" in lower:
+        return f"the storage is corrupted ({text}): move the file aside to start afresh"
+    if "database is locked" in lower:
+        return f"the storage is locked by another process ({text}): use a journal file or Postgres for several processes"
+    return f"storage error: {type(getattr(exc, 'orig', None) or exc).__name__}: {text}"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else type(exc).__name__

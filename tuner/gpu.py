@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from tuner.compile import CompileLimits, CompilePool
+from tuner.enumeration import checked_reason
 from tuner.errors import UserError
 from tuner.measure import Timing
 from tuner.paired import Standing, rank_interleaved
@@ -65,7 +67,7 @@ class GpuEvaluator:
         self._study = None  # set by bind(): where "ms" values keep the first session's reference time
         #: compiles ahead of the measurement (None: one process per core, 0: each config when measured)
         self.compiler = CompilePool(spec, problem, arch, cache_dir, self.limits, compile_jobs)
-        if isinstance(self.reference, dict) and spec.check(self.reference, problem) is None:
+        if isinstance(self.reference, dict) and checked_reason(spec, self.reference, problem) is None:
             self.compiler.submit(self.reference)  # needed by the first trial: builds while the worker starts
 
     @property
@@ -76,10 +78,10 @@ class GpuEvaluator:
 
     def objective_attrs(self) -> dict:
         """What a study's values mean: a resumed study must have been measured the same way."""
-        if self.reference == BASELINE:
-            reference = BASELINE
-        else:
+        if isinstance(self.reference, dict):
             reference = " ".join(define_flags(self.spec.defines(self.reference, self.problem)))
+        else:
+            reference = BASELINE
         metric = "ratio" if self.measure_settings.value == "ratio" else "ms"
         return {"objective": {"metric": metric, "reference": reference, "regime": self.measure_settings.regime}}
 
@@ -101,10 +103,10 @@ class GpuEvaluator:
     def reference_job(self) -> dict:
         """The reference as the worker loads it (compiled on first use, then from the cache)."""
         if self._reference_job is None:
-            if self.reference == BASELINE:
+            if not isinstance(self.reference, dict):  # BASELINE
                 self._reference_job = {"baseline": True}
             else:
-                reason = self.spec.check(self.reference, self.problem)
+                reason = checked_reason(self.spec, self.reference, self.problem)
                 if reason:
                     raise UserError(f"[measure] reference is rejected by the kernel's constraint model: {reason}")
                 built = self.compiler.result(self.reference)
@@ -115,6 +117,8 @@ class GpuEvaluator:
 
     def start(self) -> dict:
         """Start the worker and check that this GPU can run the study's arch."""
+        if isinstance(self.reference, dict):  # not BASELINE: it compiles while the worker starts
+            self.compiler.submit(self.reference)
         try:
             device = self.supervisor.start()
         except WorkerDied as exc:
@@ -129,7 +133,12 @@ class GpuEvaluator:
                 f"this GPU ({device.get('name')}, sm_{cc[0]}{cc[1]}) cannot run {self.arch} code: run the study on a matching GPU, "
                 f"or verify it here without launching: tuner check --compile STUDY"
             )
-        self.supervisor.prepare({"spec_path": str(self.spec.path), "problem": self.problem, "seed": self.seed})
+        problem = {"spec_path": str(self.spec.path), "problem": self.problem, "seed": self.seed}
+        self.supervisor.prepare(problem)
+        try:  # the reference's compile finishes while the worker builds the inputs
+            self.supervisor.prepare({**problem, "reference": self.reference_job(), "timing": vars(self.timing)}, op="warm_up")
+        except UserError:
+            pass  # an unusable reference: the first trial says why
         return device
 
     @property
@@ -159,7 +168,7 @@ class GpuEvaluator:
     def evaluate(self, params: dict[str, Value], config: dict[str, Value], report: Report) -> Measurement:
         derived = self.spec.derive(config, self.problem)
         built = self.compiler.result(config)
-        common = dict(regs=built.regs, spills=built.spills, smem_bytes=derived.get("smem_bytes", built.smem_static),
+        common: dict[str, Any] = dict(regs=built.regs, spills=built.spills, smem_bytes=derived.get("smem_bytes", built.smem_static),
                       compile_s=round(built.compile_s, 4), flags=built.flags)
         logs = {"compile.log": built.log}
         if not built.ok:

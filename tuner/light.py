@@ -19,14 +19,28 @@ encodings) keep the full :class:`~tuner.spec.KernelSpec`.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
 from tuner.errors import UserError
-from tuner.spec import Buffer, Config, DeviceInfo, KernelSpec, Launch, OutputSpec, Problem, Scalar, Value
+from tuner.rules import Names, Rule, first_violation
+from tuner.spec import (
+    Buffer,
+    Config,
+    DeviceInfo,
+    KernelSpec,
+    Launch,
+    OutputSpec,
+    Problem,
+    RandomTable,
+    Scalar,
+    Value,
+)
 
 _GUARD = re.compile(r"^[ \t]*#[ \t]*ifndef[ \t]+(\w+)[^\n]*\n[ \t]*#[ \t]*define[ \t]+(\1)[ \t]+([^\s/]+)", re.MULTILINE)
 #: names an expression may call besides the defines
@@ -81,9 +95,10 @@ class LightSpec(KernelSpec):
         if self.source_path.is_file():  # load_spec reports a missing source
             guards = guarded_defines(self.source_path)
             self.params = {k: v for k, v in guards.items() if k not in self.problem_keys}
-        self._checks = [(r, f"fails {r}") if isinstance(r, str) else r for r in self.restrictions]
+        checks = [(r, f"fails {r}") if isinstance(r, str) else r for r in self.restrictions]
         self._code = {expr: compile(expr, f"{self.path.name}: {expr}", "eval")
-                      for expr in [*self.derived.values(), *(e for e, _ in self._checks)]}
+                      for expr in [*self.derived.values(), *(e for e, _ in checks)]}
+        self._rules = [Rule(partial(self._holds, expr), message) for expr, message in checks]
 
     # -- names ------------------------------------------------------------------------
     def _eval(self, expr: str, names: Mapping[str, Any]) -> Any:
@@ -91,6 +106,9 @@ class LightSpec(KernelSpec):
             return eval(self._code[expr], {"__builtins__": {}, **_FUNCTIONS}, dict(names))
         except NameError as exc:
             raise UserError(f"kernel spec {self.path.name}: {expr!r}: {exc}") from None
+
+    def _holds(self, expr: str, names: Names) -> Any:
+        return self._eval(expr, vars(names))
 
     def names(self, config: Config, problem: Problem) -> dict[str, Any]:
         """Problem, defaults, config and derived values in one dict (what expressions see)."""
@@ -104,11 +122,7 @@ class LightSpec(KernelSpec):
 
     # -- KernelSpec ---------------------------------------------------------------------
     def check(self, config: Config, problem: Problem) -> str | None:
-        names = self.names(config, problem)
-        for expr, message in self._checks:
-            if not self._eval(expr, names):
-                return message.format(**names)
-        return None
+        return first_violation(self._rules, Names(**self.names(config, problem)))
 
     def derive(self, config: Config, problem: Problem) -> dict[str, int]:
         names = self.names(config, problem)
@@ -125,7 +139,7 @@ class LightSpec(KernelSpec):
         args = [a if isinstance(a, Scalar) else Buffer(a.name) for a in self.args]
         return Launch(grid=self.grid(names), block=self.block(names), args=args)
 
-    def inputs(self, problem: Problem, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    def inputs(self, problem: Problem, rng: np.random.Generator) -> dict[str, np.ndarray | RandomTable]:
         names = self.names({}, problem)
         return {a.name: rng.uniform(-1, 1, size=self._shape(a.shape, names)).astype(a.dtype)
                 for a in self.args if isinstance(a, In)}

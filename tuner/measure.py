@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from tuner.paired import PairSeries, StopRule
 from tuner.record import Measurement
@@ -93,9 +94,13 @@ class Timing:
         return StopRule(self.ci_target, self.min_pairs, self.max_pairs)
 
     @classmethod
-    def of(cls, data: dict | None) -> "Timing":
+    def of(cls, data: dict | None) -> Timing:
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+
+#: how long the worker keeps the GPU warm for a first trial that has not come yet
+WARM_WAIT_S = 10.0
 
 
 class Measurer:
@@ -167,6 +172,21 @@ class Measurer:
     def prepare(self, job: dict) -> None:
         """A problem's inputs in place before its first job (``spec_path``, ``problem``, ``seed``)."""
         self._prepare(job)
+
+    def warm_up(self, job: dict, job_waiting: Callable[[], bool]) -> None:
+        """The session warm-up before the first trial (sustained regime), while the tuner still
+        sets up: the reference runs for at least ``session_warmup_ms`` and then on until a job
+        arrives (at most ``WARM_WAIT_S``), so the first trial finds the GPU at its loaded clocks."""
+        timing = Timing.of(job.get("timing"))
+        if timing.regime != "sustained" or self._session_warm:
+            return
+        spec, problem = self._prepare(job)
+        reference = self._reference_handle(job, spec, problem)
+        self._run_for([reference], timing.session_warmup_ms, 1)
+        until = time.monotonic() + WARM_WAIT_S
+        while not job_waiting() and time.monotonic() < until:
+            self._run_for([reference], 20.0, 1)
+        self._session_warm = True
 
     # -- parts ---------------------------------------------------------------------------------
     def _prepare(self, job: dict) -> tuple[Any, dict]:

@@ -34,8 +34,9 @@ def study_note(study: optuna.Study, storage_label: str | None = None) -> str:
     attrs = study.user_attrs
     trials = study.get_trials(deepcopy=False)
     best = best_trial(trials, study.direction)
-    problem = attrs.get("problem") if isinstance(attrs.get("problem"), dict) else {}
-    device = attrs.get("device") if isinstance(attrs.get("device"), dict) else {}
+    problem, device = attrs.get("problem"), attrs.get("device")
+    problem = problem if isinstance(problem, dict) else {}
+    device = device if isinstance(device, dict) else {}
     lines = [f"## {study.study_name}", ""]
     lines.append(f"**Problem**: shape `{attrs.get('shape', '?')}`, "
                  + (", ".join(f"{k}={v}" for k, v in problem.items()) or "not recorded"))

@@ -10,21 +10,26 @@ user attributes of docs/ENGINE.md; failures become PRUNED trials with a status a
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol, cast
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner import optuna_private
 from tuner.paired import SlowerTest
 from tuner.record import COMPLETE_STATUSES, Measurement
 from tuner.space import Space
 from tuner.spec import Value, define_flags
-from tuner.storage import mark_runner, runner_dead
+from tuner.storage import HEARTBEAT_S, runner_dead
 
 CLAIM = "tuner:measuring"  # system attr: this trial is measuring its config
-TWIN_WAIT_S = 1800.0  # longest wait for another worker measuring the same config
+#: longest wait for a twin whose liveness cannot be checked (a runner on another host, on a
+#: storage without a heartbeat); a twin whose runner is dead is never waited for
+TWIN_WAIT_S = 1800.0
+BEST_MAX_AGE_S = 0.5
+_LOOKED_UP = (TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)  # twins and stored results
 
 
 class Evaluator(Protocol):
@@ -54,16 +59,18 @@ class Objective:
         self.artifact_dir = artifact_dir  # compile logs kept as optuna artifacts when set
         #: stops a measurement whose samples say it is slower than the best (else Optuna's pruner decides)
         self.slower_test = slower_test
-        self._best_cache: tuple[int, float | None] = (-1, None)
+        self._best_cache: tuple[float, float | None] = (-float("inf"), None)  # (read at, best value)
+        self._keys: dict[int, tuple] = {}  # trial number -> config key
 
     def __call__(self, trial: optuna.Trial) -> float:
         return self.finish(trial, self.begin(trial))
 
     def begin(self, trial: optuna.Trial) -> Begun:
-        """The trial's config, recorded on it at once (params, runner, phase): other workers
-        see it in flight from here on. An evaluator that can work ahead (compile) is told."""
-        params = {a: trial.suggest_categorical(a, v) for a, v in self.space.axes.items()}
-        mark_runner(trial)
+        """The trial's config, recorded on it at once (params, phase): other workers see it in
+        flight from here on (its runner was stored as it was created). An evaluator that can
+        work ahead (compile) is told."""
+        # one of the axis' own values (Optuna's return type is wider)
+        params = {a: cast(Value, trial.suggest_categorical(a, v)) for a, v in self.space.axes.items()}
         trial.set_user_attr("phase", self.phase)
         begun = Begun(params, self.space.full_config(params))
         if self.space.check(params) is None and hasattr(self.evaluator, "prefetch"):
@@ -77,9 +84,7 @@ class Objective:
     def measure(self, trial: optuna.Trial, begun: Begun) -> Measurement:
         """The trial's outcome: a stored or concurrent result reused, or the evaluator's."""
         params, config = begun.params, begun.config
-        measurement = self._stored(trial, params)
-        if measurement is None:
-            measurement = self._await_twin(trial, params)
+        measurement = self._reuse(trial, params)
         if measurement is None:
             reason = self.space.check(params)
             if reason is not None:  # only an enqueued trial can get here
@@ -98,25 +103,24 @@ class Objective:
         if not measurement.flags:
             defines = self.space.spec.defines(begun.config, self.space.problem)
             measurement.flags = " ".join(define_flags(defines))
-        for key, value in measurement.user_attrs(self.flops).items():
-            trial.set_user_attr(key, value)
+        optuna_private.set_user_attrs(trial, measurement.user_attrs(self.flops))
         if self.artifact_dir and measurement.artifacts:
-            self._attach(trial, measurement.artifacts)
+            self._attach(trial, measurement.artifacts, self.artifact_dir)
         if self.on_result:
             self.on_result(trial.number, begun.params, measurement)
         if measurement.status in COMPLETE_STATUSES and measurement.objective is not None:
             return measurement.objective
         raise optuna.TrialPruned(f"{measurement.status}: {measurement.reason}")
 
-    def _attach(self, trial: optuna.Trial, files: dict[str, str]) -> None:
+    def _attach(self, trial: optuna.Trial, files: dict[str, str], artifact_dir: str) -> None:
         import warnings
 
         try:
             from tuner.notes import attach_trial_artifacts
 
-            attach_trial_artifacts(trial, files, self.artifact_dir)
+            attach_trial_artifacts(trial, files, artifact_dir)
         except Exception as exc:  # artifacts are a convenience: never lose a trial over them
-            warnings.warn(f"could not store artifacts of trial {trial.number}: {exc}")
+            warnings.warn(f"could not store artifacts of trial {trial.number}: {exc}", stacklevel=2)
 
     def _reporter(self, trial: optuna.Trial) -> Callable[[int, float, list[float]], bool]:
         """Each block: its running value becomes an intermediate value; then stop or go on."""
@@ -132,23 +136,45 @@ class Objective:
         return report
 
     def _best_value(self, study: optuna.Study) -> float | None:
-        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if len(complete) != self._best_cache[0]:
-            self._best_cache = (len(complete), min((t.value for t in complete if t.value is not None), default=None))
-        return self._best_cache[1]
+        """The best complete value, read at most every ``BEST_MAX_AGE_S``: it is asked after every
+        block on the measuring thread, and an older best only prunes less."""
+        read_at, best = self._best_cache
+        if time.monotonic() - read_at > BEST_MAX_AGE_S:
+            complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            best = min((t.value for t in complete if t.value is not None), default=None)
+            self._best_cache = (time.monotonic(), best)
+        return best
 
-    def _stored(self, trial: optuna.Trial, params: dict[str, Any], twin: bool = False) -> Measurement | None:
+    def _reuse(self, trial: optuna.Trial, params: dict[str, Any]) -> Measurement | None:
+        """A stored or concurrent result of the same config, else None (then this trial measures).
+
+        This runs on the measuring thread between two GPU jobs, so it reads the study once
+        (twins waited for re-read it).
+        """
+        key = self.space.key(params)
+        trials = trial.study.get_trials(deepcopy=False, states=_LOOKED_UP)
+        stored = self._stored(trials, trial, key)
+        if stored is None:
+            stored = self._await_twin(trials, trial, key)
+        return stored
+
+    def _key_of(self, trial: FrozenTrial) -> tuple | None:
+        """A trial's config key, computed once (a trial's params never change once all are set)."""
+        key = self._keys.get(trial.number)
+        if key is None and len(trial.params) == len(self.space.axes):
+            key = self._keys[trial.number] = self.space.key(trial.params)
+        return key
+
+    def _stored(self, trials: list[FrozenTrial], trial: optuna.Trial, key: tuple, twin: bool = False) -> Measurement | None:
         """A repeat of a finished configuration reuses its stored result: no GPU time.
 
         Only complete measurements count: a config stopped by the pruner is measured
         again if it comes back (the bar it failed may have moved) -- unless it is a
         ``twin``, measured by another worker at the same moment: then the bar is the same.
         """
-        key = self.space.key(params)
         started = trial.datetime_start  # a twin that finished after this trial began ran alongside it
-        finished = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-        for t in finished:
-            if t.number == trial.number or not t.params or self.space.key(t.params) != key:
+        for t in trials:
+            if not t.state.is_finished() or t.number == trial.number or self._key_of(t) != key:
                 continue
             status = t.user_attrs.get("status")
             concurrent = twin or (started is not None and t.datetime_complete is not None and t.datetime_complete >= started)
@@ -161,30 +187,35 @@ class Objective:
             return stored
         return None
 
-    def _await_twin(self, trial: optuna.Trial, params: dict[str, Any]) -> Measurement | None:
+    def _await_twin(self, trials: list[FrozenTrial], trial: optuna.Trial, key: tuple) -> Measurement | None:
         """Another worker is measuring this very config (both sampled it at once): wait, reuse.
 
         Params are stored before this check; a trial waits for a same-config RUNNING
         trial that is older or has claimed the measurement, then reuses its result (a
         duplicate, no GPU time). Both measure only if each checks before the other's
         params land -- a window of one storage write.
-        If the twin dies or is pruned, this trial measures after all.
+        If the twin dies or is pruned, this trial measures after all: a twin counts while its
+        runner lives (same host: its process; RDB storages: Optuna's heartbeat, whose stale
+        trials are failed here as ``study.optimize`` does).
         """
-        key = self.space.key(params)
         deadline = time.monotonic() + TWIN_WAIT_S
         pause = 0.02
         waited = False
+        next_stale_check = time.monotonic() + HEARTBEAT_S
         while time.monotonic() < deadline:
-            running = trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            twins = [t for t in running if (t.number < trial.number or t.system_attrs.get(CLAIM))
-                     and t.number != trial.number and len(t.params) == len(params)
-                     and self.space.key(t.params) == key and not runner_dead(t)]
+            if time.monotonic() >= next_stale_check:
+                optuna.storages.fail_stale_trials(trial.study)  # a twin on a dead host stops counting
+                next_stale_check = time.monotonic() + HEARTBEAT_S
+            twins = [t for t in trials if t.state == TrialState.RUNNING and t.number != trial.number
+                     and (t.number < trial.number or t.system_attrs.get(CLAIM))
+                     and self._key_of(t) == key and not runner_dead(t)]
             if not twins:
-                stored = self._stored(trial, params, twin=waited)
+                stored = self._stored(trials, trial, key, twin=True) if waited else None
                 if stored is None:  # this trial measures: a twin arriving later waits for it
                     optuna_private.set_trial_system_attr(trial, CLAIM, True)
                 return stored
             waited = True
             time.sleep(pause)
             pause = min(1.0, pause * 2)
+            trials = trial.study.get_trials(deepcopy=False, states=_LOOKED_UP)
         return None

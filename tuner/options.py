@@ -85,17 +85,21 @@ class Option:
             value = float(value)
         if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             raise UserError(f"{where} must be {_NOUN[kind]}, got {value!r}")
-        if kind is float and not math.isfinite(value):
-            raise UserError(f"{where} must be a finite number, got {value!r}")
         if self.choices is not None and value not in self.choices:
             raise UserError(f"{where} {value!r} unknown; expected one of {', '.join(self.choices)}")
+        if isinstance(value, int | float):  # the kinds that have bounds
+            self._check_bounds(value, where)
+        return value
+
+    def _check_bounds(self, value: float, where: str) -> None:
+        if not math.isfinite(value):
+            raise UserError(f"{where} must be a finite number, got {value!r}")
         if self.above is not None and value <= self.above:
             raise UserError(f"{where} must be > {_num(self.above)}, got {value!r}")
         if self.minimum is not None and value < self.minimum:
             raise UserError(f"{where} must be >= {_num(self.minimum)}, got {value!r}")
         if self.maximum is not None and value > self.maximum:
             raise UserError(f"{where} must be <= {_num(self.maximum)}, got {value!r}")
-        return value
 
     def parse_flag(self, text: str) -> Any:
         """A flag's text as this option's type (bools and lists come parsed from argparse)."""

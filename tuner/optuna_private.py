@@ -7,11 +7,12 @@ Optuna changes, this module and its test are the only things to update.
 from __future__ import annotations
 
 import contextlib
+import datetime
 from collections.abc import Container, Iterator
-from typing import Any
+from typing import Any, cast
 
 import optuna
-from optuna.storages import BaseStorage, JournalStorage
+from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
@@ -46,6 +47,34 @@ def set_trial_system_attr(trial: optuna.Trial, key: str, value: Any) -> None:
     trial.storage.set_trial_system_attr(trial._trial_id, key, value)
 
 
+def ask_with_user_attrs(study: optuna.Study, user_attrs: dict[str, Any]) -> optuna.Trial:
+    """``study.ask()``, with ``user_attrs`` on the trial from the moment it is RUNNING.
+
+    A new trial is created with them in one storage write (a template trial, as
+    ``enqueue_trial`` makes WAITING ones); a queued trial gets them just before it is taken.
+    ``study.ask()`` then ``set_user_attr`` leaves a window in which a killed process leaves a
+    RUNNING trial that names no process (what finds dead runners' trials relies on the names).
+    Taking a queued trial is as in ``Study._pop_waiting_trial_id``; without a proposal lock, a
+    process that loses the race for it writes its name on the winner's trial.
+    """
+    storage = study._storage
+    study._thread_local.cached_all_trials = None  # as ask(): sync with the storage once per trial
+    for waiting in storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.WAITING,)):
+        try:
+            for key, value in user_attrs.items():
+                storage.set_trial_user_attr(waiting._trial_id, key, value)
+            if storage.set_trial_state_values(waiting._trial_id, state=TrialState.RUNNING):
+                return optuna.Trial(study, waiting._trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+    template = FrozenTrial(
+        number=-1, state=TrialState.RUNNING, value=None, datetime_start=datetime.datetime.now(),
+        datetime_complete=None, params={}, distributions={}, user_attrs=dict(user_attrs), system_attrs={},
+        intermediate_values={}, trial_id=-1,
+    )
+    return optuna.Trial(study, storage.create_new_trial(study._study_id, template_trial=template))
+
+
 def fail_trial(study: optuna.Study, trial: FrozenTrial, user_attrs: dict[str, Any]) -> None:
     """Set user attrs on a RUNNING trial of another (dead) process, then make it FAIL.
 
@@ -74,3 +103,34 @@ def journal_file(storage: BaseStorage) -> str | None:
         return None
     path = getattr(storage._backend, "_file_path", None)
     return str(path) if path else None
+
+
+def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
+    """Several user attributes of a running trial: in one transaction on an RDB storage.
+
+    ``Trial.set_user_attr`` commits once per key; a trial's record has ~20 keys, and on
+    SQLite each commit is a few milliseconds of fsync on the thread that feeds the GPU.
+    One transaction also stores the record whole or not at all. Other storages: key by key.
+    """
+    storage = trial.storage
+    backend = getattr(storage, "_backend", storage)  # RDBStorage sits behind optuna's _CachedStorage
+    if not isinstance(backend, RDBStorage) or len(attrs) < 2:
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        return
+    import json
+
+    import sqlalchemy
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    table = models.TrialUserAttributeModel
+    with _create_scoped_session(backend.scoped_session, True) as session:
+        row = models.TrialModel.find_or_raise_by_id(trial._trial_id, session)
+        # Optuna's models annotate their fields as Columns; on a loaded row the field is the value
+        backend.check_trial_is_updatable(trial._trial_id, cast(TrialState, row.state))
+        # replace the keys in two statements (Optuna upserts key by key: three statements each)
+        session.execute(sqlalchemy.delete(table).where(table.trial_id == trial._trial_id, table.key.in_(list(attrs))))
+        session.execute(sqlalchemy.insert(table),
+                        [{"trial_id": trial._trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()])
+    trial._cached_frozen_trial.user_attrs.update(attrs)  # what Trial.set_user_attr keeps in step

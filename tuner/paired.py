@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 #: default half-width of the ratio's 95 % interval, relative to the ratio
 CI_TARGET = 0.0025
@@ -72,12 +72,12 @@ class PairSeries:
 
     @property
     def ratios(self) -> list[float]:
-        return [c / r for c, r in zip(self.candidate_ms, self.reference_ms)]
+        return [c / r for c, r in zip(self.candidate_ms, self.reference_ms, strict=True)]
 
     def __len__(self) -> int:
         return len(self.candidate_ms)
 
-    def summary(self) -> "RatioSummary":
+    def summary(self) -> RatioSummary:
         return RatioSummary.of(self.ratios, statistics.median(self.candidate_ms), statistics.median(self.reference_ms))
 
 
@@ -91,7 +91,7 @@ class RatioSummary:
     reference_ms: float | None = None
 
     @classmethod
-    def of(cls, ratios: Sequence[float], candidate_ms: float | None = None, reference_ms: float | None = None) -> "RatioSummary":
+    def of(cls, ratios: Sequence[float], candidate_ms: float | None = None, reference_ms: float | None = None) -> RatioSummary:
         lo, hi = median_ci(ratios)
         return cls(statistics.median(ratios), lo, hi, len(ratios), candidate_ms, reference_ms)
 

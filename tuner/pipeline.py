@@ -23,17 +23,21 @@ import queue
 import signal
 import threading
 import time
-import warnings
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import IO, TYPE_CHECKING
 
 import optuna
 from optuna.trial import TrialState
 
 from tuner.objective import Begun, Objective
+from tuner.optuna_private import ask_with_user_attrs
 from tuner.record import Measurement
-from tuner.storage import HEARTBEAT_S, mark_runner, supports_heartbeat
+from tuner.storage import HEARTBEAT_S, runner_attrs, supports_heartbeat
+
+if TYPE_CHECKING:
+    import sqlalchemy
 
 #: status of a trial another worker's race pushed past the study's budget (FAIL, never measured)
 OVER_BUDGET = "over_budget"
@@ -57,7 +61,7 @@ class Timeline:
     def report(self) -> dict:
         """``first_trial_s``: from the process's start to the first trial's result;
         ``trials_per_s``: sustained rate from the first result to the last."""
-        if self.first_told is None:
+        if self.first_told is None or self.last_told is None:
             return {"trials_run": 0, "first_trial_s": None, "trials_per_s": None}
         span = self.last_told - self.first_told
         return {
@@ -118,7 +122,7 @@ class _Heartbeat(threading.Thread):
 
 
 @contextlib.contextmanager
-def _ctrl_c_deferred():
+def _ctrl_c_deferred() -> Iterator[None]:
     """Ctrl-C waits until the block is done (main thread only: signals are delivered there)."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -146,8 +150,8 @@ class ProposalLock:
     def __init__(self, storage, url: str, study_name: str):
         from tuner.storage import is_journal, journal_path
 
-        self._file = None
-        self._conn = None
+        self._file: IO[str] | None = None  # the lock file (journal storage)
+        self._conn: sqlalchemy.Connection | None = None  # the advisory lock's session (Postgres)
         self._key = int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:8], "big") >> 1  # a bigint
         if is_journal(url):
             try:
@@ -157,7 +161,7 @@ class ProposalLock:
         elif getattr(storage, "engine", None) is not None and storage.engine.dialect.name == "postgresql":
             self._engine = storage.engine
 
-    def __enter__(self) -> "ProposalLock":
+    def __enter__(self) -> ProposalLock:
         try:
             if self._file is not None:
                 import fcntl
@@ -237,6 +241,8 @@ class Pipeline:
         try:
             while True:
                 while len(self._in_flight) <= self.ahead and asked < max_trials and not self._late():
+                    if self._in_flight and not self._measured.empty():
+                        break  # a result waits: tell it first (the incumbent the pruner and sampler see)
                     if not self._ask():
                         break
                     asked += 1
@@ -288,16 +294,19 @@ class Pipeline:
         with self.lock or contextlib.nullcontext():  # budget check, choice and storing it: one step
             if not self.may_ask():
                 return False
-            with _ctrl_c_deferred(), warnings.catch_warnings():  # a trial that exists is marked: never orphaned
-                warnings.simplefilter("ignore", UserWarning)  # "heartbeat is meant for Study.optimize": we beat
-                trial = self.study.ask()
-                mark_runner(trial)  # first (sampling is lazy): a kill from here on leaves a trial the next run re-queues
-            if self._heartbeat:
-                self._heartbeat.add(trial._trial_id)
+            trial = None
             try:
-                begun = self.objective.begin(trial)  # the sampler chooses, and the config is stored
+                # A Ctrl-C comes once the trial exists with its whole config, and fails it below
+                with _ctrl_c_deferred():
+                    # created with its runner (sampling is lazy): after a kill at any point the next run re-queues it
+                    trial = ask_with_user_attrs(self.study, runner_attrs())
+                    if self._heartbeat:
+                        self._heartbeat.add(trial._trial_id)
+                    begun = self.objective.begin(trial)  # the sampler chooses, and the config is stored
             except BaseException:
-                self._fail(trial, "interrupted", "stopped while the trial was being set up")
+                if trial is not None:
+                    self._fail(trial, "interrupted", "stopped while the trial was being set up: queued again")
+                    self._requeue(trial, trial.params)
                 raise
         if not self.admits(trial):  # only without a working lock
             self._fail(trial, OVER_BUDGET, "the study's budget was filled by other workers meanwhile; not measured")
@@ -342,7 +351,13 @@ class Pipeline:
         while self._in_flight:
             trial, begun = self._in_flight.popleft()
             self._fail(trial, "interrupted", "the run stopped before this trial was measured: queued again")
-            try:
-                self.study.enqueue_trial(begun.params, user_attrs={"requeued_from": trial.number}, skip_if_exists=False)
-            except Exception:
-                pass
+            self._requeue(trial, begun.params)
+
+    def _requeue(self, trial: optuna.Trial, params: dict) -> None:
+        """Queue an abandoned trial's config again (only a whole one: a partial config was never chosen)."""
+        if set(params) != set(self.objective.space.axis_names):
+            return
+        try:
+            self.study.enqueue_trial(params, user_attrs={"requeued_from": trial.number}, skip_if_exists=False)
+        except Exception:
+            pass

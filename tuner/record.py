@@ -61,7 +61,7 @@ class Measurement:
         return attrs
 
     @classmethod
-    def from_attrs(cls, attrs: dict[str, Any]) -> "Measurement":
+    def from_attrs(cls, attrs: dict[str, Any]) -> Measurement:
         names = set(cls.__dataclass_fields__) - {"blocks", "extra", "artifacts", "value"}
         return cls(**{k: v for k, v in attrs.items() if k in names})
 

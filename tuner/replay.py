@@ -19,10 +19,13 @@ import gzip
 import hashlib
 import io
 import json
+import math
 import statistics
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
@@ -74,17 +77,52 @@ def _coerce(text: str) -> Value:
         return text
 
 
+#: the most a replay file may hold, uncompressed (the largest recorded space, 1,184 configs
+#: with their samples, is a few MB; a gzip bomb of 1 MB expands to GBs)
+MAX_REPLAY_BYTES = 256 * 2**20
+
+
 def _open_text(path: Path) -> str:
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise UserError(f"replay file {path}: broken gzip data ({exc})") from None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_REPLAY_BYTES + 1)
+            if raw[:2] == b"\x1f\x8b":
+                f.seek(0)
+                with gzip.GzipFile(fileobj=f) as unzipped:
+                    raw = unzipped.read(MAX_REPLAY_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise UserError(f"replay file {path}: {exc.strerror}") from None
+        raise UserError(f"replay file {path}: broken gzip data ({exc})") from None
+    if len(raw) > MAX_REPLAY_BYTES:
+        raise UserError(f"replay file {path}: more than {MAX_REPLAY_BYTES // 2**20} MiB of data (uncompressed): "
+                        "not a recording of a tuning space")
     try:
         return raw.decode()
     except UnicodeDecodeError:
         raise UserError(f"replay file {path}: not text (expected CSV or Kernel Tuner JSON)") from None
+
+
+def _time(value: Any, where: str) -> float:
+    """A recorded time in milliseconds: a finite, positive number, else a one-line error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UserError(f"{where}: time {value!r} is not a number")
+    try:
+        number = float(value)
+    except ValueError:
+        raise UserError(f"{where}: time {value!r} is not a number") from None
+    if not math.isfinite(number) or number <= 0:
+        raise UserError(f"{where}: time {value!r} must be finite and positive (milliseconds)")
+    return number
+
+
+def _value(value: Any, where: str) -> Value:
+    """A recorded define value: an integer or an identifier, as the study file's."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise UserError(f"{where}: value {value!r} must be an integer or a name")
+    return value
 
 
 def load_recording(path: str | Path) -> Recording:
@@ -109,27 +147,43 @@ def load_recording(path: str | Path) -> Recording:
 
 
 def _from_csv(path: Path, text: str) -> Recording:
+    import csv
+
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:
+        raise UserError(f"replay file {path}: not a CSV table ({exc})") from None
+    header = rows[0] if rows else []
+    for line, row in enumerate(rows[1:], start=2):  # pandas would take surplus fields for an index
+        if row and len(row) != len(header):
+            raise UserError(f"replay file {path}, line {line}: {len(row)} fields, the header has {len(header)}")
     try:
         frame, axis_names = normalise(pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False))
-    except (TableError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise UserError(f"replay file {path}: {exc}") from None
+    except (TableError, pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise UserError(f"replay file {path}: {' '.join(str(exc).split())[:200]}") from None
     if frame.empty:
         raise UserError(f"replay file {path}: a results table needs a header with the define columns, 'ms' and 'status' and rows")
     axes: dict[str, list[Value]] = {a: [] for a in axis_names}
     records: dict[tuple, Record] = {}
-    for row in frame.to_dict("records"):
+    for line, row in enumerate(frame.to_dict("records"), start=2):
+        where = f"replay file {path}, line {line}"
+        if any(row.get(a) in (None, "") for a in axis_names):  # a short (ragged) row
+            raise UserError(f"{where}: no value for {', '.join(a for a in axis_names if row.get(a) in (None, ''))}")
         key = tuple(_coerce(row[a]) for a in axis_names)
-        for a, v in zip(axis_names, key):
+        for a, v in zip(axis_names, key, strict=True):
             if v not in axes[a]:
                 axes[a].append(v)
-        ms = float(row["ms"]) if row.get("ms") not in (None, "", "-") else None
         status = row["status"] or "ok"
+        ms = _time(row["ms"], where) if row.get("ms") not in (None, "", "-") and status in ("ok", "duplicate") else None
         if status == "duplicate" and ms is not None:  # a repeat: its stored result is the config's
             status = "ok"
         attrs = {}
         for column in ("regs", "spills", "smem_bytes"):
             if row.get(column) not in (None, "", "-"):
-                attrs[column] = int(float(row[column]))
+                try:
+                    attrs[column] = int(float(row[column]))
+                except (ValueError, OverflowError):
+                    raise UserError(f"{where}: {column} {row[column]!r} is not a number") from None
         record = Record(status, ms, [], attrs)
         if key not in records or _rank(record) < _rank(records[key]):
             records[key] = record
@@ -145,39 +199,78 @@ def _rank(record: Record) -> tuple[int, float]:
 
 
 def _from_kernel_tuner(path: Path, data: dict) -> Recording:
-    keys = data.get("tune_params_keys") or list(data["tune_params"])
-    axes = {k: list(data["tune_params"][k]) for k in keys}
+    where = f"replay file {path}"
+    params, cache = data["tune_params"], data["cache"]
+    if not isinstance(params, dict) or not params or not isinstance(cache, dict):
+        raise UserError(f"{where}: 'tune_params' and 'cache' must be objects, tune_params not empty")
+    keys = data.get("tune_params_keys") or list(params)
+    if not isinstance(keys, list) or any(k not in params for k in keys):
+        raise UserError(f"{where}: 'tune_params_keys' must name keys of 'tune_params'")
+    axes: dict[str, list[Value]] = {}
+    for k in keys:
+        if not isinstance(params[k], list) or not params[k]:
+            raise UserError(f"{where}: tune_params {k!r} must be a non-empty list of values")
+        axes[k] = [_value(v, f"{where}: tune_params {k!r}") for v in params[k]]
+    objective = data.get("objective", "time")
     records: dict[tuple, Record] = {}
-    for entry in data["cache"].values():
-        key = tuple(entry[k] for k in keys)
-        time = entry.get(data.get("objective", "time"), entry.get("time"))
+    for name, entry in cache.items():
+        at = f"{where}: cache entry {name!r}"
+        if not isinstance(entry, dict):
+            raise UserError(f"{at} is not an object")
+        missing = [k for k in keys if k not in entry]
+        if missing:
+            raise UserError(f"{at} has no {', '.join(missing)}")
+        key = tuple(_value(entry[k], at) for k in keys)
+        time = entry.get(objective, entry.get("time"))
         if isinstance(time, str):
             records[key] = Record(KT_FAILURES.get(time, "launch_error"), attrs={"reason": time})
         else:
-            records[key] = Record("ok", float(time), [float(t) for t in entry.get("times", [])])
-    return Recording(path, "kernel_tuner", axes, records, data.get("device_name", ""), data.get("kernel_name", ""))
+            times = entry.get("times", [])
+            if not isinstance(times, list):
+                raise UserError(f"{at}: 'times' must be a list")
+            records[key] = Record("ok", _time(time, at), [_time(t, at) for t in times])
+    return Recording(path, "kernel_tuner", axes, records, str(data.get("device_name", "")), str(data.get("kernel_name", "")))
 
 
 def _from_t4(path: Path, data: dict) -> Recording:
+    where = f"replay file {path}"
     results = data["results"]
+    if not isinstance(results, list):
+        raise UserError(f"{where}: 'results' must be a list")
     if not results:
-        raise UserError(f"replay file {path}: T4 file with no results")
-    keys = list(results[0]["configuration"])
+        raise UserError(f"{where}: T4 file with no results")
+    first = results[0].get("configuration") if isinstance(results[0], dict) else None
+    if not isinstance(first, dict) or not first:
+        raise UserError(f"{where}: result 0 has no 'configuration'")
+    keys = list(first)
     axes: dict[str, list[Value]] = {k: [] for k in keys}
     records: dict[tuple, Record] = {}
-    for entry in results:
-        config = entry["configuration"]
-        key = tuple(config[k] for k in keys)
-        for k, v in zip(keys, key):
+    for i, entry in enumerate(results):
+        at = f"{where}: result {i}"
+        config = entry.get("configuration") if isinstance(entry, dict) else None
+        if not isinstance(config, dict):
+            raise UserError(f"{at} has no 'configuration'")
+        missing = [k for k in keys if k not in config]
+        if missing:
+            raise UserError(f"{at}: configuration has no {', '.join(missing)}")
+        key = tuple(_value(config[k], at) for k in keys)
+        for k, v in zip(keys, key, strict=True):
             if v not in axes[k]:
                 axes[k].append(v)
         invalidity = entry.get("invalidity", "correct")
-        value = next((m["value"] for m in entry.get("measurements", []) if m.get("name") == "time"), None)
-        if invalidity != "correct" or not isinstance(value, (int, float)):
+        measurements = entry.get("measurements", [])
+        if not isinstance(measurements, list):
+            raise UserError(f"{at}: 'measurements' must be a list")
+        value = next((m.get("value") for m in measurements if isinstance(m, dict) and m.get("name") == "time"), None)
+        if invalidity != "correct":
             records[key] = Record(T4_INVALIDITY.get(invalidity, "launch_error"), attrs={"reason": str(value)})
+        elif value is None:
+            raise UserError(f"{at}: a correct result with no 'time' measurement")
         else:
-            times = entry.get("times", {}).get("runtimes", [])
-            records[key] = Record("ok", float(value), [float(t) for t in times])
+            times = entry.get("times", {}).get("runtimes", []) if isinstance(entry.get("times", {}), dict) else None
+            if not isinstance(times, list):
+                raise UserError(f"{at}: 'times.runtimes' must be a list")
+            records[key] = Record("ok", _time(value, at), [_time(t, at) for t in times])
     for k in axes:
         axes[k] = sorted(axes[k], key=lambda v: (isinstance(v, str), v))
     return Recording(path, "t4", axes, records)

@@ -9,8 +9,9 @@ and the reports draw from it. :func:`best_trial` is the one rule for "the winner
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import pandas as pd
 from optuna.study import StudyDirection
@@ -38,6 +39,13 @@ def status_of(trial: FrozenTrial) -> str:
     return _STATE_STATUS.get(trial.state, trial.state.name.lower())
 
 
+def value_of(trial: FrozenTrial) -> float:
+    """A complete trial's objective value: the key trials are ranked by."""
+    if trial.value is None:
+        raise ValueError(f"trial {trial.number} has no value")
+    return trial.value
+
+
 def best_trial(trials: Iterable[FrozenTrial], direction: StudyDirection = StudyDirection.MINIMIZE,
                phase: str | None = None) -> FrozenTrial | None:
     """The COMPLETE trial with the best value (of ``phase`` when given), or None.
@@ -50,7 +58,7 @@ def best_trial(trials: Iterable[FrozenTrial], direction: StudyDirection = StudyD
     if not done:
         return None
     pick = max if direction == StudyDirection.MAXIMIZE else min
-    return pick(done, key=lambda t: t.value)
+    return pick(done, key=value_of)
 
 
 def trials_frame(trials: Iterable[FrozenTrial], axes: Sequence[str] | None = None) -> pd.DataFrame:

@@ -29,9 +29,9 @@ from tuner.record import Measurement
 from tuner.results import best_trial
 from tuner.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
 from tuner.space import Space
-from tuner.study_file import SearchSettings
-from tuner.warm_start import queue_start_configs, start_params, warm_start
 from tuner.storage import open_storage, recover_stale_trials, redact, resolve_url
+from tuner.study_file import SearchSettings
+from tuner.warm_start import prior_trials, queue_start_configs, start_params, warm_start
 
 #: fingerprint keys a resumed study must match
 BINDING_KEYS = ("kind", "device_name", "source_hash", "nvrtc_version", "arch", "problem", "objective")
@@ -45,7 +45,7 @@ def _storage_error(exc: BaseException):
     """The database error behind ``exc`` (Optuna may wrap it while failing the trial), or None."""
     import sqlalchemy.exc
 
-    seen = exc
+    seen: BaseException | None = exc
     for _ in range(5):
         if seen is None:
             return None
@@ -72,6 +72,7 @@ class RunSettings(SearchSettings):
     warm_start_top: int = 5
     study_attrs: dict[str, Any] = field(default_factory=dict)
     started: float | None = None  # time.monotonic() when the command started (time to first trial)
+    peers: int = 1  # processes sharing the budget (`tuner run --workers N`): none asks ahead beyond its share
 
 
 def fingerprint(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -92,6 +93,12 @@ def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool
             study.set_metric_names([attrs.get("objective", LEGACY_OBJECTIVE)["metric"]])
         study.set_user_attr("kind", attrs.get("kind"))
         return
+    if stored.get("axes") is not None and attrs.get("axes") is not None and stored["axes"] != attrs["axes"]:
+        raise UserError(
+            f"study {study.study_name!r} searches the defines {', '.join(map(str, stored['axes']))}, this run "
+            f"{', '.join(map(str, attrs['axes']))}: a study keeps one space (--accept-mismatch does not change that); "
+            "start a new study with --study-name NEW"
+        )
     differs = [
         f"{k}: stored {stored.get(k)!r}, now {attrs.get(k)!r}"
         for k in BINDING_KEYS
@@ -109,8 +116,24 @@ def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool
     study.set_user_attr("accepted_mismatches", history)
 
 
+def check_same_choices(study: optuna.Study, space: Space) -> None:
+    """Each define keeps the values it had in the study's trials (Optuna refuses to change a
+    parameter's distribution within a study)."""
+    for trial in study.get_trials(deepcopy=False):
+        for name, values in space.axes.items():
+            distribution = trial.distributions.get(name)
+            choices = list(getattr(distribution, "choices", values))
+            if distribution is not None and choices != list(values):
+                raise UserError(
+                    f"study {study.study_name!r} searched {name} over {choices}, this run over "
+                    f"{list(values)}: keep the values, or start a new study with --study-name NEW"
+                )
+        if trial.distributions:
+            return
+
+
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def study_attrs(kind: str, space: Space, arch: str, device: dict, nvrtc: str, shape: str, extra: dict | None = None) -> dict:
@@ -161,6 +184,7 @@ class Runner:
             load_if_exists=True,
         )
         bind_study(self.study, settings.study_attrs, settings.accept_mismatch)
+        check_same_choices(self.study, space)
         if hasattr(evaluator, "bind"):
             evaluator.bind(self.study)
         self.requeued = recover_stale_trials(self.study)
@@ -168,6 +192,8 @@ class Runner:
             warm_start(self.study, space, settings.warm_start, settings.warm_start_top, settings.mode == "tiered")
             if settings.warm_start else []
         )
+        if settings.warm_start:  # the source studies' trials shape the sampler's first proposals (each run: a resume too)
+            self.sampler.set_prior(prior_trials(self.study, space, settings.warm_start))
         self.start_queued = queue_start_configs(self.study, space, start)
         self._bar = None
         self.flops = settings.study_attrs.get("flops") or None
@@ -204,7 +230,9 @@ class Runner:
                               artifact_dir=self.settings.artifact_dir, slower_test=self.slower_test)
         timeout = self.settings.timeout_min * 60 if self.settings.timeout_min else None
         deadline = self.timeline.started + timeout if timeout else None
-        pipeline = Pipeline(self.study, objective, self.ahead, self._may_ask(phase, keys, target),
+        # Asked-ahead trials hold places in the budget: a worker keeps at most its share of what is left
+        ahead = min(self.ahead, max(0, -(-todo // max(1, self.settings.peers)) - 1))
+        pipeline = Pipeline(self.study, objective, ahead, self._may_ask(phase, keys, target),
                             self._admits(phase, keys, target), self.timeline, deadline, self.lock)
         self._open_bar(phase, todo)
         try:

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import optuna
 
@@ -24,6 +23,10 @@ from tuner import options
 from tuner.errors import UserError
 from tuner.storage import open_storage, redact, resolve_url
 
+#: the pid of the ``tuner run --workers N`` process, in its workers' environment
+PARENT_ENV = "TUNER_PARENT_PID"
+#: how many workers share the study's budget, in each worker's environment
+PEERS_ENV = "TUNER_WORKERS"
 STOP_GRACE_S = 20.0  # after Ctrl-C, how long workers get to record their trial before SIGKILL
 
 
@@ -58,6 +61,8 @@ def worker_env(args, index: int) -> dict[str, str]:
         if gpus:  # more workers than GPUs share them round-robin
             env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
     env["TUNER_WORKER_INDEX"] = str(index)
+    env[PEERS_ENV] = str(args.run.workers)
+    env[PARENT_ENV] = str(os.getpid())  # the worker dies with this process (:func:`tuner.supervisor.die_with_parent`)
     env["TUNER_STORAGE"] = resolve_url(args.storage)  # not on the command line: a password never shows in `ps`
     env[options.ENV] = options.encode(worker_settings(args, index))
     return env
@@ -66,15 +71,14 @@ def worker_env(args, index: int) -> dict[str, str]:
 def run_workers(args) -> int:
     n = args.run.workers
     url = resolve_url(args.storage)
-    out_dir = Path(tempfile.mkdtemp(prefix="tuner-workers-"))
     procs: list[subprocess.Popen] = []
     outs, errs = [], []
     started = time.monotonic()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill PARENT` stops the workers too
     try:
         for i in range(n):
-            outs.append(open(out_dir / f"{i}.out", "w+"))
-            errs.append(open(out_dir / f"{i}.err", "w+"))
+            outs.append(tempfile.TemporaryFile("w+"))  # nameless: nothing is left behind, even after kill -9
+            errs.append(tempfile.TemporaryFile("w+"))
             procs.append(subprocess.Popen(worker_command(args), env=worker_env(args, i), stdout=outs[i], stderr=errs[i],
                                           stdin=subprocess.DEVNULL))
         if not args.json:
@@ -111,7 +115,6 @@ def run_workers(args) -> int:
         errs[i].close()
     for line in messages[-20:]:  # each distinct message once, not once per worker
         print(line, file=sys.stderr)
-    _cleanup(out_dir)
 
     failed = [c for c in codes if c != 0]
     if not names:
@@ -173,9 +176,3 @@ def _stop(procs: list[subprocess.Popen]) -> None:
         if p.poll() is None:
             p.kill()
             p.wait()
-
-
-def _cleanup(out_dir: Path) -> None:
-    for f in out_dir.iterdir():
-        f.unlink()
-    out_dir.rmdir()

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
-from tuner.enumeration import Enumeration, enumerate_valid, reason_kind
+from tuner.compile import default_cache_dir
+from tuner.enumeration import Enumeration, enumerate_cached
 from tuner.errors import UserError
 from tuner.spec import Config, KernelSpec, Problem, Value
 
@@ -57,7 +58,8 @@ class Space:
     def enumerate(self) -> Enumeration:
         with self._enumerating:
             if self._enumeration is None:  # (a failed enumeration is retried by the next caller, to raise)
-                self._enumeration = enumerate_valid(self.spec, self.problem, self.axes, self.fixed, self.total)
+                self._enumeration = enumerate_cached(self.spec, self.problem, self.axes, self.fixed, self.total,
+                                                     default_cache_dir() / "spaces")
                 self._valid_keys = {self.key(p) for p in self._enumeration.valid}
             return self._enumeration
 
@@ -84,7 +86,7 @@ class Space:
         return self.enumerate().invalid_examples
 
     @classmethod
-    def from_study(cls, study, spec: KernelSpec) -> "Space":
+    def from_study(cls, study, spec: KernelSpec) -> Space:
         return cls(spec, dict(study.problem), study.axes, list(study.tier1), list(study.tier2), dict(study.fixed))
 
     @property
@@ -103,7 +105,9 @@ class Space:
         return self.key(params) in self._valid_keys
 
     def check(self, params: dict[str, Value]) -> str | None:
-        return self.spec.check(self.full_config(params), self.problem)
+        from tuner.enumeration import checked_reason
+
+        return checked_reason(self.spec, self.full_config(params), self.problem)
 
     def require_valid(self) -> None:
         """Raise the error that says how to fix a space with no valid configuration."""

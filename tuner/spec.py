@@ -19,9 +19,10 @@ import hashlib
 import importlib.util
 import re
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -31,8 +32,8 @@ Value = int | str
 Config = dict[str, Value]
 Problem = dict[str, Value]
 
-_DEFINE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DEFINE_VALUE = re.compile(r"^(-?[0-9]+|[A-Za-z_][A-Za-z0-9_]*)$")
+_DEFINE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # whole strings only: fullmatch
+_DEFINE_VALUE = re.compile(r"-?[0-9]+|[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -163,16 +164,16 @@ class KernelSpec:
     :meth:`flops`. Defaults below cover the common parts.
     """
 
-    #: short name, used in study names and tables
-    name: ClassVar[str] = ""
+    #: short name, used in study names and tables (a light spec takes its source's stem)
+    name: str = ""
     #: the ``.cu`` file, relative to the spec file
     source: ClassVar[str] = ""
     #: the ``extern "C" __global__`` function to launch
-    kernel_name: ClassVar[str] = ""
+    kernel_name: str = ""
     #: targets the kernel compiles for, e.g. ("sm_90a",)
     archs: ClassVar[tuple[str, ...]] = ()
-    #: every tunable define with its default (the value in the ``.cu`` file)
-    params: ClassVar[dict[str, Value]] = {}
+    #: every tunable define with its default (the value in the ``.cu`` file; a light spec reads it there)
+    params: dict[str, Value] = {}
     #: problem keys the kernel needs (e.g. M, N, K, EPILOGUE); passed as defines too
     problem_keys: ClassVar[tuple[str, ...]] = ()
     #: extra NVRTC options (no -D, no -arch: the tuner adds those)
@@ -233,7 +234,7 @@ class KernelSpec:
         """The exact expected first output (float32) for the given row indices."""
         raise NotImplementedError
 
-    def baseline(self, problem: Problem, buffers: Mapping[str, int], stream: int) -> "Callable[[], None] | None":
+    def baseline(self, problem: Problem, buffers: Mapping[str, int], stream: int) -> Callable[[], None] | None:
         """Optional: a host-side baseline on the same inputs (e.g. a library call), for benchmarks.
 
         ``buffers`` maps the names of :meth:`inputs` and :meth:`outputs` to device addresses;
@@ -262,9 +263,9 @@ class KernelSpec:
 
 def validate_define(name: str, value: Value, where: str) -> None:
     """Reject anything that could smuggle an option into the compiler command line."""
-    if not isinstance(name, str) or not _DEFINE_NAME.match(name):
+    if not isinstance(name, str) or not _DEFINE_NAME.fullmatch(name):
         raise UserError(f"{where}: define name {name!r} must be a C identifier (letters, digits, _)")
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not _DEFINE_VALUE.match(str(value)):
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not _DEFINE_VALUE.fullmatch(str(value)):
         raise UserError(
             f"{where}: value {value!r} of {name} must be an integer or a C identifier"
         )
@@ -297,8 +298,9 @@ def load_spec(path: str | Path) -> KernelSpec:
     sys.modules[module_name] = module
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # a user's file: report, don't crash with a traceback
-        raise UserError(f"kernel spec {path} failed to import: {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # a user's file: report, don't crash or exit quietly
+        sys.modules.pop(module_name, None)
+        raise UserError(f"kernel spec {path} failed to import: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
     cls = getattr(module, "Spec", None)
     if not (isinstance(cls, type) and issubclass(cls, KernelSpec)):
         raise UserError(f"kernel spec {path} must define `class Spec(tuner.spec.KernelSpec)`")

@@ -11,16 +11,16 @@ Passwords never leave this module unredacted: use :func:`redact` for anything pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import optuna
-import warnings
-
 from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
@@ -33,19 +33,47 @@ HEARTBEAT_S = 20
 GRACE_S = 60
 MAX_RETRY = 2
 
-_PASSWORD = re.compile(r"(://[^:/@\s]+:)([^@\s]*)(@)")
-_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&\s]*")
+#: a URL in free text (an error message, a label): scheme, "://", then up to a space or a quote
+#: (a closing bracket or full stop after it is the sentence's)
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]*[^\s'\"<>.,;:)\]}]")
+#: ``password=...`` in a URL's query string or a libpq key/value connection string
+_PASSWORD_PARAM = re.compile(r"(?i)(\bpassword\s*=\s*)('[^']*'|[^&\s'\",;]+)")
 
 
-def redact(text: str) -> str:
-    """Hide the password of every URL in ``text`` (``user:***@host``, ``?password=***``)."""
-    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***\3", str(text)))
+def redact(text: object) -> str:
+    """``text`` with the password of every storage URL in it hidden: ``user:***@host``,
+    ``:***@host`` (no user), ``?password=***`` (and libpq's ``password=***``).
+
+    The one redaction of the project: everything printed, written to a file or stored on a
+    study goes through it.
+    """
+    return _PASSWORD_PARAM.sub(r"\1***", _URL.sub(lambda m: _redact_url(m.group(0)), str(text)))
+
+
+def _redact_url(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority = rest[:end]
+    if "@" in authority:
+        # the user part ends at the *last* @ of the authority: a password with an unencoded
+        # "@" would otherwise leave its tail in the host
+        userinfo, _, host = authority.rpartition("@")
+        user, has_password, _ = userinfo.partition(":")
+        if has_password:
+            url = f"{scheme}://{user}:***@{host}{rest[end:]}"
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+    except Exception:  # not a SQLAlchemy URL (a journal path, a web address): as masked above
+        return url
+    return url if parsed.password is None else parsed.render_as_string(hide_password=True)
 
 
 def describe_storage(storage: optuna.storages.BaseStorage) -> str:
     """A password-free description of a storage object (for page footers)."""
     if isinstance(storage, RDBStorage):
-        return storage.engine.url.render_as_string(hide_password=True)
+        return redact(storage.engine.url.render_as_string(hide_password=False))
     from tuner.optuna_private import journal_file
 
     path = journal_file(storage)
@@ -64,30 +92,40 @@ def resolve_url(url: str | None) -> str:
     return url or os.environ.get("TUNER_STORAGE") or DEFAULT_URL
 
 
-def open_storage(url: str | None = None, pool_size: int = 2) -> optuna.storages.BaseStorage:
-    """Open (creating if needed) the storage ``url`` names; one-line error if it can't."""
+#: Optuna's RDB schema keeps study names in VARCHAR(512)
+MAX_STUDY_NAME = 512
+_NAME_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+def check_study_name(name: str, where: str = "--study-name") -> str:
+    """A study name every storage keeps as given, and that is safe in a file name (``tuner
+    grid`` writes NAME.csv): no path separators or control characters, at most 512 characters."""
+    if not name or not name.strip():
+        raise UserError(f"{where}: a study name cannot be empty")
+    if _NAME_FORBIDDEN.search(name) or name in (".", ".."):
+        raise UserError(f"{where} {name[:80]!r}: use letters, digits and . _ - (no path separators or control characters)")
+    if len(name) > MAX_STUDY_NAME:
+        raise UserError(f"{where}: a study name has at most {MAX_STUDY_NAME} characters, got {len(name)}")
+    return name
+
+
+def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True) -> optuna.storages.BaseStorage:
+    """Open the storage ``url`` names; one-line error if it can't. ``create=False``: only an
+    existing one (commands that read must not leave an empty database behind)."""
     url = resolve_url(url)
     if url == "memory":  # for benchmarks and tests: nothing persists
         return InMemoryStorage()
     if is_journal(url):
-        path = journal_path(url)
-        if path.parent and not path.parent.exists():
-            raise UserError(f"journal file {path}: folder {path.parent} does not exist")
-        try:
-            backend = JournalFileBackend(str(path))
-            _repair_partial_tail(backend, path)
-            return JournalStorage(backend)
-        except UserError:
-            raise
-        except Exception as exc:  # a corrupt or foreign file
-            raise UserError(
-                f"journal file {path} cannot be read ({type(exc).__name__}: {_first_line(exc)}); "
-                "move it aside to start afresh, or fix its last line"
-            ) from None
+        return _open_journal(journal_path(url), create)
     if "://" not in url:
         raise UserError(
             f"storage {redact(url)!r} is not a URL: use sqlite:///FILE.db, postgresql+psycopg://USER@HOST/DB, or FILE.log"
         )
+    authority = url.split("://", 1)[1].split("/", 1)[0]
+    if authority.count("@") > 1:  # the driver would take the password's tail for the host
+        raise UserError(f"storage {redact(url)}: the password contains '@': write it percent-encoded, as %40")
+    if url.startswith("sqlite"):
+        _check_sqlite_file(url, create)
     engine_kwargs: dict = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         engine_kwargs["connect_args"] = {"timeout": 60}
@@ -115,10 +153,77 @@ def open_storage(url: str | None = None, pool_size: int = 2) -> optuna.storages.
                 time.sleep(0.5 * (attempt + 1))
                 continue
             hint = "is the server up and the URL right?"
-            if url.startswith("sqlite"):
+            if "too many clients" in str(exc).lower() or "remaining connection slots" in str(exc).lower():
+                hint = "the server has too many clients already: close other sessions, run fewer workers, or raise its max_connections"
+            elif url.startswith("sqlite"):
                 hint = "is it a SQLite file written by tuner/optuna (not corrupted)? move it aside to start afresh"
             raise UserError(f"cannot open storage {redact(url)}: {type(exc).__name__}: {_first_line(exc)}; {hint}") from None
     raise AssertionError("unreachable")
+
+
+def _open_journal(path: Path, create: bool) -> optuna.storages.BaseStorage:
+    folder = path.parent
+    if not path.exists():
+        if not create:
+            raise UserError(f"no journal file {path}: give the --storage a run wrote, or run `tuner run` first")
+        if not folder.is_dir():
+            raise UserError(f"journal file {path}: folder {folder} does not exist")
+    if path.is_dir():
+        raise UserError(f"journal file {path} is a folder: give a file name ending in .log")
+    # Optuna's lock files live beside the journal: even reading needs the folder writable
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.R_OK | os.W_OK)):
+        raise UserError(f"journal file {path} is not writable (folder {folder}): give a path in a folder you can write")
+    try:
+        backend = JournalFileBackend(str(path))
+        _repair_partial_tail(backend, path)
+        return JournalStorage(backend)
+    except UserError:
+        raise
+    except PermissionError as exc:
+        raise UserError(f"journal file {path} is not writable ({exc.strerror}): give a path in a folder you can write") from None
+    except Exception as exc:  # a corrupt or foreign file
+        raise UserError(
+            f"journal file {path} cannot be read ({type(exc).__name__}: {_first_line(exc)}); "
+            "move it aside to start afresh, or fix its last line"
+        ) from None
+
+
+def _check_sqlite_file(url: str, create: bool) -> None:
+    """Refuse an in-memory database (nothing would be kept, and every worker thread would see
+    another one), a missing file when reading, and another application's database."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        database = make_url(url).database
+    except Exception as exc:
+        raise UserError(f"storage {redact(url)!r} is not a valid URL ({_first_line(exc)}): use sqlite:///FILE.db") from None
+    if not database or database == ":memory:" or database.startswith("file::memory:") or "mode=memory" in url:
+        raise UserError(f"storage {redact(url)} is an in-memory database: nothing would be kept; use sqlite:///FILE.db")
+    path = Path(database)
+    if not path.exists():
+        if not create:
+            raise UserError(f"no SQLite database {path}: give the --storage a run wrote, or run `tuner run` first")
+        if not path.parent.is_dir():
+            raise UserError(f"SQLite database {path}: folder {path.parent} does not exist")
+        return
+    if path.is_dir():
+        raise UserError(f"SQLite database {path} is a folder: give a file name, e.g. sqlite:///{path}/tuner.db")
+    tables = _sqlite_tables(path)
+    if tables and "studies" not in tables:
+        shown = ", ".join(sorted(tables)[:5])
+        raise UserError(f"SQLite file {path} belongs to another application (tables {shown}): give a new file for the tuner")
+
+
+def _sqlite_tables(path: Path) -> set[str]:
+    """The table names of SQLite file ``path``, read-only (empty if it is not readable as SQLite:
+    opening it then reports that)."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)) as conn:
+            return {name for (name,) in conn.execute("select name from sqlite_master where type = 'table'")}
+    except sqlite3.Error:
+        return set()
 
 
 def _sqlite_wal(engine) -> None:
@@ -201,50 +306,90 @@ def check_workers(url: str, workers: int) -> None:
 
 HOST_ATTR = "runner_host"
 PID_ATTR = "runner_pid"
+#: the runner's start time (clock ticks after boot): a pid reused by a later process -- as in a
+#: restarted container, where a rerun often gets the dead run's pid -- is not the runner
+STARTED_ATTR = "runner_started"
+#: a RUNNING trial with no runner recorded (killed between its creation and the record, a
+#: window of one storage write) is abandoned once this old: no live runner takes this long
+RUNNERLESS_STALE_S = float(GRACE_S)
 
 
-def mark_runner(trial: optuna.Trial) -> None:
-    trial.set_user_attr(HOST_ATTR, socket.gethostname())
-    trial.set_user_attr(PID_ATTR, os.getpid())
+def _process_start(pid: int) -> int | None:
+    """Process ``pid``'s start time in clock ticks after boot (Linux), else None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
-def _pid_alive(pid: int) -> bool:
+def runner_attrs() -> dict[str, object]:
+    """This process, as a trial's runner (user attributes, stored as the trial is created:
+    :func:`tuner.optuna_private.ask_with_user_attrs`)."""
+    attrs: dict[str, object] = {HOST_ATTR: socket.gethostname(), PID_ATTR: os.getpid()}
+    started = _process_start(os.getpid())
+    if started is not None:
+        attrs[STARTED_ATTR] = started
+    return attrs
+
+
+def _pid_alive(pid: int, started: object = None) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return not isinstance(started, int) or _process_start(pid) in (None, started)
+
+
+def _is_me(trial) -> bool:
+    attrs = trial.user_attrs
+    started = attrs.get(STARTED_ATTR)
+    return (attrs.get(HOST_ATTR) == socket.gethostname() and attrs.get(PID_ATTR) == os.getpid()
+            and (not isinstance(started, int) or started == _process_start(os.getpid())))
 
 
 def runner_dead(trial) -> bool:
-    """True when ``trial``'s runner is a process on this host that no longer exists."""
-    pid = trial.user_attrs.get(PID_ATTR)
-    return (trial.user_attrs.get(HOST_ATTR) == socket.gethostname() and isinstance(pid, int)
-            and pid != os.getpid() and not _pid_alive(pid))
+    """True when ``trial`` (RUNNING) provably has no live runner: its runner is a process on
+    this host that no longer exists, or none was recorded and the trial is older than
+    :data:`RUNNERLESS_STALE_S`. A runner on another host is judged by Optuna's heartbeat."""
+    attrs = trial.user_attrs
+    pid = attrs.get(PID_ATTR)
+    if attrs.get(HOST_ATTR) is None or not isinstance(pid, int):
+        return _older_than(trial, RUNNERLESS_STALE_S)
+    return attrs.get(HOST_ATTR) == socket.gethostname() and not _is_me(trial) and not _pid_alive(pid, attrs.get(STARTED_ATTR))
+
+
+def _older_than(trial, seconds: float) -> bool:
+    import datetime as dt
+
+    started = trial.datetime_start
+    return started is not None and (dt.datetime.now() - started).total_seconds() > seconds
 
 
 def recover_stale_trials(study: optuna.Study, mine: bool = False, why: str = "storage connection lost mid-trial") -> list[int]:
-    """Fail the RUNNING trials whose runner on this host is dead, and queue them again.
+    """Fail the RUNNING trials no live process runs, and queue their configs again.
 
-    Optuna's heartbeat does this for RDB storages after a grace period; this does it at
-    once for trials we can prove dead (same host, process gone), and for journal
-    storages, which have no heartbeat.
+    Optuna's heartbeat does this for RDB storages after a grace period, for trials it beats;
+    this does it at once for trials we can prove dead (same host, process gone), for journal
+    storages, which have no heartbeat, and for trials killed before their runner was recorded
+    (by age, on every storage). ``mine``: this process lost the storage mid-trial, and its own
+    RUNNING trials are the stale ones.
     """
-    host = socket.gethostname()
     requeued = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if trial.user_attrs.get(HOST_ATTR) != host:
-            continue
-        pid = trial.user_attrs.get(PID_ATTR)
-        if mine:  # this process lost the storage mid-trial: its own RUNNING trial is stale
-            if pid != os.getpid():
+        if mine:
+            if not _is_me(trial):
                 continue
-        elif not isinstance(pid, int) or pid == os.getpid() or _pid_alive(pid):
+            reason = why
+        elif runner_dead(trial):
+            pid = trial.user_attrs.get(PID_ATTR)
+            reason = f"runner pid {pid} died mid-trial" if pid is not None else "its process died before it was marked"
+        else:
             continue
         try:
-            fail_trial(study, trial, {"status": "killed", "reason": why if mine else f"runner pid {pid} died mid-trial"})
+            fail_trial(study, trial, {"status": "killed", "reason": reason})
         except optuna.exceptions.UpdateFinishedTrialError:  # another process got there first
             continue
         if trial.params:

@@ -14,11 +14,18 @@ the worker answers ``{"type": "ready"}`` once inputs are in place, then one ``{"
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import multiprocessing as mp
 import os
+import signal
+import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
 
 from tuner.record import Measurement
 
@@ -28,8 +35,51 @@ Report = Callable[[int, float, list[float]], bool]
 SETUP_TIMEOUT_S = 600.0  # allocating and uploading a problem's inputs (GBs) can take a while
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Spawn without re-running the parent's main module in the child: the worker needs nothing
+    from it, and the ``tuner`` script's imports (the whole CLI: Optuna, pandas) would add
+    ~0.4 s to every worker start. (multiprocessing re-runs ``__main__`` by its ``__spec__`` or
+    ``__file__``; without both it re-runs nothing.)"""
+    main = sys.modules["__main__"]
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+
+
 class WorkerDied(Exception):
     pass
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:
+    """Have the kernel send ``sig`` to this process when ``parent`` dies (Linux's
+    PR_SET_PDEATHSIG); if it is dead already, now. The parent must have started this process
+    from its main thread: the signal follows the thread that forked."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        except (OSError, AttributeError):
+            watch_parent(parent)
+    if os.getppid() != parent:  # died before the request was made
+        os.kill(os.getpid(), sig)
+
+
+def watch_parent(parent: int, period_s: float = 1.0) -> None:
+    """Exit this process once ``parent`` is gone (a thread polls): for a child started from a
+    thread that ends soon after, where PR_SET_PDEATHSIG would fire at once."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(period_s)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="tuner-parent-watch").start()
 
 
 class Supervisor:
@@ -39,12 +89,13 @@ class Supervisor:
         self.backend = backend
         self.env = env or {}
         self._ctx = mp.get_context("spawn")
-        self._proc = None
-        self._conn = None
+        self._proc: BaseProcess | None = None
+        self._conn: Connection | None = None  # the pipe to the worker while it runs
         self.device: dict[str, Any] = {}
         self.restarts = 0
         self._starting: threading.Thread | None = None
         self._start_error: BaseException | None = None
+        self._stopping = threading.Lock()  # Ctrl-C stops from the main thread while a job's thread may restart
 
     # -- lifecycle -------------------------------------------------------------------------
     def start_soon(self, timeout_s: float = 120.0) -> None:
@@ -71,12 +122,16 @@ class Supervisor:
                 return self.device
         return self._start(timeout_s)
 
-    def prepare(self, job: dict[str, Any]) -> None:
-        """Have the worker build a problem's inputs now, while the first configs compile; the
-        first measurement then finds them ready. Nothing comes back: a failure shows there."""
+    def prepare(self, job: dict[str, Any], op: str = "prepare") -> None:
+        """Have the worker build a problem's inputs now (``op="warm_up"``: also warm the GPU up
+        with the reference), while the first configs compile; the first measurement then finds
+        them ready. Nothing comes back: a failure shows there."""
+        conn = self._conn
+        if conn is None:  # no worker: the measurement starts one
+            return
         try:
-            self._conn.send({"op": "prepare", **job})
-        except (OSError, BrokenPipeError, AttributeError):
+            conn.send({"op": op, **job})
+        except (OSError, BrokenPipeError):
             pass
 
     def _start(self, timeout_s: float) -> dict[str, Any]:
@@ -86,8 +141,9 @@ class Supervisor:
         saved = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)  # spawn copies the environment (CUDA_VISIBLE_DEVICES)
         try:
-            self._proc = self._ctx.Process(target=worker_main, args=(child, self.backend), daemon=True)
-            self._proc.start()
+            self._proc = self._ctx.Process(target=worker_main, args=(child, self.backend, os.getpid()), daemon=True)
+            with _main_module_hidden():
+                self._proc.start()
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -113,14 +169,17 @@ class Supervisor:
         self._kill()
 
     def _kill(self) -> None:
-        if self._proc is not None:
-            if self._proc.is_alive():
-                self._proc.kill()
-            self._proc.join(timeout=10)
-        if self._conn is not None:
-            self._conn.close()
-        self._proc = None
-        self._conn = None
+        with self._stopping:
+            proc, conn, self._proc, self._conn = self._proc, self._conn, None, None
+        if proc is not None:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(timeout=10)
+        if conn is not None:
+            try:
+                conn.close()
+            except OSError:  # closed under a job's thread that was still reading it
+                pass
 
     def restart(self) -> None:
         self._kill()
@@ -132,7 +191,7 @@ class Supervisor:
         return self._proc is not None and self._proc.is_alive()
 
     # -- one job ------------------------------------------------------------------------------
-    def measure(self, job: dict[str, Any], timeout_s: float, report: "Report") -> Measurement:
+    def measure(self, job: dict[str, Any], timeout_s: float, report: Report) -> Measurement:
         """Run one measurement job; a hang or a dead worker becomes a status, never a raise."""
         return self._run("measure", job, timeout_s, report)
 
@@ -140,14 +199,14 @@ class Supervisor:
         """Time several configs round-robin (``extra["times"]``); faults become a status."""
         return self._run("confirm", job, timeout_s, lambda step, value, samples: False)
 
-    def _run(self, op: str, job: dict[str, Any], timeout_s: float, report: "Report") -> Measurement:
+    def _run(self, op: str, job: dict[str, Any], timeout_s: float, report: Report) -> Measurement:
         if not self.alive:
             self._start(120.0)
         try:
-            self._conn.send({"op": op, **job})
+            self._pipe().send({"op": op, **job})
         except (OSError, BrokenPipeError):
             self.restart()
-            self._conn.send({"op": op, **job})
+            self._pipe().send({"op": op, **job})
 
         deadline_s = SETUP_TIMEOUT_S  # until the worker says its inputs are ready
         blocks: list[float] = []
@@ -158,8 +217,11 @@ class Supervisor:
                 self.restart_quietly()
                 return Measurement("hang", reason=f"no progress for {deadline_s:.0f} s: worker killed and restarted", blocks=blocks)
             if message.get("type") == "eof":  # the worker process died under us
-                self._proc.join(timeout=5)
-                code = self._proc.exitcode
+                proc = self._proc  # None when stop() ran meanwhile
+                code = None
+                if proc is not None:
+                    proc.join(timeout=5)
+                    code = proc.exitcode
                 self.restart_quietly()
                 return Measurement("launch_error", reason=f"worker died (exit code {code}): restarted", blocks=blocks)
             kind = message.get("type")
@@ -168,7 +230,7 @@ class Supervisor:
             elif kind == "block":
                 blocks.append(message["value"])
                 stop = report(message["step"], message["value"], message.get("samples", []))
-                self._conn.send({"op": "stop" if stop else "continue"})
+                self._pipe().send({"op": "stop" if stop else "continue"})
                 deadline_s = timeout_s
             elif kind == "result":
                 result = Measurement(**message["measurement"])
@@ -184,10 +246,18 @@ class Supervisor:
         self._kill()
         self.restarts += 1
 
+    def _pipe(self) -> Connection:
+        if self._conn is None:
+            raise WorkerDied("the GPU worker is not running")
+        return self._conn
+
     def _receive(self, timeout_s: float) -> dict | None:
+        conn = self._conn
+        if conn is None:  # no worker to hear from
+            return {"type": "eof"}
         try:
-            if self._conn.poll(timeout_s):
-                return self._conn.recv()
+            if conn.poll(timeout_s):
+                return conn.recv()
         except (EOFError, OSError):
             return {"type": "eof"}
         return None

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -30,8 +31,8 @@ def _fmt(value: Any, digits: int = 4) -> str:
 def render(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     rows = [[_fmt(v) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     return "\n".join(lines)
 
 

@@ -14,9 +14,10 @@ only one that imports the CUDA driver) and holds a problem's expected output on 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -326,7 +327,10 @@ class DeviceVerifier:
         self.stats = check("cuMemAlloc", cu.cuMemAlloc(8 * _S_WORDS + 8))
         self.arch = arch
         self._owned: list[Any] = []
-        self.expected = self.row_rms = self.row_hash = None
+        # device pointers (cuda.bindings' CUdeviceptr), None until a problem needs them
+        self.expected: Any = None
+        self.row_rms: Any = None
+        self.row_hash: Any = None
         self.rows = self.cols = self.row_words = 0
         self.reference_ms: float | None = None
 

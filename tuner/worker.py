@@ -23,12 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from tuner.driver import CudaError, check as _ck, kernel_params, launch_config
+from tuner.device_inputs import InputGenerator, input_seed
+from tuner.driver import CudaError, kernel_params, launch_config
+from tuner.driver import check as _ck
 from tuner.measure import LaunchFailed, Measurer
 from tuner.record import Measurement
-from tuner.verify import CheckResult, rows_to_sample, verdict
-from tuner.device_inputs import input_seed
-from tuner.spec import RandomTable
+from tuner.spec import OutputSpec, RandomTable
+from tuner.verify import CheckResult, DeviceVerifier, device_arch, rows_to_sample, verdict
 
 
 class Channel:
@@ -53,6 +54,8 @@ def _load_backend(name: str):
     target, _, attr = name.rpartition(":")
     if target.endswith(".py"):
         spec = importlib.util.spec_from_file_location("tuner_test_backend", target)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load a backend from {target}")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     else:
@@ -60,7 +63,11 @@ def _load_backend(name: str):
     return getattr(module, attr)()
 
 
-def worker_main(conn, backend_name: str) -> None:
+def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
+    if parent is not None:  # a hung kernel never reads the pipe's end: leave with the parent
+        from tuner.supervisor import watch_parent
+
+        watch_parent(parent)
     try:
         backend = _load_backend(backend_name)
         device = backend.hello()
@@ -78,9 +85,12 @@ def worker_main(conn, backend_name: str) -> None:
             return
         if job.get("op") == "exit":
             return
-        if job.get("op") == "prepare":  # inputs ahead of the first job; a failure shows in that job
+        if job.get("op") in ("prepare", "warm_up"):  # ahead of the first job; a failure shows in that job
             try:
-                measurer.prepare(job)
+                if job["op"] == "prepare":
+                    measurer.prepare(job)
+                else:
+                    measurer.warm_up(job, lambda: conn.poll(0.001))  # (the wait also paces a GPU-less double)
             except Exception:
                 pass
             continue
@@ -137,9 +147,9 @@ class CudaBackend:
         self.buffers: dict[str, Any] = {}
         self.host_inputs: dict[str, np.ndarray] = {}
         self.generated: dict[str, RandomTable] = {}  # inputs that live on the device only (so far)
-        self.generator = None  # tuner.device_inputs.InputGenerator, built on the first generated input
-        self.outputs = {}
-        self.verifier = None  # tuner.verify.DeviceVerifier, built on the first problem
+        self.generator: InputGenerator | None = None  # built on the first generated input
+        self.outputs: dict[str, OutputSpec] = {}
+        self.verifier: DeviceVerifier | None = None  # built on the first problem
         self.reference_error = ""
         return self.device
 
@@ -169,10 +179,7 @@ class CudaBackend:
             self.buffers[name] = _ck("cuMemAlloc", cu.cuMemAlloc(nbytes))
         self._prepare_check(spec, problem)
 
-    def _generator(self):
-        from tuner.device_inputs import InputGenerator
-        from tuner.verify import device_arch
-
+    def _generator(self) -> InputGenerator:
         if self.generator is None:
             self.generator = InputGenerator(self.cu, self.stream, device_arch(self.device["cc"]), self.device["sm_count"])
         return self.generator
@@ -189,8 +196,6 @@ class CudaBackend:
 
     def _prepare_check(self, spec, problem: dict) -> None:
         """The comparison kernels, and the expected output when the spec has a reference kernel."""
-        from tuner.verify import DeviceVerifier, device_arch
-
         out = next(iter(self.outputs.values()))
         if self.verifier is None:
             self.verifier = DeviceVerifier(self.cu, self.stream, device_arch(self.device["cc"]), self.device["sm_count"])
@@ -209,7 +214,7 @@ class CudaBackend:
             self.reference_error = f"reference kernel: {exc}"
 
     # -- kernels ---------------------------------------------------------------------------------
-    def load(self, spec, config: dict, problem: dict, cubin_path: str) -> "_Kernel":
+    def load(self, spec, config: dict, problem: dict, cubin_path: str) -> _Kernel:
         from tuner.spec import DeviceInfo
 
         cu, d = self.cu, self.device
@@ -230,7 +235,7 @@ class CudaBackend:
                 cu.cuModuleUnload(module)
             raise LaunchFailed(str(exc), self._context_broken()) from None
 
-    def load_baseline(self, spec, problem: dict) -> "_HostBaseline":
+    def load_baseline(self, spec, problem: dict) -> _HostBaseline:
         launch = spec.baseline(problem, {name: int(ptr) for name, ptr in self.buffers.items()}, int(self.stream))
         if launch is None:
             raise LaunchFailed(f"kernel spec {spec.name} offers no baseline: give [measure] reference as a config")
@@ -263,7 +268,7 @@ class CudaBackend:
         cu = self.cu
         k = len(handles)
         events = self._events(rounds * k + 1)
-        order = []
+        order: list[int] = []  # the handle each timed launch ran, in launch order
         try:
             _ck("cuEventRecord", cu.cuEventRecord(events[0], self.stream))
             for r in range(rounds):
@@ -336,6 +341,7 @@ class CudaBackend:
         outputs compared bitwise (row hashes). Every value on the device when the spec has a
         reference kernel; otherwise ``n_rows`` sampled rows against the host reference."""
         cu, verifier = self.cu, self.verifier
+        assert verifier is not None, "prepare() builds the verifier"
         name, out = next(iter(self.outputs.items()))
         started = time.perf_counter()
         if verifier.expected is not None:
