@@ -439,7 +439,7 @@ def cmd_worker(args) -> int:
     if parent and parent.isdigit():  # a worker of `tuner run --workers N`: it stops when that run dies
         import signal
 
-        from tuner.supervisor import die_with_parent
+        from tuner.lifetime import die_with_parent
 
         signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: trials in flight are failed and queued again
         die_with_parent(int(parent), signal.SIGTERM)

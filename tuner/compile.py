@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
+from tuner.lifetime import exit_with
 from tuner.spec import Config, KernelSpec, Problem, define_flags, load_spec
 
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120a")
@@ -391,7 +392,8 @@ class CompilePool:
             if key in self._pending:
                 return
             if self._executor is None:
-                self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("forkserver"))
+                self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("forkserver"),
+                                                     initializer=exit_with, initargs=(os.getpid(),))
             self._pending[key] = self._executor.submit(_compile_job, self._job(config))
 
     def result(self, config: Config) -> CompileResult:

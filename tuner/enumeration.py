@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import UserError
+from tuner.lifetime import exit_with
 from tuner.spec import Config, KernelSpec, Problem, Value, load_spec
 
 #: the longest one call of a spec's ``check()`` may take (it runs for every config of the product,
@@ -74,7 +75,8 @@ def enumerate_valid(
     result = Enumeration()
     context = mp.get_context("forkserver")  # the caller may have threads: no fork
     try:
-        with ProcessPoolExecutor(max_workers=min(jobs, slices), mp_context=context) as pool:
+        with ProcessPoolExecutor(max_workers=min(jobs, slices), mp_context=context,
+                                 initializer=exit_with, initargs=(os.getpid(),)) as pool:
             parts = [pool.submit(_check_slice_of_file, str(spec.path), problem, axes, fixed, lo, hi)
                      for lo, hi in itertools.pairwise(bounds)]
             for part in parts:

@@ -187,7 +187,7 @@ class Runner:
         check_same_choices(self.study, space)
         if hasattr(evaluator, "bind"):
             evaluator.bind(self.study)
-        self.requeued = recover_stale_trials(self.study)
+        self.requeued = recover_stale_trials(self.study, self.space.axis_names)
         self.warm_queued = (
             warm_start(self.study, space, settings.warm_start, settings.warm_start_top, settings.mode == "tiered")
             if settings.warm_start else []
@@ -249,7 +249,7 @@ class Runner:
                     "rerun the same command to resume"
                 ) from None
             print(f"tuner: storage connection lost ({_one_line(cause)}); reconnected, going on", file=sys.stderr)
-            recover_stale_trials(self.study, mine=True)
+            recover_stale_trials(self.study, self.space.axis_names, mine=True)
             return self._optimize(phase, candidates, target, retries - 1)
         finally:
             self._close_bar()

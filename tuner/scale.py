@@ -62,7 +62,7 @@ def worker_env(args, index: int) -> dict[str, str]:
             env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
     env["TUNER_WORKER_INDEX"] = str(index)
     env[PEERS_ENV] = str(args.run.workers)
-    env[PARENT_ENV] = str(os.getpid())  # the worker dies with this process (:func:`tuner.supervisor.die_with_parent`)
+    env[PARENT_ENV] = str(os.getpid())  # the worker dies with this process (:func:`tuner.lifetime.die_with_parent`)
     env["TUNER_STORAGE"] = resolve_url(args.storage)  # not on the command line: a password never shows in `ps`
     env[options.ENV] = options.encode(worker_settings(args, index))
     return env

@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 import warnings
+from collections.abc import Collection
 from pathlib import Path
 
 import optuna
@@ -368,8 +369,11 @@ def _older_than(trial, seconds: float) -> bool:
     return started is not None and (dt.datetime.now() - started).total_seconds() > seconds
 
 
-def recover_stale_trials(study: optuna.Study, mine: bool = False, why: str = "storage connection lost mid-trial") -> list[int]:
-    """Fail the RUNNING trials no live process runs, and queue their configs again.
+def recover_stale_trials(study: optuna.Study, axes: Collection[str], mine: bool = False,
+                         why: str = "storage connection lost mid-trial") -> list[int]:
+    """Fail the RUNNING trials no live process runs, and queue their configs again (a whole
+    config only, one with every name in ``axes``: a partial one was never chosen, and
+    completing it at random could give an invalid config).
 
     Optuna's heartbeat does this for RDB storages after a grace period, for trials it beats;
     this does it at once for trials we can prove dead (same host, process gone), for journal
@@ -392,7 +396,7 @@ def recover_stale_trials(study: optuna.Study, mine: bool = False, why: str = "st
             fail_trial(study, trial, {"status": "killed", "reason": reason})
         except optuna.exceptions.UpdateFinishedTrialError:  # another process got there first
             continue
-        if trial.params:
+        if set(trial.params) == set(axes):
             study.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number}, skip_if_exists=False)
         requeued.append(trial.number)
     return requeued

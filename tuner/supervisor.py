@@ -15,10 +15,8 @@ the worker answers ``{"type": "ready"}`` once inputs are in place, then one ``{"
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import multiprocessing as mp
 import os
-import signal
 import sys
 import threading
 import time
@@ -34,8 +32,6 @@ Report = Callable[[int, float, list[float]], bool]
 
 SETUP_TIMEOUT_S = 600.0  # allocating and uploading a problem's inputs (GBs) can take a while
 
-
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @contextlib.contextmanager
@@ -56,30 +52,6 @@ def _main_module_hidden() -> Iterator[None]:
 
 class WorkerDied(Exception):
     pass
-
-
-def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:
-    """Have the kernel send ``sig`` to this process when ``parent`` dies (Linux's
-    PR_SET_PDEATHSIG); if it is dead already, now. The parent must have started this process
-    from its main thread: the signal follows the thread that forked."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        except (OSError, AttributeError):
-            watch_parent(parent)
-    if os.getppid() != parent:  # died before the request was made
-        os.kill(os.getpid(), sig)
-
-
-def watch_parent(parent: int, period_s: float = 1.0) -> None:
-    """Exit this process once ``parent`` is gone (a thread polls): for a child started from a
-    thread that ends soon after, where PR_SET_PDEATHSIG would fire at once."""
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(period_s)
-        os._exit(0)
-
-    threading.Thread(target=watch, daemon=True, name="tuner-parent-watch").start()
 
 
 class Supervisor:

@@ -65,7 +65,7 @@ def _load_backend(name: str):
 
 def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
     if parent is not None:  # a hung kernel never reads the pipe's end: leave with the parent
-        from tuner.supervisor import watch_parent
+        from tuner.lifetime import watch_parent
 
         watch_parent(parent)
     try:

@@ -1,0 +1,87 @@
+"""Run `tuner` and SIGKILL the run itself at one point of a trial's life (the kill-point tests).
+
+    python tests/kill_at.py POINT N tuner-args...
+
+POINT names the step, N the how-manieth time the run reaches it; the process then kills itself
+with SIGKILL, as `kill -9` from outside would at that moment, without a timing race:
+
+- ``ask``: a trial was created (runner recorded) and nothing sampled yet;
+- ``sample``: the sampler chose some of a trial's params and is choosing the next;
+- ``compile``: the run waits for a config's CUBIN;
+- ``measure``: the worker measures a trial (the job sent, its result not back);
+- ``record``: a trial's result attributes are stored and its state is not;
+- ``tell``: a trial's state is being written.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def _kill_on(n: int, before: bool = True) -> Callable[[Callable], Callable]:
+    calls = 0
+
+    def wrap(function: Callable) -> Callable:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if before and calls == n:
+                os.kill(os.getpid(), signal.SIGKILL)
+            try:
+                return function(*args, **kwargs)
+            finally:  # after the step, whether it returned or raised (a pruned trial)
+                if not before and calls == n:
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return wrapper
+    return wrap
+
+
+def install(point: str, n: int) -> None:
+    import optuna
+
+    from tuner import compile as compile_module
+    from tuner import objective, optuna_private, pipeline, supervisor
+
+    if point == "ask":
+        pipeline.ask_with_user_attrs = _kill_on(n, before=False)(optuna_private.ask_with_user_attrs)
+    elif point == "sample":
+        _kill_at_second_param(n)
+    elif point == "compile":
+        compile_module.CompilePool.result = _kill_on(n)(compile_module.CompilePool.result)
+    elif point == "measure":
+        supervisor.Supervisor.measure = _kill_on(n)(supervisor.Supervisor.measure)
+    elif point == "record":
+        objective.Objective.record = _kill_on(n, before=False)(objective.Objective.record)
+    elif point == "tell":
+        optuna.Study.tell = _kill_on(n)(optuna.Study.tell)
+    else:
+        raise SystemExit(f"unknown kill point {point!r}")
+
+
+def _kill_at_second_param(n: int) -> None:
+    """Kill as trial n's second param is chosen: its first param is stored, the rest are not."""
+    import optuna
+
+    original = optuna.Trial.suggest_categorical
+    seen: dict[int, int] = {}
+
+    def suggest_categorical(self: Any, name: str, choices: Any) -> Any:
+        seen[self.number] = seen.get(self.number, 0) + 1
+        if len(seen) == n and seen[self.number] == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(self, name, choices)
+
+    optuna.Trial.suggest_categorical = suggest_categorical  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    install(sys.argv[1], int(sys.argv[2]))
+    from tuner.cli import main
+
+    sys.exit(main(sys.argv[3:]))

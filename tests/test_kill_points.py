@@ -1,0 +1,59 @@
+"""A run killed with SIGKILL at each point of a trial's life, on each storage: the rerun of
+the same command ends with the budget's worth of measured trials and nothing RUNNING."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.conftest import FAKE_BACKEND, ROOT
+from tuner.storage import open_storage
+
+STUDY = ROOT / "studies" / "example_sgemm.toml"
+BUDGET = 6
+POINTS = ["ask", "sample", "compile", "measure", "record", "tell"]
+#: statuses of trials that were stopped, not measured: the config is queued again
+STOPPED = {"killed", "interrupted"}
+
+
+def _url(kind, tmp_path, request):
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'kill.db'}"
+    if kind == "journal":
+        return str(tmp_path / "kill.log")
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal", "postgres"])
+@pytest.mark.parametrize("point", POINTS)
+def test_killed_at_any_point_then_resumed(point, kind, tmp_path, cache_dir, request, unique_name):
+    url = _url(kind, tmp_path, request)
+    args = ["run", str(STUDY), "--storage", url, "--study-name", unique_name, "--trials", str(BUDGET),
+            "--cache-dir", str(cache_dir), "--no-pruner", "--seed", "3"]
+    env = {**os.environ, "TUNER_WORKER_BACKEND": FAKE_BACKEND, "FAKE_TRIAL_DELAY_S": "0.05"}
+    # capture_output: the call returns only once every process holding the run's stderr is
+    # gone, so a compile process outliving the kill fails this test by its timeout
+    killed = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_at.py"), point, "3", *args],
+                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, f"not killed at {point}: {killed.stderr[-2000:]}"
+    storage = open_storage(url)
+    before = optuna.load_study(study_name=unique_name, storage=storage).trials
+    finished_before = {t.number: (t.state, t.value) for t in before if t.state.is_finished()}
+
+    rerun = subprocess.run([sys.executable, "-m", "tuner", *args], env=env, cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    study = optuna.load_study(study_name=unique_name, storage=open_storage(url))
+    trials = study.trials
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
+    for number, (state, value) in finished_before.items():  # nothing finished was lost or changed
+        assert (trials[number].state, trials[number].value) == (state, value)
+    measured = [t for t in trials if t.state.is_finished() and t.user_attrs.get("status") not in STOPPED]
+    assert len(measured) == BUDGET, [(t.number, t.state.name, t.user_attrs.get("status")) for t in trials]
+    assert len({tuple(sorted(t.params.items())) for t in measured}) == BUDGET  # no config measured twice
+    if kind == "postgres":
+        optuna.delete_study(study_name=unique_name, storage=storage)

@@ -1,0 +1,79 @@
+"""Helper processes end with the tuner process that started them.
+
+A ``kill -9`` of ``tuner run`` gives it no chance to stop its GPU worker, its ``--workers``
+peers or its compile processes. Left alone they would live on: a compile process waits for
+work forever, holds the terminal's pipes open (so ``tuner run … | tee log`` never ends) and
+keeps a forkserver alive. Each helper therefore watches the process it serves.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import sys
+import threading
+import time
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:
+    """Have the kernel send ``sig`` to this process when ``parent`` dies (Linux's
+    PR_SET_PDEATHSIG); if it is dead already, now. The parent must have started this process
+    from its main thread: the signal follows the thread that forked."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        except (OSError, AttributeError):
+            watch_parent(parent)
+    if os.getppid() != parent:  # died before the request was made
+        os.kill(os.getpid(), sig)
+
+
+def watch_parent(parent: int, period_s: float = 1.0) -> None:
+    """Exit this process once ``parent`` is gone (a thread polls): for a child started from a
+    thread that ends soon after, where PR_SET_PDEATHSIG would fire at once."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(period_s)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="tuner-parent-watch").start()
+
+
+def exit_with(pid: int, period_s: float = 1.0) -> None:
+    """Exit this process once process ``pid`` (not necessarily the parent: a forkserver's child
+    serves the process that asked the forkserver) has ended, reaped or not."""
+    def wait_pidfd(fd: int) -> None:
+        select.select([fd], [], [])  # readable once the process has exited
+        os._exit(0)
+
+    def poll() -> None:
+        while _running(pid):
+            time.sleep(period_s)
+        os._exit(0)
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(0)
+    except (AttributeError, OSError):  # not Linux 5.3+: poll
+        threading.Thread(target=poll, daemon=True, name="tuner-exit-with").start()
+        return
+    threading.Thread(target=wait_pidfd, args=(fd,), daemon=True, name="tuner-exit-with").start()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed, unreaped process is a zombie: gone for us
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
