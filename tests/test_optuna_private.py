@@ -28,6 +28,8 @@ def test_storage_and_system_attrs():
     assert sorted(optuna.get_all_study_names(storage)) == ["a", "b"]
     op.set_study_system_attr(study, "dashboard:note_ver", 3)
     assert op.study_system_attrs(study)["dashboard:note_ver"] == 3
+    first, second = study.ask(), study.ask()
+    assert storage.get_trial(op.trial_id(second)).number == second.number != first.number
 
 
 def test_trial_attrs_cache_and_fail():

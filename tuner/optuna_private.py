@@ -25,6 +25,11 @@ def storage_of(study: optuna.Study) -> BaseStorage:
     return study._storage
 
 
+def trial_id(trial: optuna.Trial) -> int:
+    """A trial's id in its storage (the key heartbeats are recorded under; Trial has no getter)."""
+    return trial._trial_id
+
+
 def cached_trials(study: optuna.Study, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
     """``study.get_trials(deepcopy=False, states=...)`` from the snapshot ``study.optimize`` keeps
     for the current trial: samplers and pruners ask many times per trial, one storage read serves all."""

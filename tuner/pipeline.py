@@ -32,7 +32,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.objective import Begun, Objective
-from tuner.optuna_private import ask_with_user_attrs
+from tuner.optuna_private import ask_with_user_attrs, storage_of, trial_id
 from tuner.record import Measurement
 from tuner.storage import HEARTBEAT_S, runner_attrs, supports_heartbeat
 
@@ -105,9 +105,9 @@ class _Heartbeat(threading.Thread):
             self.ids.discard(trial_id)
 
     def _beat(self, ids) -> None:
-        for trial_id in ids:
+        for id_ in ids:
             try:
-                self.storage.record_heartbeat(trial_id)
+                self.storage.record_heartbeat(id_)
             except Exception:  # a finished trial, or the database away: the next beat retries
                 pass
 
@@ -226,7 +226,7 @@ class Pipeline:
         self.timeline = timeline
         self.deadline = deadline
         self._in_flight: deque[tuple[optuna.Trial, Begun]] = deque()
-        self._heartbeat = _Heartbeat(study._storage) if supports_heartbeat(study._storage) else None
+        self._heartbeat = _Heartbeat(storage_of(study)) if supports_heartbeat(storage_of(study)) else None
         self._to_measure: queue.Queue = queue.Queue()
         self._measured: queue.Queue = queue.Queue()
         self._halt = threading.Event()
@@ -301,7 +301,7 @@ class Pipeline:
                     # created with its runner (sampling is lazy): after a kill at any point the next run re-queues it
                     trial = ask_with_user_attrs(self.study, runner_attrs())
                     if self._heartbeat:
-                        self._heartbeat.add(trial._trial_id)
+                        self._heartbeat.add(trial_id(trial))
                     begun = self.objective.begin(trial)  # the sampler chooses, and the config is stored
             except BaseException:
                 if trial is not None:
@@ -326,7 +326,7 @@ class Pipeline:
         else:
             self.study.tell(trial, value)
         if self._heartbeat:
-            self._heartbeat.discard(trial._trial_id)
+            self._heartbeat.discard(trial_id(trial))
         self.timeline.tell()
 
     def _fail(self, trial: optuna.Trial, status: str, reason: str) -> None:
@@ -339,7 +339,7 @@ class Pipeline:
 
     def _tell_fail(self, trial: optuna.Trial) -> None:
         if self._heartbeat:
-            self._heartbeat.discard(trial._trial_id)
+            self._heartbeat.discard(trial_id(trial))
         try:
             self.study.tell(trial, state=TrialState.FAIL)
         except Exception:  # already told, or the storage is gone: the next run re-queues it by its dead runner

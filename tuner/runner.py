@@ -271,7 +271,7 @@ class Runner:
         """Ask another trial while candidates are left untried and the study (all workers
         together) has fewer than ``target`` trials of this phase done or in flight."""
         def may_ask() -> bool:
-            trials = self.study._get_trials(deepcopy=False, states=TRIED_STATES, use_cache=False)
+            trials = self.study.get_trials(deepcopy=False, states=TRIED_STATES)
             tried = {self.sampler.trial_key(t) for t in trials}
             return not keys <= tried and sum(self._counts(t, phase, keys) for t in trials) < target
 
@@ -281,7 +281,7 @@ class Runner:
         """After the trial's params are stored: is it within the budget, counting the trials
         numbered before it? Two workers that asked at once cannot both take the last place."""
         def admits(trial) -> bool:
-            trials = self.study._get_trials(deepcopy=False, states=(TrialState.RUNNING, *FINISHED), use_cache=False)
+            trials = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, *FINISHED))
             return sum(1 for t in trials if t.number < trial.number and self._counts(t, phase, keys)) < target
 
         return admits
