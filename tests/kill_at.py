@@ -1,12 +1,14 @@
 """Run `tuner` and SIGKILL the run itself at one point of a trial's life (the kill-point tests).
 
-    python tests/kill_at.py POINT N tuner-args...
+    [KILL_AT_SIGNAL=SIGINT] python tests/kill_at.py POINT N tuner-args...
 
-POINT names the step, N the how-manieth time the run reaches it; the process then kills itself
-with SIGKILL, as `kill -9` from outside would at that moment, without a timing race:
+POINT names the step, N the how-manieth time the run reaches it; the process then sends itself
+SIGKILL (or the signal named by KILL_AT_SIGNAL: SIGINT is a Ctrl-C), as `kill` from outside
+would at that moment, without a timing race:
 
 - ``ask``: a trial was created (runner recorded) and nothing sampled yet;
 - ``sample``: the sampler chose some of a trial's params and is choosing the next;
+- ``admit``: a trial's config is stored, and the run checks it is within the study's budget;
 - ``compile``: the run waits for a config's CUBIN;
 - ``measure``: the worker measures a trial (the job sent, its result not back);
 - ``record``: a trial's result attributes are stored and its state is not;
@@ -22,6 +24,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+SIGNAL = getattr(signal, os.environ.get("KILL_AT_SIGNAL", "SIGKILL"))
+
 
 def _kill_on(n: int, before: bool = True) -> Callable[[Callable], Callable]:
     calls = 0
@@ -32,12 +36,12 @@ def _kill_on(n: int, before: bool = True) -> Callable[[Callable], Callable]:
             nonlocal calls
             calls += 1
             if before and calls == n:
-                os.kill(os.getpid(), signal.SIGKILL)
+                os.kill(os.getpid(), SIGNAL)
             try:
                 return function(*args, **kwargs)
             finally:  # after the step, whether it returned or raised (a pruned trial)
                 if not before and calls == n:
-                    os.kill(os.getpid(), signal.SIGKILL)
+                    os.kill(os.getpid(), SIGNAL)
         return wrapper
     return wrap
 
@@ -46,12 +50,15 @@ def install(point: str, n: int) -> None:
     import optuna
 
     from tuner import compile as compile_module
-    from tuner import objective, optuna_private, pipeline, supervisor
+    from tuner import objective, optuna_private, pipeline, runner, supervisor
 
     if point == "ask":
         pipeline.ask_with_user_attrs = _kill_on(n, before=False)(optuna_private.ask_with_user_attrs)
     elif point == "sample":
         _kill_at_second_param(n)
+    elif point == "admit":
+        make_admits = runner.Runner._admits
+        runner.Runner._admits = lambda self, *args: _kill_on(n)(make_admits(self, *args))  # type: ignore[method-assign]
     elif point == "compile":
         compile_module.CompilePool.result = _kill_on(n)(compile_module.CompilePool.result)
     elif point == "measure":
@@ -74,7 +81,7 @@ def _kill_at_second_param(n: int) -> None:
     def suggest_categorical(self: Any, name: str, choices: Any) -> Any:
         seen[self.number] = seen.get(self.number, 0) + 1
         if len(seen) == n and seen[self.number] == 2:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), SIGNAL)
         return original(self, name, choices)
 
     optuna.Trial.suggest_categorical = suggest_categorical  # type: ignore[method-assign]

@@ -1,5 +1,6 @@
 """A run killed with SIGKILL at each point of a trial's life, on each storage: the rerun of
-the same command ends with the budget's worth of measured trials and nothing RUNNING."""
+the same command ends with the budget's worth of measured trials and nothing RUNNING. A run
+stopped by Ctrl-C at each point leaves nothing RUNNING already, before any rerun."""
 
 import os
 import signal
@@ -15,7 +16,7 @@ from tuner.storage import open_storage
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"
 BUDGET = 6
-POINTS = ["ask", "sample", "compile", "measure", "record", "tell"]
+POINTS = ["ask", "sample", "admit", "compile", "measure", "record", "tell"]
 #: statuses of trials that were stopped, not measured: the config is queued again
 STOPPED = {"killed", "interrupted"}
 
@@ -28,18 +29,42 @@ def _url(kind, tmp_path, request):
     return request.getfixturevalue("postgres_url")
 
 
+def _args(url, name, cache_dir):
+    return ["run", str(STUDY), "--storage", url, "--study-name", name, "--trials", str(BUDGET),
+            "--cache-dir", str(cache_dir), "--no-pruner", "--seed", "3"]
+
+
+def _env(**extra):
+    return {**os.environ, "TUNER_WORKER_BACKEND": FAKE_BACKEND, "FAKE_TRIAL_DELAY_S": "0.05", **extra}
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "journal", "postgres"])
 @pytest.mark.parametrize("point", POINTS)
 def test_killed_at_any_point_then_resumed(point, kind, tmp_path, cache_dir, request, unique_name):
     url = _url(kind, tmp_path, request)
-    args = ["run", str(STUDY), "--storage", url, "--study-name", unique_name, "--trials", str(BUDGET),
-            "--cache-dir", str(cache_dir), "--no-pruner", "--seed", "3"]
-    env = {**os.environ, "TUNER_WORKER_BACKEND": FAKE_BACKEND, "FAKE_TRIAL_DELAY_S": "0.05"}
+    args, env = _args(url, unique_name, cache_dir), _env()
     # capture_output: the call returns only once every process holding the run's stderr is
     # gone, so a compile process outliving the kill fails this test by its timeout
     killed = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_at.py"), point, "3", *args],
                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, f"not killed at {point}: {killed.stderr[-2000:]}"
+    _resumes_to_the_budget(url, unique_name, args, env)
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_ctrl_c_at_any_point_leaves_nothing_running(point, tmp_path, cache_dir, unique_name):
+    url = f"sqlite:///{tmp_path / 'int.db'}"
+    args = _args(url, unique_name, cache_dir)
+    stopped = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_at.py"), point, "3", *args],
+                             env=_env(KILL_AT_SIGNAL="SIGINT"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert stopped.returncode == 130, f"not stopped at {point}: {stopped.stderr[-2000:]}"
+    assert "interrupted" in stopped.stderr and "Traceback" not in stopped.stderr, stopped.stderr[-2000:]
+    trials = optuna.load_study(study_name=unique_name, storage=open_storage(url)).trials
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING], [(t.number, t.state.name) for t in trials]
+    _resumes_to_the_budget(url, unique_name, args, _env())
+
+
+def _resumes_to_the_budget(url, unique_name, args, env):
     storage = open_storage(url)
     before = optuna.load_study(study_name=unique_name, storage=storage).trials
     finished_before = {t.number: (t.state, t.value) for t in before if t.state.is_finished()}
@@ -55,5 +80,5 @@ def test_killed_at_any_point_then_resumed(point, kind, tmp_path, cache_dir, requ
     measured = [t for t in trials if t.state.is_finished() and t.user_attrs.get("status") not in STOPPED]
     assert len(measured) == BUDGET, [(t.number, t.state.name, t.user_attrs.get("status")) for t in trials]
     assert len({tuple(sorted(t.params.items())) for t in measured}) == BUDGET  # no config measured twice
-    if kind == "postgres":
+    if url.startswith("postgresql"):
         optuna.delete_study(study_name=unique_name, storage=storage)

@@ -250,11 +250,12 @@ class Pipeline:
                     break
                 trial, begun = self._in_flight[0]
                 measured = self._next_measured()
-                self._in_flight.popleft()
-                if isinstance(measured, BaseException):
-                    self._tell_fail(trial)
-                    raise measured
-                self._record(trial, begun, measured)
+                with _ctrl_c_deferred():  # told before a Ctrl-C ends the run: none is left RUNNING
+                    self._in_flight.popleft()
+                    if isinstance(measured, BaseException):
+                        self._tell_fail(trial)
+                        raise measured
+                    self._record(trial, begun, measured)
                 if self._late():
                     break
         finally:
@@ -303,16 +304,18 @@ class Pipeline:
                     if self._heartbeat:
                         self._heartbeat.add(trial_id(trial))
                     begun = self.objective.begin(trial)  # the sampler chooses, and the config is stored
+                    self._in_flight.append((trial, begun))  # from here on a stop fails it and queues it again
             except BaseException:
-                if trial is not None:
+                if trial is not None and not any(t is trial for t, _ in self._in_flight):
                     self._fail(trial, "interrupted", "stopped while the trial was being set up: queued again")
                     self._requeue(trial, trial.params)
                 raise
-        if not self.admits(trial):  # only without a working lock
-            self._fail(trial, OVER_BUDGET, "the study's budget was filled by other workers meanwhile; not measured")
-            return True
-        self._in_flight.append((trial, begun))
-        self._to_measure.put((trial, begun))
+        with _ctrl_c_deferred():
+            if not self.admits(trial):  # only without a working lock
+                self._in_flight.pop()
+                self._fail(trial, OVER_BUDGET, "the study's budget was filled by other workers meanwhile; not measured")
+                return True
+            self._to_measure.put((trial, begun))
         return True
 
     def _record(self, trial: optuna.Trial, begun: Begun, measured: Measurement) -> None:

@@ -1,0 +1,79 @@
+"""Fast replay of the default sampler's proposals (no Optuna storage): Pool + ParzenSearch driven
+directly, for trying sampler ideas quickly. The product benchmark is bench/bench_sampler.py.
+
+    python docs/experiments/sampler_sim.py [--seeds 5] [--budget 200] [--only conv]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_sampler import RECORDINGS, space_for  # noqa: E402
+
+from tuner.parzen import ParzenSearch  # noqa: E402
+from tuner.pool import Pool  # noqa: E402
+from tuner.replay import load_recording  # noqa: E402
+from tuner.sampler import ordered_axis  # noqa: E402
+
+
+def simulate(pool_factory, times: np.ndarray, ordered, seed: int, budget: int, random: bool = False) -> list[float]:
+    pool = pool_factory()
+    search = ParzenSearch(seed=seed)
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(budget):
+        row = int(pool.random_untried(1, rng)[0]) if random else search.propose(pool, ordered)
+        if row is None:
+            break
+        code = pool.codes[row]
+        pool._take(code, +1)
+        t = times[row]
+        pool.observations.add(code.copy(), float(t) if math.isfinite(t) else None, failed=not math.isfinite(t))
+        values.append(float(t))
+    return values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--budget", type=int, default=200)
+    parser.add_argument("--only", default="")
+    parser.add_argument("--random", action="store_true")
+    args = parser.parse_args()
+    budgets = [b for b in (25, 50, 100, 200) if b <= args.budget]
+    table = {b: [] for b in budgets}
+    for label, study_file, path in RECORDINGS:
+        if args.only not in label:
+            continue
+        recording = load_recording(path)
+        space = space_for(study_file, recording)
+        valid = space.valid
+        times = np.array([(r.ms if (r := recording.lookup(p)) is not None and r.status == "ok" else math.inf) for p in valid])
+        optimum = times[np.isfinite(times)].min()
+        ordered = [ordered_axis(v) for v in space.axes.values()]
+        started = time.perf_counter()
+        curves = []
+        for seed in range(args.seeds):
+            vals = simulate(lambda: Pool(space, valid), times, ordered, seed, args.budget, args.random)
+            curves.append(np.minimum.accumulate(vals))
+        cells = []
+        for b in budgets:
+            f = [optimum / c[b - 1] for c in curves]
+            table[b].append((statistics.mean(f), min(f)))
+            cells.append(f"{statistics.mean(f):.3f}/{min(f):.3f}")
+        print(f"{label:24s} " + "  ".join(cells) + f"   {time.perf_counter() - started:.1f}s", flush=True)
+    print(f"{'MEAN':24s} " + "  ".join(f"{statistics.mean(m for m, _ in table[b]):.3f}/{min(w for _, w in table[b]):.3f}" for b in budgets))
+
+
+if __name__ == "__main__":
+    main()
