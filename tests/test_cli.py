@@ -153,6 +153,34 @@ def test_ctrl_c_ends_cleanly_and_resumes(tmp_path, cache_dir):
     assert all(again.trials[t.number].value == t.value for t in done)
 
 
+def test_an_ignored_ctrl_c_stays_ignored(tmp_path, cache_dir):
+    """A run started with SIGINT ignored (a background job of a script, nohup) runs to its budget."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    db = tmp_path / "i.db"
+    env = {**__import__("os").environ, **FAKE, "FAKE_TRIAL_DELAY_S": "0.3"}
+    cmd = [sys.executable, "-m", "tuner", "run", str(STUDY), "--storage", f"sqlite:///{db}", "--trials", "8",
+           "--cache-dir", str(cache_dir), "--no-pruner", "--json"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline and not db.exists():
+        time.sleep(0.1)
+    for _ in range(20):  # Ctrl-C at many moments of the loop, the deferred blocks included
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.1)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "interrupted" not in err
+    study = optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
+    assert len([t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]) == 8
+
+
 def test_warm_start_queues_an_earlier_studys_winners_first(tmp_path, cache_dir):
     db = f"sqlite:///{tmp_path / 'w.db'}"
     # no pruner: every source trial completes, so it has 3 winners to give whichever configs the sampler picked

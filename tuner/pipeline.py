@@ -123,8 +123,9 @@ class _Heartbeat(threading.Thread):
 
 @contextlib.contextmanager
 def _ctrl_c_deferred() -> Iterator[None]:
-    """Ctrl-C waits until the block is done (main thread only: signals are delivered there)."""
-    if threading.current_thread() is not threading.main_thread():
+    """Ctrl-C waits until the block is done (main thread only: signals are delivered there).
+    Where SIGINT is ignored (a background job of a script, nohup) it stays ignored."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         yield
         return
     pending: list[int] = []

@@ -26,9 +26,11 @@ from tuner.replay import load_recording  # noqa: E402
 from tuner.sampler import ordered_axis  # noqa: E402
 
 
-def simulate(pool_factory, times: np.ndarray, ordered, seed: int, budget: int, random: bool = False) -> list[float]:
+def simulate(pool_factory, times: np.ndarray, ordered, seed: int, budget: int, random: bool = False, knobs=()) -> list[float]:
     pool = pool_factory()
     search = ParzenSearch(seed=seed)
+    for key, value in knobs:
+        setattr(search, key, int(value))
     rng = np.random.default_rng(seed)
     values = []
     for _ in range(budget):
@@ -49,6 +51,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--only", default="")
     parser.add_argument("--random", action="store_true")
+    parser.add_argument("--set", action="append", default=[], help="NAME=VALUE: a ParzenSearch attribute")
     args = parser.parse_args()
     budgets = [b for b in (25, 50, 100, 200) if b <= args.budget]
     table = {b: [] for b in budgets}
@@ -64,7 +67,7 @@ def main() -> None:
         started = time.perf_counter()
         curves = []
         for seed in range(args.seeds):
-            vals = simulate(lambda: Pool(space, valid), times, ordered, seed, args.budget, args.random)
+            vals = simulate(lambda: Pool(space, valid), times, ordered, seed, args.budget, args.random, [kv.split("=", 1) for kv in args.set])
             curves.append(np.minimum.accumulate(vals))
         cells = []
         for b in budgets:
