@@ -31,9 +31,8 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from tuner.replay import Record, Recording, ReplayEvaluator, load_recording, make_replay_spec
+from tuner.replay import Record, Recording, ReplayEvaluator, ask_seconds, load_recording, recording_space
 from tuner.runner import Runner, RunSettings
-from tuner.sampler import ValidOnlySampler, make_base_sampler
 from tuner.space import Space
 from tuner.spec import load_spec
 from tuner.study_file import load_study
@@ -59,7 +58,7 @@ WARM_PAIRS = [("convolution A100", "convolution A4000"), ("pnpoly RTX 3090", "pn
 
 def space_for(study_file: Path | None, recording: Recording) -> Space:
     if study_file is None:
-        return Space(make_replay_spec(recording), {}, recording.axes, list(recording.axes), [])
+        return recording_space(recording)
     cfg = load_study(study_file)
     return Space.from_study(cfg, load_spec(cfg.kernel))
 
@@ -246,18 +245,8 @@ def ask_cost(n_valid: int, trials: int = 200, measured_from: int = 100) -> tuple
     """(valid configs, mean ms of one ask of the default sampler over trials measured_from..trials)."""
     recording = synthetic_recording(n_valid)
     recording.digest = lambda: f"synthetic{n_valid}"  # no file behind it
-    space = Space(make_replay_spec(recording), {}, recording.axes, list(recording.axes), [])
-    sampler = ValidOnlySampler(space, make_base_sampler("tpe", 0), seed=0)
-    study = optuna.create_study(sampler=sampler)
-    costs = []
-    for number in range(trials):
-        started = time.perf_counter()
-        trial = study.ask()
-        params = {a: trial.suggest_categorical(a, v) for a, v in space.axes.items()}
-        if number >= measured_from:
-            costs.append(time.perf_counter() - started)
-        study.tell(trial, recording.lookup(params).ms)
-    return len(space.valid), 1e3 * statistics.mean(costs)
+    space = recording_space(recording)
+    return len(space.valid), 1e3 * statistics.mean(ask_seconds(space, recording, trials)[measured_from:])
 
 
 def main() -> None:

@@ -263,7 +263,8 @@ def test_workers_honour_every_setting_of_the_run(tmp_path):
     warm = [t for t in target.trials if "warm_started_from" in t.user_attrs]
     assert {tuple(sorted(t.params.items())) for t in warm} == top3
     # measured (the pruner may stop one that is significantly slower than the best), none left waiting
-    assert all(t.state.is_finished() and t.value is not None for t in warm)
+    assert all(t.state.is_finished() and t.value is not None for t in warm), \
+        [(t.number, t.state.name, t.value, t.user_attrs.get("status")) for t in target.trials]
 
 
 @pytest.mark.parametrize(

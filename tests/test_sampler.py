@@ -2,7 +2,6 @@
 
 import itertools
 import statistics
-import time
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +9,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tests.conftest import KERNEL_TUNER_CACHES
-from tuner.replay import Record, Recording, ReplayEvaluator, load_recording, make_replay_spec
+from tuner.replay import Record, Recording, ReplayEvaluator, ask_seconds, load_recording, recording_space
 from tuner.runner import Runner, RunSettings
 from tuner.sampler import ValidOnlySampler, make_base_sampler
 from tuner.space import Space
@@ -27,25 +26,16 @@ def recorded_space(axes: dict, outcome) -> tuple[Recording, Space]:
             records[values] = record
     recording = Recording(Path("synthetic"), "csv", {a: list(v) for a, v in axes.items()}, records)
     recording.digest = lambda: "synthetic"  # no file behind it
-    return recording, Space(make_replay_spec(recording), {}, recording.axes, list(recording.axes), [])
+    return recording, recording_space(recording)
 
 
 def replay_space(path):
     recording = load_recording(path)
-    return recording, Space(make_replay_spec(recording), {}, recording.axes, list(recording.axes), [])
+    return recording, recording_space(recording)
 
 
 def ask_cost(space: Space, recording: Recording, trials: int = 120, measured_from: int = 40) -> float:
-    sampler = ValidOnlySampler(space, make_base_sampler("tpe", 0), seed=0)
-    study = optuna.create_study(sampler=sampler)
-    costs = []
-    for _ in range(trials):
-        started = time.perf_counter()
-        trial = study.ask()
-        params = {a: trial.suggest_categorical(a, v) for a, v in space.axes.items()}
-        costs.append(time.perf_counter() - started)
-        study.tell(trial, recording.lookup(params).ms)
-    return statistics.median(costs[measured_from:])
+    return statistics.median(ask_seconds(space, recording, trials)[measured_from:])
 
 
 def test_ask_cost_does_not_grow_with_the_space():

@@ -9,17 +9,15 @@ import pytest
 
 from tests.conftest import KERNEL_TUNER_CACHES, tuner
 from tuner.errors import UserError
-from tuner.replay import ReplayEvaluator, load_recording, make_replay_spec
+from tuner.replay import ReplayEvaluator, load_recording, recording_space
 from tuner.runner import Runner, RunSettings
-from tuner.space import Space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def replay_space(path):
     recording = load_recording(path)
-    spec = make_replay_spec(recording)
-    return recording, Space(spec, {}, recording.axes, list(recording.axes), [])
+    return recording, recording_space(recording)
 
 
 def best_ratio(recording, space, sampler, seed, trials=100):

@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load(args):
     """Study file (or a Kernel Tuner replay file alone) -> (config or None, space, recording or None)."""
-    from tuner.replay import load_recording, make_replay_spec
+    from tuner.replay import load_recording, recording_space
     from tuner.space import Space
     from tuner.spec import load_spec
     from tuner.study_file import load_study
@@ -173,8 +173,7 @@ def _load(args):
             raise UserError("give a study file (studies/NAME.toml), or --replay FILE with a Kernel Tuner cache")
         if recording.format == "csv":
             raise UserError(f"replay file {recording.path} is our CSV: give the study file it was recorded from too")
-        spec = make_replay_spec(recording)
-        return None, Space(spec, {}, recording.axes, list(recording.axes), []), recording
+        return None, recording_space(recording), recording
     cfg = load_study(args.study_file)
     spec = load_spec(cfg.kernel)
     if cfg.arch not in spec.archs and spec.archs:

@@ -21,6 +21,7 @@ import io
 import json
 import math
 import statistics
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ import pandas as pd
 from tuner.errors import UserError
 from tuner.record import Measurement
 from tuner.results import TableError, normalise
+from tuner.space import Space
 from tuner.spec import KernelSpec, Value
 
 # Kernel Tuner's failure strings and T4 invalidity kinds, in our statuses.
@@ -198,6 +200,14 @@ def _rank(record: Record) -> tuple[int, float]:
     return (record.status != "ok" or record.ms is None, record.ms if record.ms is not None else 0.0)
 
 
+def _config_key(entry: dict, keys: list[str], at: str) -> tuple:
+    """The recorded config's values in ``keys`` order; a one-line error names what is missing."""
+    missing = [k for k in keys if k not in entry]
+    if missing:
+        raise UserError(f"{at} has no {', '.join(missing)}")
+    return tuple(_value(entry[k], at) for k in keys)
+
+
 def _from_kernel_tuner(path: Path, data: dict) -> Recording:
     where = f"replay file {path}"
     params, cache = data["tune_params"], data["cache"]
@@ -217,18 +227,15 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
         at = f"{where}: cache entry {name!r}"
         if not isinstance(entry, dict):
             raise UserError(f"{at} is not an object")
-        missing = [k for k in keys if k not in entry]
-        if missing:
-            raise UserError(f"{at} has no {', '.join(missing)}")
-        key = tuple(_value(entry[k], at) for k in keys)
-        time = entry.get(objective, entry.get("time"))
-        if isinstance(time, str):
-            records[key] = Record(KT_FAILURES.get(time, "launch_error"), attrs={"reason": time})
+        key = _config_key(entry, keys, at)
+        recorded = entry.get(objective, entry.get("time"))
+        if isinstance(recorded, str):
+            records[key] = Record(KT_FAILURES.get(recorded, "launch_error"), attrs={"reason": recorded})
         else:
             times = entry.get("times", [])
             if not isinstance(times, list):
                 raise UserError(f"{at}: 'times' must be a list")
-            records[key] = Record("ok", _time(time, at), [_time(t, at) for t in times])
+            records[key] = Record("ok", _time(recorded, at), [_time(t, at) for t in times])
     return Recording(path, "kernel_tuner", axes, records, str(data.get("device_name", "")), str(data.get("kernel_name", "")))
 
 
@@ -250,10 +257,7 @@ def _from_t4(path: Path, data: dict) -> Recording:
         config = entry.get("configuration") if isinstance(entry, dict) else None
         if not isinstance(config, dict):
             raise UserError(f"{at} has no 'configuration'")
-        missing = [k for k in keys if k not in config]
-        if missing:
-            raise UserError(f"{at}: configuration has no {', '.join(missing)}")
-        key = tuple(_value(config[k], at) for k in keys)
+        key = _config_key(config, keys, f"{at}: configuration")
         for k, v in zip(keys, key, strict=True):
             if v not in axes[k]:
                 axes[k].append(v)
@@ -296,6 +300,33 @@ def make_replay_spec(recording: Recording) -> KernelSpec:
 
     spec = ReplaySpec(recording.path)
     return spec
+
+
+def recording_space(recording: Recording) -> Space:
+    """The space a recording carries: its axes, every recorded config that ran valid."""
+    return Space(make_replay_spec(recording), {}, recording.axes, list(recording.axes), [])
+
+
+def ask_seconds(space: Space, recording: Recording, trials: int) -> list[float]:
+    """Seconds of each ``study.ask()`` of the default sampler over ``trials`` replayed trials (in memory)."""
+    import optuna
+
+    from tuner.sampler import ValidOnlySampler, make_base_sampler
+
+    study = optuna.create_study(sampler=ValidOnlySampler(space, make_base_sampler("tpe", 0), seed=0))
+    costs = []
+    for _ in range(trials):
+        started = time.perf_counter()
+        trial = study.ask()
+        for axis, values in space.axes.items():
+            trial.suggest_categorical(axis, values)
+        costs.append(time.perf_counter() - started)
+        record = recording.lookup(trial.params)
+        if record is not None and record.ms is not None:
+            study.tell(trial, record.ms)
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    return costs
 
 
 class ReplayEvaluator:
