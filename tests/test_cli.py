@@ -181,6 +181,25 @@ def test_an_ignored_ctrl_c_stays_ignored(tmp_path, cache_dir):
     assert len([t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]) == 8
 
 
+def test_warm_start_does_not_queue_a_config_already_waiting():
+    """Two workers that start together: the second must not queue the first's winners again."""
+    from tuner.replay import load_recording, recording_space
+    from tuner.warm_start import MARK, warm_start
+
+    space = recording_space(load_recording(PNPOLY))
+    storage = optuna.storages.InMemoryStorage()
+    source = optuna.create_study(study_name="src", storage=storage)
+    distributions = {a: optuna.distributions.CategoricalDistribution(v) for a, v in space.axes.items()}
+    for value, params in enumerate(space.valid[:4]):
+        source.add_trial(optuna.trial.create_trial(params=params, distributions=distributions, value=float(value + 1)))
+    target = optuna.create_study(study_name="dst", storage=storage)
+    first = warm_start(target, space, ["src"], top=3)
+    target.set_user_attr(MARK, None)  # as a second worker sees it before the first marks the study
+    second = warm_start(target, space, ["src"], top=3)
+    assert len(first) == 3 and second == [space.valid[3]]
+    assert len(target.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 4
+
+
 def test_warm_start_queues_an_earlier_studys_winners_first(tmp_path, cache_dir):
     db = f"sqlite:///{tmp_path / 'w.db'}"
     # no pruner: every source trial completes, so it has 3 winners to give whichever configs the sampler picked

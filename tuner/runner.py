@@ -187,17 +187,18 @@ class Runner:
         check_same_choices(self.study, space)
         if hasattr(evaluator, "bind"):
             evaluator.bind(self.study)
-        self.requeued = recover_stale_trials(self.study, self.space.axis_names)
-        self.warm_queued = (
-            warm_start(self.study, space, settings.warm_start, settings.warm_start_top, settings.mode == "tiered")
-            if settings.warm_start else []
-        )
+        self.lock = ProposalLock(self.storage, self.storage_url, settings.study_name)
+        with self.lock:  # workers starting together queue each config once
+            self.requeued = recover_stale_trials(self.study, self.space.axis_names)
+            self.warm_queued = (
+                warm_start(self.study, space, settings.warm_start, settings.warm_start_top, settings.mode == "tiered")
+                if settings.warm_start else []
+            )
+            self.start_queued = queue_start_configs(self.study, space, start)
         if settings.warm_start:  # the source studies' trials shape the sampler's first proposals (each run: a resume too)
             self.sampler.set_prior(prior_trials(self.study, space, settings.warm_start))
-        self.start_queued = queue_start_configs(self.study, space, start)
         self._bar = None
         self.flops = settings.study_attrs.get("flops") or None
-        self.lock = ProposalLock(self.storage, self.storage_url, settings.study_name)
         self.timeline = Timeline(started=settings.started if settings.started is not None else time.monotonic())
 
     # -- the loop -------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner import optuna_private
 from tuner.errors import UserError
+from tuner.pool import trial_params
 from tuner.results import value_of
 from tuner.space import Space
 
@@ -26,7 +27,8 @@ class _Queue:
 
     def __init__(self, study: optuna.Study, space: Space):
         self.study, self.space = study, space
-        self.tried = {space.key(t.params) for t in study.get_trials(deepcopy=False) if t.params and t.state != TrialState.FAIL}
+        held = (trial_params(t, space.axis_names) for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL)
+        self.tried = {space.key(params) for params in held if params is not None}  # queued ones too
         self.queued: list[dict] = []
 
     def add(self, params: dict, user_attrs: dict) -> bool:
