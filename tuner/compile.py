@@ -412,7 +412,10 @@ class CompilePool:
                 future.cancel()
             self._pending.clear()
             if self._executor is not None:
-                self._executor.shutdown(wait=False, cancel_futures=True)
+                # Waiting costs no more than the interpreter's own join of the pool at exit (the
+                # compiles already running), and leaves no pool thread closing its pipe while
+                # Python 3.11's exit hook writes to it (an "Exception ignored" traceback on Ctrl-C).
+                self._executor.shutdown(wait=True, cancel_futures=True)
                 self._executor = None
 
     def __enter__(self) -> CompilePool:
