@@ -1,6 +1,6 @@
 import sys
 
-from tuner.cli import main
+from tuner.launch import main
 
 if __name__ == "__main__":  # spawned worker processes import this module too
     sys.exit(main())

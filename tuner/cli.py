@@ -30,14 +30,19 @@ from tuner import __version__, options
 from tuner.errors import UserError, as_user_error, interrupted
 from tuner.storage import DEFAULT_URL
 
+if typing.TYPE_CHECKING:
+    from tuner.supervisor import Supervisor
+
 #: entry points in this group add subcommands: each is called with the subparsers object
 #: (views such as ``dashboards`` register ``report`` and ``dashboard`` this way)
 COMMANDS_GROUP = "tuner.commands"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, worker: Supervisor | None = None) -> int:
+    """``worker``: a GPU worker already starting for this command (:mod:`tuner.launch`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.gpu_worker = worker
     # tuner reports every trial's outcome itself; Optuna's per-trial warnings would repeat it
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -328,13 +333,17 @@ def cmd_run(args) -> int:
         from tuner.scale import run_workers
 
         return run_workers(args)
+    startup = StartupClock()
+    startup.mark("command_started")  # the command line's imports are done
     supervisor = None
     if not args.run.replay:  # the worker's CUDA start-up overlaps loading the study
-        from tuner.supervisor import Supervisor
+        supervisor = args.gpu_worker  # already spawned by tuner.launch, before those imports
+        if supervisor is None:
+            from tuner.supervisor import Supervisor
 
-        supervisor = Supervisor(os.environ.get("TUNER_WORKER_BACKEND", "cuda"))
-        supervisor.start_soon()
-    startup = StartupClock()
+            supervisor = Supervisor(os.environ.get("TUNER_WORKER_BACKEND", "cuda"))
+            supervisor.start_soon()
+        startup.mark("worker_spawned", supervisor.spawned)
     try:
         cfg, space, recording = _load(args)
         startup.mark("study_loaded")
@@ -343,11 +352,7 @@ def cmd_run(args) -> int:
         startup.mark("worker_ready")
     except BaseException:
         if supervisor is not None:
-            try:
-                supervisor.start()  # joins the start thread; its own error is moot: the set-up failed
-            except Exception:
-                pass
-            supervisor.stop()
+            supervisor.discard()
         raise
     try:
         runner = Runner(space, evaluator, _settings(args, cfg, space, attrs, name), args.storage)
@@ -359,7 +364,7 @@ def cmd_run(args) -> int:
         if runner.start_queued and not args.json:
             print(f"start: {len(runner.start_queued)} config(s) from [search] start queued first", file=sys.stderr)
         summary = runner.run()
-        summary["startup_s"] = startup.marks
+        summary["startup_s"] = dict(sorted(startup.marks.items(), key=lambda mark: mark[1]))
         _confirm_after_run(args, cfg, space, evaluator, runner.study, recording, summary)
         _write_note(runner)
     finally:
@@ -378,8 +383,9 @@ class StartupClock:
         self.started = process_started()
         self.marks: dict[str, float] = {}
 
-    def mark(self, step: str) -> None:
-        self.marks[step] = round(time.monotonic() - self.started, 3)
+    def mark(self, step: str, at: float | None = None) -> None:
+        """``step`` happened now, or at ``at`` (``time.monotonic()``)."""
+        self.marks[step] = round((time.monotonic() if at is None else at) - self.started, 3)
 
 
 def _confirm_after_run(args, cfg, space, evaluator, study, recording, summary: dict) -> None:

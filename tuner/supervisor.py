@@ -50,6 +50,14 @@ def _main_module_hidden() -> Iterator[None]:
         main.__dict__.update(saved)
 
 
+def _worker_entry(conn: Connection, backend: str, parent: int) -> None:
+    """The worker process's target. The worker module (NumPy, the backends) is imported in the
+    child only, so that spawning one costs the parent nothing but the process start."""
+    from tuner.worker import worker_main
+
+    worker_main(conn, backend, parent)
+
+
 class WorkerDied(Exception):
     pass
 
@@ -68,18 +76,21 @@ class Supervisor:
         self._starting: threading.Thread | None = None
         self._start_error: BaseException | None = None
         self._stopping = threading.Lock()  # Ctrl-C stops from the main thread while a job's thread may restart
+        self.spawned: float | None = None  # time.monotonic() when the last worker process was spawned
 
     # -- lifecycle -------------------------------------------------------------------------
     def start_soon(self, timeout_s: float = 120.0) -> None:
-        """Start the worker in the background (CUDA initialisation takes seconds); :meth:`start`
-        then waits for it. The caller meanwhile loads the study and compiles."""
-        def start() -> None:
+        """Spawn the worker now and let it start in the background (CUDA initialisation takes
+        seconds); :meth:`start` then waits for it. The caller meanwhile loads the study and compiles."""
+        self._spawn()
+
+        def greet() -> None:
             try:
-                self._start(timeout_s)
+                self._greet(timeout_s)
             except BaseException as exc:
                 self._start_error = exc
 
-        self._starting = threading.Thread(target=start, daemon=True, name="tuner-worker-start")
+        self._starting = threading.Thread(target=greet, daemon=True, name="tuner-worker-start")
         self._starting.start()
 
     def start(self, timeout_s: float = 120.0) -> dict[str, Any]:
@@ -94,6 +105,14 @@ class Supervisor:
                 return self.device
         return self._start(timeout_s)
 
+    def discard(self) -> None:
+        """Stop the worker now, even one still starting: a run that failed or ended before it
+        used the worker does not wait for CUDA to initialise."""
+        self.stop()  # the greeting thread reads end-of-file and ends
+        if self._starting is not None:
+            self._starting.join(timeout=10)
+            self._starting, self._start_error = None, None
+
     def prepare(self, job: dict[str, Any], op: str = "prepare") -> None:
         """Have the worker build a problem's inputs now (``op="warm_up"``: also warm the GPU up
         with the reference), while the first configs compile; the first measurement then finds
@@ -107,13 +126,15 @@ class Supervisor:
             pass
 
     def _start(self, timeout_s: float) -> dict[str, Any]:
-        from tuner.worker import worker_main
+        self._spawn()
+        return self._greet(timeout_s)
 
+    def _spawn(self) -> None:
         parent, child = self._ctx.Pipe()
         saved = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)  # spawn copies the environment (CUDA_VISIBLE_DEVICES)
         try:
-            self._proc = self._ctx.Process(target=worker_main, args=(child, self.backend, os.getpid()), daemon=True)
+            self._proc = self._ctx.Process(target=_worker_entry, args=(child, self.backend, os.getpid()), daemon=True)
             with _main_module_hidden():
                 self._proc.start()
         finally:
@@ -124,6 +145,10 @@ class Supervisor:
                     os.environ[k] = v
         child.close()
         self._conn = parent
+        self.spawned = time.monotonic()
+
+    def _greet(self, timeout_s: float) -> dict[str, Any]:
+        """Wait for the spawned worker's hello: the device it found, or why it found none."""
         message = self._receive(timeout_s)
         if message is None or message.get("type") != "hello":  # timeout, eof or error
             error = (message or {}).get("error", "no answer from the GPU worker")

@@ -15,5 +15,5 @@ for label in fresh warm; do
   echo "rc $?"
   kill $smi; wait $smi 2>/dev/null
   awk -F, '{n++; if ($1+0 >= 50) b++} END {printf "gpu busy %.0f%% of %d samples\n", 100*b/n, n}' "$out/smi_$label.csv"
-  tail -1 "$out/summary_$label.json" | python3 -c "import json,sys; s=json.loads(sys.stdin.read()); print({k: s.get(k) for k in ('trials_run','statuses','first_trial_s','trials_per_s','run_s')})" || tail -5 "$out/stderr_$label.txt"
+  tail -1 "$out/summary_$label.json" | python3 -c "import json,sys; s=json.loads(sys.stdin.read()); print({k: s.get(k) for k in ('trials_run','statuses','first_trial_s','trials_per_s','run_s','startup_s')})" || tail -5 "$out/stderr_$label.txt"
 done
