@@ -205,6 +205,28 @@ def test_arch_matches_and_evaluator_start():
         ok.close()
 
 
+def test_a_host_without_a_gpu_is_told_without_compiling_first(tmp_path):
+    """The worker's start failed before the study was loaded: the error comes at once, not after
+    the reference config's compile (seconds of NVRTC for nothing)."""
+    import time
+
+    supervisor = Supervisor("tests.no_such_backend:Backend")  # fails in the worker, as a missing driver does
+    supervisor.start_soon()
+    deadline = time.monotonic() + 60
+    while not supervisor.failed_to_start and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert supervisor.failed_to_start
+    spec = load_spec(ROOT / "kernel" / "example_sgemm.py")
+    evaluator = GpuEvaluator(spec, {"M_DIM": 64, "N_DIM": 64, "K_DIM": 64}, "sm_90a", MeasureSettings(),
+                             supervisor=supervisor, cache_dir=tmp_path / "cache")
+    try:
+        with pytest.raises(UserError, match="no usable CUDA GPU here.*--replay"):
+            evaluator.start()
+        assert evaluator.compiler._executor is None and not (tmp_path / "cache").exists()
+    finally:
+        evaluator.close()
+
+
 @pytest.mark.parametrize("command", ["run", "status", "best"])
 def test_storage_that_cannot_connect(command):
     url = "postgresql+psycopg://alice:s3cr3t-pw@127.0.0.1:1/db"

@@ -67,8 +67,6 @@ class GpuEvaluator:
         self._study = None  # set by bind(): where "ms" values keep the first session's reference time
         #: compiles ahead of the measurement (None: one process per core, 0: each config when measured)
         self.compiler = CompilePool(spec, problem, arch, cache_dir, self.limits, compile_jobs)
-        if isinstance(self.reference, dict) and checked_reason(spec, self.reference, problem) is None:
-            self.compiler.submit(self.reference)  # needed by the first trial: builds while the worker starts
 
     @property
     def timing(self) -> Timing:
@@ -117,8 +115,9 @@ class GpuEvaluator:
 
     def start(self) -> dict:
         """Start the worker and check that this GPU can run the study's arch."""
-        if isinstance(self.reference, dict):  # not BASELINE: it compiles while the worker starts
-            self.compiler.submit(self.reference)
+        reference_ok = isinstance(self.reference, dict) and checked_reason(self.spec, self.reference, self.problem) is None
+        if reference_ok and not self.supervisor.failed_to_start:  # needed by the first trial: builds while the worker starts
+            self.compiler.submit(self.reference)  # (not on a host without a GPU: its error would wait for the compile)
         try:
             device = self.supervisor.start()
         except WorkerDied as exc:

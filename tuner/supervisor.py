@@ -105,6 +105,12 @@ class Supervisor:
                 return self.device
         return self._start(timeout_s)
 
+    @property
+    def failed_to_start(self) -> bool:
+        """Has a background start (:meth:`start_soon`) already ended without a worker?"""
+        starting = self._starting
+        return starting is not None and not starting.is_alive() and self._start_error is not None
+
     def discard(self) -> None:
         """Stop the worker now, even one still starting: a run that failed or ended before it
         used the worker does not wait for CUDA to initialise."""
