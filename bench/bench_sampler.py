@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gzip
+import json
 import math
+import random
 import statistics
 import tempfile
 import time
@@ -98,14 +101,28 @@ def run_plain_tpe(recording: Recording, seed: int, budget: int, storage: str | N
 
 
 def run_kernel_tuner(recording: Recording, strategy: str, seed: int, budget: int) -> list[float]:  # pragma: no cover - optional
-    """Kernel Tuner's strategy on the cache file itself (simulation mode), when it is installed."""
+    """Kernel Tuner's strategy on the cache file itself (simulation mode), when it is installed.
+    Its search space is the recorded configs (the tuner's valid set for a recording)."""
     import kernel_tuner
 
-    np.random.seed(seed)
-    results, _ = kernel_tuner.tune_kernel(
-        recording.kernel or "kernel", "", (1,), [], {k: v for k, v in recording.axes.items()},
-        simulation_mode=True, cache=str(recording.path), strategy=strategy, strategy_options={"max_fevals": budget},
-        verbose=False, quiet=True)
+    opener = gzip.open if recording.path.name.endswith(".gz") else open
+    with opener(recording.path, "rt") as f:
+        data = json.load(f)
+    recorded = {tuple(entry[k] for k in data["tune_params_keys"]) for entry in data["cache"].values()}
+    keys = list(data["tune_params_keys"])
+
+    def recorded_config(params: dict) -> bool:
+        return tuple(params[k] for k in keys) in recorded
+    with tempfile.TemporaryDirectory() as tmp:  # simulation mode reads an uncompressed X.json
+        cache = Path(tmp) / "cache.json"
+        cache.write_text(json.dumps(data))
+        np.random.seed(seed)
+        random.seed(seed)  # Kernel Tuner's strategies draw from both
+        results, _ = kernel_tuner.tune_kernel(
+            data["kernel_name"], "", data["problem_size"], [], {k: data["tune_params"][k] for k in keys},
+            restrictions=[recorded_config],
+            simulation_mode=True, cache=str(cache), strategy=strategy,
+            strategy_options={"max_fevals": budget}, verbose=False, quiet=True)
     return [r["time"] if isinstance(r.get("time"), (int, float)) else math.inf for r in results][:budget]
 
 

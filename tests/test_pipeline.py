@@ -170,9 +170,10 @@ def test_eight_replay_workers_no_waste(kind, tmp_path, request):
 
 def test_gpu_workers_share_a_small_budget(tmp_path):
     """Asked-ahead trials hold places in the budget: with --workers 2 neither worker may take
-    them all (each keeps at most its share in flight), so both measure."""
+    them all (each keeps at most its share in flight), so both measure. A worker's share takes
+    4 s to measure, so one that starts a few seconds late on a busy host still finds its own."""
     log = tmp_path / "two.log"
-    env = {**os.environ, **fake_env(compile_delay=0.05, trial_delay=0.3)}
+    env = {**os.environ, **fake_env(compile_delay=0.05, trial_delay=1.0)}
     result = tuner("run", STUDY, "--storage", log, "--workers", 2, "--trials", 8, "--compile-ahead", 16, "--no-pruner",
                    "--cache-dir", tmp_path / "cache", "--json", env=env)
     assert result.returncode == 0, result.stderr
