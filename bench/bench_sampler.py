@@ -174,6 +174,8 @@ def quality(label: str, study_file, path: Path, strategies: list[str], seeds: in
     random_curve = random_expected_best(recording, space, length)
     rows = []
     for strategy in strategies:
+        if strategy.startswith("kt-") and recording.format != "kernel_tuner":
+            continue  # Kernel Tuner simulates on its own cache files only
         started = time.perf_counter()
         curves = []
         for seed in range(seeds):
@@ -283,7 +285,7 @@ def main() -> None:
     except ImportError:
         pass
     lines = [f"# Sampler benchmark — replay, CPU, 2 cores, {dt.date.today().isoformat()}", "",
-             f"`python bench/bench_sampler.py{' --quick' if args.quick else ''}` ({seeds} seeds). Fraction = optimum / best "
+             f"`python bench/bench_sampler.py{' --quick' if args.quick else ''}{f' --seeds {args.seeds}' if args.seeds else ''}` ({seeds} seeds). Fraction = optimum / best "
              "found after B counted configs (mean / worst seed); score = Willemsen et al. (FGCS 2024), averaged over "
              f"budgets 1..{max(budgets)}; strategies: {', '.join(strategies)}.", ""]
 
