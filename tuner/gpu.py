@@ -115,9 +115,10 @@ class GpuEvaluator:
 
     def start(self) -> dict:
         """Start the worker and check that this GPU can run the study's arch."""
-        reference_ok = isinstance(self.reference, dict) and checked_reason(self.spec, self.reference, self.problem) is None
-        if reference_ok and not self.supervisor.failed_to_start:  # needed by the first trial: builds while the worker starts
-            self.compiler.submit(self.reference)  # (not on a host without a GPU: its error would wait for the compile)
+        reference = self.reference
+        if isinstance(reference, dict) and checked_reason(self.spec, reference, self.problem) is None \
+                and not self.supervisor.failed_to_start:  # needed by the first trial: builds while the worker starts
+            self.compiler.submit(reference)  # (not on a host without a GPU: its error would wait for the compile)
         try:
             device = self.supervisor.start()
         except WorkerDied as exc:
