@@ -108,11 +108,12 @@ def run_kernel_tuner(recording: Recording, strategy: str, seed: int, budget: int
     opener = gzip.open if recording.path.name.endswith(".gz") else open
     with opener(recording.path, "rt") as f:
         data = json.load(f)
-    recorded = {tuple(entry[k] for k in data["tune_params_keys"]) for entry in data["cache"].values()}
     keys = list(data["tune_params_keys"])
+    recorded = {tuple(entry[k] for k in keys) for entry in data["cache"].values()}
 
     def recorded_config(params: dict) -> bool:
         return tuple(params[k] for k in keys) in recorded
+
     with tempfile.TemporaryDirectory() as tmp:  # simulation mode reads an uncompressed X.json
         cache = Path(tmp) / "cache.json"
         cache.write_text(json.dumps(data))

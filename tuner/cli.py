@@ -341,7 +341,7 @@ def cmd_run(args) -> int:
         if supervisor is None:
             from tuner.supervisor import Supervisor
 
-            supervisor = Supervisor(os.environ.get("TUNER_WORKER_BACKEND", "cuda"))
+            supervisor = Supervisor.from_env()
             supervisor.start_soon()
         startup.mark("worker_spawned", supervisor.spawned)
     try:

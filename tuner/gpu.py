@@ -9,7 +9,6 @@ candidate / reference; see :mod:`tuner.paired`.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +55,7 @@ class GpuEvaluator:
         self.problem = problem
         self.arch = arch
         self.measure_settings = measure
-        # TUNER_WORKER_BACKEND swaps the CUDA backend for a test double (see tests/fake_backend.py).
-        self.supervisor = supervisor or Supervisor(os.environ.get("TUNER_WORKER_BACKEND", "cuda"))
+        self.supervisor = supervisor or Supervisor.from_env()
         self.cache_dir = cache_dir
         self.seed = seed
         self.limits = CompileLimits(measure.max_regs, measure.reject_spills)

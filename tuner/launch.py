@@ -10,7 +10,6 @@ worker that is stopped unused, never a wrong run (the command line parses them p
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 
@@ -36,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     worker = None
     if runs_on_the_gpu(argv):
-        worker = Supervisor(os.environ.get("TUNER_WORKER_BACKEND", "cuda"))
+        worker = Supervisor.from_env()
         worker.start_soon()
     from tuner.cli import main as cli_main
 

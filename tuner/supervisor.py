@@ -30,6 +30,9 @@ from tuner.record import Measurement
 #: called with each block (step, running value, the block's samples); True means stop
 Report = Callable[[int, float, list[float]], bool]
 
+#: swaps the CUDA backend for a test double ("module:attr", see tests/fake_backend.py)
+BACKEND_ENV = "TUNER_WORKER_BACKEND"
+
 SETUP_TIMEOUT_S = 600.0  # allocating and uploading a problem's inputs (GBs) can take a while
 
 
@@ -77,6 +80,11 @@ class Supervisor:
         self._start_error: BaseException | None = None
         self._stopping = threading.Lock()  # Ctrl-C stops from the main thread while a job's thread may restart
         self.spawned: float | None = None  # time.monotonic() when the last worker process was spawned
+
+    @classmethod
+    def from_env(cls) -> Supervisor:
+        """The supervisor of this host's GPU worker: the CUDA backend, or ``$TUNER_WORKER_BACKEND``."""
+        return cls(os.environ.get(BACKEND_ENV, "cuda"))
 
     # -- lifecycle -------------------------------------------------------------------------
     def start_soon(self, timeout_s: float = 120.0) -> None:
