@@ -4,7 +4,8 @@
 
 Quality: for each recording and strategy, the fraction of the optimum (optimum / best found)
 after 25 / 50 / 100 / 200 counted configurations (each a distinct valid config, failures
-included), mean and worst over seeds, and the score of Willemsen et al. (FGCS 2024):
+included), mean and worst over seeds (the mean over the practice spaces with its standard
+error over seeds: targets closer than two of those are not told apart), and the score of Willemsen et al. (FGCS 2024):
 (random - strategy) / (random - optimum) in time, averaged over every budget from 1 to the
 largest, where ``random`` is the exact expected best of uniform random search without
 repeats at that budget. Strategies: the tuner's default (``tpe``), the tuner's ``random``,
@@ -162,9 +163,17 @@ def _log_comb(n, k):
 class Row:
     space: str
     strategy: str
-    fractions: dict[int, tuple[float, float]]  # budget -> (mean, worst seed)
+    fractions: dict[int, np.ndarray]  # budget -> each seed's fraction of the optimum
     score: float
     seconds: float
+
+
+def mean_over_spaces(rows: list[Row], budget: int) -> tuple[float, float, float]:
+    """(mean, its standard error over seeds, worst seed of any space) at ``budget``: each seed's
+    fractions are averaged over the spaces first, so the error is the spread between seeds."""
+    per_seed = np.mean([r.fractions[budget] for r in rows], axis=0)
+    error = float(per_seed.std(ddof=1) / math.sqrt(len(per_seed))) if len(per_seed) > 1 else math.nan
+    return float(per_seed.mean()), error, float(min(r.fractions[budget].min() for r in rows))
 
 
 def quality(label: str, study_file, path: Path, strategies: list[str], seeds: int, budgets: tuple[int, ...]) -> list[Row]:
@@ -190,9 +199,7 @@ def quality(label: str, study_file, path: Path, strategies: list[str], seeds: in
         curves_arr = np.stack(curves)
         fractions = {}
         for b in budgets:
-            at = curves_arr[:, min(b, length) - 1]
-            ratio = optimum / at
-            fractions[b] = (float(ratio.mean()), float(ratio.min()))
+            fractions[b] = optimum / curves_arr[:, min(b, length) - 1]
         worst = max(r.ms for r in recording.records.values() if r.status == "ok")
         mean_curve = np.where(np.isfinite(curves_arr), curves_arr, worst).mean(axis=0)  # only failures so far: the worst time
         gap = random_curve - optimum
@@ -287,7 +294,8 @@ def main() -> None:
         pass
     lines = [f"# Sampler benchmark — replay, CPU, 2 cores, {dt.date.today().isoformat()}", "",
              f"`python bench/bench_sampler.py{' --quick' if args.quick else ''}{f' --seeds {args.seeds}' if args.seeds else ''}` ({seeds} seeds). Fraction = optimum / best "
-             "found after B counted configs (mean / worst seed); score = Willemsen et al. (FGCS 2024), averaged over "
+             "found after B counted configs (mean / worst seed; over the spaces: mean ± its standard error over seeds / worst); "
+             "score = Willemsen et al. (FGCS 2024), averaged over "
              f"budgets 1..{max(budgets)}; strategies: {', '.join(strategies)}.", ""]
 
     def emit(text: str = "") -> None:
@@ -306,11 +314,10 @@ def main() -> None:
         for row in quality(label, study_file, path, strategies, seeds, budgets):
             if (label, study_file, path) in RECORDINGS:
                 practice.setdefault(row.strategy, []).append(row)
-            cells = " | ".join(f"{m:.3f} / {w:.3f}" for m, w in (row.fractions[b] for b in budgets))
+            cells = " | ".join(f"{row.fractions[b].mean():.3f} / {row.fractions[b].min():.3f}" for b in budgets)
             emit(f"| {label} | {row.strategy} | {cells} | {row.score:.3f} | {row.seconds:.0f} |")
     for strategy, rows in practice.items():
-        cells = " | ".join(f"**{statistics.mean(r.fractions[b][0] for r in rows):.3f}** / {min(r.fractions[b][1] for r in rows):.3f}"
-                           for b in budgets)
+        cells = " | ".join("**{:.3f}** ± {:.3f} / {:.3f}".format(*mean_over_spaces(rows, b)) for b in budgets)
         emit(f"| mean of the {len(rows)} practice spaces | {strategy} | {cells} | {statistics.mean(r.score for r in rows):.3f} | |")
     emit()
     emit("## Warm start (source: 100 trials of the default sampler on the other GPU, same storage; fraction at 25)")

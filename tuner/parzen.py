@@ -16,8 +16,10 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
 * feasibility: ``p_ok`` is the successes' share of a narrow-kernel density of successes and
   failures (compile, launch, run-time errors, mismatches), learnt online, so a region that
   fails is proposed less without being ruled out;
-* plateaus: after as many trials without a new best as there are axes, a one-axis move from
-  the best config (or else the best of another basin) that is likely to work;
+* plateaus: after as many trials without a new best as there are axes, every other proposal
+  is a one-axis move from the best config (or else the best of another basin) that is likely
+  to work; the others stay with the density ratio, which can leap to a basin that no chain of
+  one-axis moves from the incumbent reaches through better configs;
 * a prior: observations of a related study (the same kernel on another GPU), ranked with the
   study's own relative to each one's best, join the mixtures and the feasibility model with
   a weight worth at most the random start-up, fading as the study's own trials arrive, and
@@ -149,7 +151,7 @@ class ParzenSearch:
 
         dims = sum(1 for n in pool.levels if n > 1)
         patience = self.patience if self.patience is not None else dims
-        if own.measured and own.since_best >= patience:
+        if own.measured and own.since_best >= patience and (own.since_best - patience) % 2 == 0:
             row = self._local_move(pool, own, ordered, log_feasible)
             if row is not None:
                 return row

@@ -1,11 +1,17 @@
 """Fast replay of the default sampler's proposals (no Optuna storage): Pool + ParzenSearch driven
 directly, for trying sampler ideas quickly. The product benchmark is bench/bench_sampler.py.
 
-    python docs/experiments/sampler_sim.py [--seeds 5] [--budget 200] [--only conv]
+    python docs/experiments/sampler_sim.py [--seeds 5] [--first-seed 0] [--budget 200] [--only conv]
+        [--set NAME=VALUE] [--model MODULE:CLASS]
+
+``--model`` replaces ParzenSearch by any class with its ``propose(pool, ordered)`` (e.g.
+``gp_prototype:Alternate``, run from this folder). The MEAN line is the mean over the spaces ±
+its standard error over seeds / the worst seed of any space.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import statistics
 import sys
@@ -26,11 +32,16 @@ from tuner.replay import load_recording  # noqa: E402
 from tuner.sampler import ordered_axis  # noqa: E402
 
 
-def simulate(pool_factory, times: np.ndarray, ordered, seed: int, budget: int, random: bool = False, knobs=()) -> list[float]:
+def simulate(pool_factory, times: np.ndarray, ordered, seed: int, budget: int, random: bool = False, knobs=(),
+             model: str = "") -> list[float]:
     pool = pool_factory()
-    search = ParzenSearch(seed=seed)
+    if model:
+        module, name = model.split(":")
+        search = getattr(importlib.import_module(module), name)(seed=seed)
+    else:
+        search = ParzenSearch(seed=seed)
     for key, value in knobs:
-        setattr(search, key, int(value))
+        setattr(search, key, float(value) if "." in value else int(value))
     rng = np.random.default_rng(seed)
     values = []
     for _ in range(budget):
@@ -48,6 +59,8 @@ def simulate(pool_factory, times: np.ndarray, ordered, seed: int, budget: int, r
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--model", default="", help="MODULE:CLASS proposing rows instead of ParzenSearch")
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--only", default="")
     parser.add_argument("--random", action="store_true")
@@ -66,16 +79,21 @@ def main() -> None:
         ordered = [ordered_axis(v) for v in space.axes.values()]
         started = time.perf_counter()
         curves = []
-        for seed in range(args.seeds):
-            vals = simulate(lambda: Pool(space, valid), times, ordered, seed, args.budget, args.random, [kv.split("=", 1) for kv in args.set])
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            vals = simulate(lambda: Pool(space, valid), times, ordered, seed, args.budget, args.random, [kv.split("=", 1) for kv in args.set], args.model)
             curves.append(np.minimum.accumulate(vals))
         cells = []
         for b in budgets:
             f = [optimum / c[b - 1] for c in curves]
-            table[b].append((statistics.mean(f), min(f)))
+            table[b].append(f)
             cells.append(f"{statistics.mean(f):.3f}/{min(f):.3f}")
         print(f"{label:24s} " + "  ".join(cells) + f"   {time.perf_counter() - started:.1f}s", flush=True)
-    print(f"{'MEAN':24s} " + "  ".join(f"{statistics.mean(m for m, _ in table[b]):.3f}/{min(w for _, w in table[b]):.3f}" for b in budgets))
+    cells = []
+    for b in budgets:
+        per_seed = np.mean(table[b], axis=0)  # each seed's mean over the spaces
+        error = per_seed.std(ddof=1) / math.sqrt(len(per_seed)) if len(per_seed) > 1 else math.nan
+        cells.append(f"{per_seed.mean():.3f}±{error:.3f}/{min(min(f) for f in table[b]):.3f}")
+    print(f"{'MEAN':24s} " + "  ".join(cells))
 
 
 if __name__ == "__main__":
