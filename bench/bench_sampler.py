@@ -5,10 +5,10 @@
 Quality: for each recording and strategy, the fraction of the optimum (optimum / best found)
 after 25 / 50 / 100 / 200 counted configurations (each a distinct valid config, failures
 included), mean and worst over seeds (the mean over the practice spaces with its standard
-error over seeds: targets closer than two of those are not told apart), and the score of Willemsen et al. (FGCS 2024):
-(random - strategy) / (random - optimum) in time, averaged over every budget from 1 to the
-largest, where ``random`` is the exact expected best of uniform random search without
-repeats at that budget. Strategies: the tuner's default (``tpe``), the tuner's ``random``,
+error over seeds: means closer than two of those are not told apart), and the score of
+Willemsen et al. (FGCS 2024): (random - strategy) / (random - optimum) in time, averaged
+over every budget from 1 to the largest, where ``random`` is the exact expected best of
+uniform random search without repeats at that budget. Strategies: the tuner's default (``tpe``), the tuner's ``random``,
 plain Optuna TPE (TPESampler defaults over categorical axes: invalid proposals are not
 counted, repeats reuse the value and are not counted), and Kernel Tuner's genetic_algorithm
 and pso when ``kernel_tuner`` is importable.
