@@ -168,12 +168,12 @@ class Row:
     seconds: float
 
 
-def mean_over_spaces(rows: list[Row], budget: int) -> tuple[float, float, float]:
-    """(mean, its standard error over seeds, worst seed of any space) at ``budget``: each seed's
-    fractions are averaged over the spaces first, so the error is the spread between seeds."""
-    per_seed = np.mean([r.fractions[budget] for r in rows], axis=0)
+def mean_over_spaces(fractions: list[np.ndarray]) -> tuple[float, float, float]:
+    """(mean, its standard error over seeds, worst seed of any space) of each space's per-seed
+    fractions: each seed's are averaged over the spaces first, so the error is the spread between seeds."""
+    per_seed = np.mean(fractions, axis=0)
     error = float(per_seed.std(ddof=1) / math.sqrt(len(per_seed))) if len(per_seed) > 1 else math.nan
-    return float(per_seed.mean()), error, float(min(r.fractions[budget].min() for r in rows))
+    return float(per_seed.mean()), error, float(np.min(fractions))
 
 
 def quality(label: str, study_file, path: Path, strategies: list[str], seeds: int, budgets: tuple[int, ...]) -> list[Row]:
@@ -317,7 +317,7 @@ def main() -> None:
             cells = " | ".join(f"{row.fractions[b].mean():.3f} / {row.fractions[b].min():.3f}" for b in budgets)
             emit(f"| {label} | {row.strategy} | {cells} | {row.score:.3f} | {row.seconds:.0f} |")
     for strategy, rows in practice.items():
-        cells = " | ".join("**{:.3f}** ± {:.3f} / {:.3f}".format(*mean_over_spaces(rows, b)) for b in budgets)
+        cells = " | ".join("**{:.3f}** ± {:.3f} / {:.3f}".format(*mean_over_spaces([r.fractions[b] for r in rows])) for b in budgets)
         emit(f"| mean of the {len(rows)} practice spaces | {strategy} | {cells} | {statistics.mean(r.score for r in rows):.3f} | |")
     emit()
     emit("## Warm start (source: 100 trials of the default sampler on the other GPU, same storage; fraction at 25)")

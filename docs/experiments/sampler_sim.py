@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_sampler import RECORDINGS, space_for  # noqa: E402
+from bench_sampler import RECORDINGS, mean_over_spaces, space_for  # noqa: E402
 
 from tuner.parzen import ParzenSearch  # noqa: E402
 from tuner.pool import Pool  # noqa: E402
@@ -85,15 +85,10 @@ def main() -> None:
         cells = []
         for b in budgets:
             f = [optimum / c[b - 1] for c in curves]
-            table[b].append(f)
+            table[b].append(np.asarray(f))
             cells.append(f"{statistics.mean(f):.3f}/{min(f):.3f}")
         print(f"{label:24s} " + "  ".join(cells) + f"   {time.perf_counter() - started:.1f}s", flush=True)
-    cells = []
-    for b in budgets:
-        per_seed = np.mean(table[b], axis=0)  # each seed's mean over the spaces
-        error = per_seed.std(ddof=1) / math.sqrt(len(per_seed)) if len(per_seed) > 1 else math.nan
-        cells.append(f"{per_seed.mean():.3f}±{error:.3f}/{min(min(f) for f in table[b]):.3f}")
-    print(f"{'MEAN':24s} " + "  ".join(cells))
+    print(f"{'MEAN':24s} " + "  ".join("{:.3f}±{:.3f}/{:.3f}".format(*mean_over_spaces(table[b])) for b in budgets))
 
 
 if __name__ == "__main__":
