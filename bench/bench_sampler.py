@@ -1,6 +1,6 @@
 """How fast does each sampler approach the optimum of a recorded full grid, and what does it cost? (replay, no GPU)
 
-    python bench/bench_sampler.py [--quick] [--seeds 5] [--out docs/experiments/results_sampler.md]
+    python bench/bench_sampler.py [--quick] [--seeds 5] [--kernel-tuner all] [--out docs/experiments/results_sampler.md]
 
 Quality: for each recording and strategy, the fraction of the optimum (optimum / best found)
 after 25 / 50 / 100 / 200 counted configurations (each a distinct valid config, failures
@@ -10,8 +10,9 @@ Willemsen et al. (FGCS 2024): (random - strategy) / (random - optimum) in time, 
 over every budget from 1 to the largest, where ``random`` is the exact expected best of
 uniform random search without repeats at that budget. Strategies: the tuner's default (``tpe``), the tuner's ``random``,
 plain Optuna TPE (TPESampler defaults over categorical axes: invalid proposals are not
-counted, repeats reuse the value and are not counted), and Kernel Tuner's genetic_algorithm
-and pso when ``kernel_tuner`` is importable.
+counted, repeats reuse the value and are not counted), and Kernel Tuner's strategies when
+``kernel_tuner`` is importable (``--kernel-tuner``: genetic_algorithm and pso by default, any of
+its strategy names, or ``all`` for the ones listed in ``KERNEL_TUNER_ALL``).
 
 Cost: replay wall time per trial of ``tuner`` (default sampler, the Runner, SQLite) against
 plain Optuna TPE with the same SQLite storage (ratio, same run) at 100 and 1,000 trials, and
@@ -57,6 +58,9 @@ OURS = [
     ("patch_embed Hopper grid H200 (1,184)", None, ROOT / "studies/recorded/patch_embed_sm90a_hopper_grid_h200.json"),
 ]
 BUDGETS = (25, 50, 100, 200)
+#: Kernel Tuner 1.5's strategies that run on a cache file without further options
+KERNEL_TUNER_ALL = ("genetic_algorithm", "pso", "bayes_opt", "dual_annealing", "basinhopping", "greedy_ils", "mls",
+                    "simulated_annealing", "firefly_algorithm", "diff_evo")
 WARM_PAIRS = [("convolution A100", "convolution A4000"), ("pnpoly RTX 3090", "pnpoly RTX 2080 Ti")]
 
 
@@ -281,19 +285,28 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 seeds, budgets to 100, timing at 100 trials only")
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None, help="write the Markdown tables here")
+    parser.add_argument("--kernel-tuner", default="genetic_algorithm,pso", metavar="STRATEGIES",
+                        help="Kernel Tuner strategies to compare, comma-separated, or 'all' (when kernel_tuner is installed)")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     seeds = args.seeds or (3 if args.quick else 5)
     budgets = BUDGETS[:3] if args.quick else BUDGETS
     strategies = ["tpe", "random", "optuna-tpe"]
     try:
-        import kernel_tuner  # noqa: F401
-
-        strategies += ["kt-genetic_algorithm", "kt-pso"]
+        from kernel_tuner.interface import strategy_map
     except ImportError:
-        pass
+        strategy_map = None
+        if args.kernel_tuner != parser.get_default("kernel_tuner"):
+            parser.error("--kernel-tuner needs kernel_tuner importable (pip install kernel_tuner)")
+    if strategy_map is not None:
+        names = KERNEL_TUNER_ALL if args.kernel_tuner == "all" else [n for n in args.kernel_tuner.split(",") if n]
+        unknown = sorted(set(names) - set(strategy_map))
+        if unknown:
+            parser.error(f"--kernel-tuner: no strategy {', '.join(unknown)} in Kernel Tuner (it has: {', '.join(sorted(strategy_map))})")
+        strategies += [f"kt-{name}" for name in names]
     lines = [f"# Sampler benchmark — replay, CPU, 2 cores, {dt.date.today().isoformat()}", "",
-             f"`python bench/bench_sampler.py{' --quick' if args.quick else ''}{f' --seeds {args.seeds}' if args.seeds else ''}` ({seeds} seeds). Fraction = optimum / best "
+             f"`python bench/bench_sampler.py{' --quick' if args.quick else ''}{f' --seeds {args.seeds}' if args.seeds else ''}"
+             f"{f' --kernel-tuner {args.kernel_tuner}' if args.kernel_tuner != parser.get_default('kernel_tuner') else ''}` ({seeds} seeds). Fraction = optimum / best "
              "found after B counted configs (mean / worst seed; over the spaces: mean ± its standard error over seeds / worst); "
              "score = Willemsen et al. (FGCS 2024), averaged over "
              f"budgets 1..{max(budgets)}; strategies: {', '.join(strategies)}.", ""]
