@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
+from tuner.errors import UserError
 from tuner.replay import Record, Recording, ReplayEvaluator, ask_seconds, load_recording, recording_space
 from tuner.runner import Runner, RunSettings
 from tuner.space import Space
@@ -62,6 +63,26 @@ BUDGETS = (25, 50, 100, 200)
 KERNEL_TUNER_ALL = ("genetic_algorithm", "pso", "bayes_opt", "dual_annealing", "basinhopping", "greedy_ils", "mls",
                     "simulated_annealing", "firefly_algorithm", "diff_evo")
 WARM_PAIRS = [("convolution A100", "convolution A4000"), ("pnpoly RTX 3090", "pnpoly RTX 2080 Ti")]
+
+
+def user_recordings(paths: list[Path], parser: argparse.ArgumentParser) -> list[tuple[str, None, Path]]:
+    """(label, None, file) for each recording named or found in a named folder (``*.json``, ``*.json.gz``)."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(f for f in path.iterdir() if f.name.endswith((".json", ".json.gz")))
+        elif path.is_file():
+            files.append(path)
+        else:
+            parser.error(f"--recordings: {path} is neither a file nor a folder")
+    if not files:
+        parser.error("--recordings: no .json or .json.gz file there")
+    for file in files:  # a file that is no recording stops the run before any is measured
+        try:
+            load_recording(file)
+        except UserError as error:
+            parser.error(f"--recordings: {error}")
+    return [(f.name.removesuffix(".gz").removesuffix(".json"), None, f) for f in files]
 
 
 def space_for(study_file: Path | None, recording: Recording) -> Space:
@@ -285,6 +306,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 seeds, budgets to 100, timing at 100 trials only")
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None, help="write the Markdown tables here")
+    parser.add_argument("--recordings", type=Path, nargs="+", default=None, metavar="PATH",
+                        help="recorded spaces (Kernel Tuner cache files, or folders of them) to measure instead of the "
+                             "practice spaces; the warm-start and cost tables are left out")
     parser.add_argument("--kernel-tuner", default="genetic_algorithm,pso", metavar="STRATEGIES",
                         help="Kernel Tuner strategies to compare, comma-separated, or 'all' (when kernel_tuner is installed)")
     args = parser.parse_args()
@@ -304,9 +328,11 @@ def main() -> None:
         if unknown:
             parser.error(f"--kernel-tuner: no strategy {', '.join(unknown)} in Kernel Tuner (it has: {', '.join(sorted(strategy_map))})")
         strategies += [f"kt-{name}" for name in names]
+    averaged = RECORDINGS if args.recordings is None else user_recordings(args.recordings, parser)
     lines = [f"# Sampler benchmark — replay, CPU, 2 cores, {dt.date.today().isoformat()}", "",
              f"`python bench/bench_sampler.py{' --quick' if args.quick else ''}{f' --seeds {args.seeds}' if args.seeds else ''}"
-             f"{f' --kernel-tuner {args.kernel_tuner}' if args.kernel_tuner != parser.get_default('kernel_tuner') else ''}` ({seeds} seeds). Fraction = optimum / best "
+             f"{f' --kernel-tuner {args.kernel_tuner}' if args.kernel_tuner != parser.get_default('kernel_tuner') else ''}"
+             f"{''.join(f' {p}' for p in ['--recordings'] + [str(p) for p in args.recordings or []] if args.recordings)}` ({seeds} seeds). Fraction = optimum / best "
              "found after B counted configs (mean / worst seed; over the spaces: mean ± its standard error over seeds / worst); "
              "score = Willemsen et al. (FGCS 2024), averaged over "
              f"budgets 1..{max(budgets)}; strategies: {', '.join(strategies)}.", ""]
@@ -320,18 +346,23 @@ def main() -> None:
     emit("| space | strategy | " + " | ".join(f"@{b}" for b in budgets) + " | score | s |")
     emit("|---|---|" + "---|" * (len(budgets) + 2))
     practice: dict[str, list[Row]] = {}
-    for label, study_file, path in RECORDINGS + OURS:
+    for label, study_file, path in averaged + (OURS if args.recordings is None else []):
         if not path.is_file():
             emit(f"| {label} | missing: {path.name} |")
             continue
         for row in quality(label, study_file, path, strategies, seeds, budgets):
-            if (label, study_file, path) in RECORDINGS:
+            if (label, study_file, path) in averaged:
                 practice.setdefault(row.strategy, []).append(row)
             cells = " | ".join(f"{row.fractions[b].mean():.3f} / {row.fractions[b].min():.3f}" for b in budgets)
             emit(f"| {label} | {row.strategy} | {cells} | {row.score:.3f} | {row.seconds:.0f} |")
+    kind = "practice spaces" if args.recordings is None else "spaces"
     for strategy, rows in practice.items():
         cells = " | ".join("**{:.3f}** ± {:.3f} / {:.3f}".format(*mean_over_spaces([r.fractions[b] for r in rows])) for b in budgets)
-        emit(f"| mean of the {len(rows)} practice spaces | {strategy} | {cells} | {statistics.mean(r.score for r in rows):.3f} | |")
+        emit(f"| mean of the {len(rows)} {kind} | {strategy} | {cells} | {statistics.mean(r.score for r in rows):.3f} | |")
+    if args.recordings is not None:
+        if args.out:
+            args.out.write_text("\n".join(lines) + "\n")
+        return
     emit()
     emit("## Warm start (source: 100 trials of the default sampler on the other GPU, same storage; fraction at 25)")
     emit()
