@@ -27,6 +27,7 @@ import gzip
 import json
 import math
 import random
+import shlex
 import statistics
 import tempfile
 import time
@@ -233,13 +234,14 @@ def quality(label: str, study_file, path: Path, strategies: list[str], seeds: in
     return rows
 
 
-def warm_start_quality(seeds: int, budget: int = 25, source_budget: int = 100) -> list[tuple[str, float, float, float]]:
-    """Fraction at ``budget`` on the target with the source study (``source_budget`` trials of the
-    default sampler on the other GPU, same storage) as --warm-start, against a cold start."""
-    paths = {label: path for label, _, path in RECORDINGS}
+def warm_start_quality(pairs: list[tuple[str, Path, str, Path]], seeds: int, budget: int = 25,
+                       source_budget: int = 100) -> list[tuple[str, float, float, float]]:
+    """For each (source label, file, target label, file): fraction at ``budget`` on the target with
+    the source study (``source_budget`` trials of the default sampler on the other GPU, same
+    storage) as --warm-start, against a cold start."""
     out = []
-    for source, target in WARM_PAIRS:
-        rs, rt = load_recording(paths[source]), load_recording(paths[target])
+    for source, source_path, target, target_path in pairs:
+        rs, rt = load_recording(source_path), load_recording(target_path)
         ss, st = space_for(None, rs), space_for(None, rt)
         warm, cold = [], []
         for seed in range(seeds):
@@ -309,8 +311,11 @@ def main() -> None:
     parser.add_argument("--recordings", type=Path, nargs="+", default=None, metavar="PATH",
                         help="recorded spaces (Kernel Tuner cache files, or folders of them) to measure instead of the "
                              "practice spaces; the warm-start and cost tables are left out")
+    parser.add_argument("--warm-pair", type=Path, nargs=2, action="append", default=[], metavar=("SOURCE", "TARGET"),
+                        help="recordings of one kernel on two GPUs: warm start on TARGET from a study of SOURCE (repeatable; "
+                             "replaces the default pairs)")
     parser.add_argument("--kernel-tuner", default="genetic_algorithm,pso", metavar="STRATEGIES",
-                        help="Kernel Tuner strategies to compare, comma-separated, or 'all' (when kernel_tuner is installed)")
+                        help="Kernel Tuner strategies to compare, comma-separated, 'all', or '' for none (when kernel_tuner is installed)")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     seeds = args.seeds or (3 if args.quick else 5)
@@ -320,7 +325,7 @@ def main() -> None:
         from kernel_tuner.interface import strategy_map
     except ImportError:
         strategy_map = None
-        if args.kernel_tuner != parser.get_default("kernel_tuner"):
+        if args.kernel_tuner not in (parser.get_default("kernel_tuner"), ""):
             parser.error("--kernel-tuner needs kernel_tuner importable (pip install kernel_tuner)")
     if strategy_map is not None:
         names = KERNEL_TUNER_ALL if args.kernel_tuner == "all" else [n for n in args.kernel_tuner.split(",") if n]
@@ -329,10 +334,21 @@ def main() -> None:
             parser.error(f"--kernel-tuner: no strategy {', '.join(unknown)} in Kernel Tuner (it has: {', '.join(sorted(strategy_map))})")
         strategies += [f"kt-{name}" for name in names]
     averaged = RECORDINGS if args.recordings is None else user_recordings(args.recordings, parser)
+    if args.warm_pair:
+        if any(path.is_dir() for pair in args.warm_pair for path in pair):
+            parser.error("--warm-pair: two recording files, not folders")
+        warm_pairs = []
+        for source, target in args.warm_pair:
+            (source_label, _, _), (target_label, _, _) = user_recordings([source, target], parser)
+            warm_pairs.append((source_label, source, target_label, target))
+    else:
+        paths = {label: path for label, _, path in RECORDINGS}
+        warm_pairs = [(source, paths[source], target, paths[target]) for source, target in WARM_PAIRS]
     lines = [f"# Sampler benchmark — replay, CPU, 2 cores, {dt.date.today().isoformat()}", "",
              f"`python bench/bench_sampler.py{' --quick' if args.quick else ''}{f' --seeds {args.seeds}' if args.seeds else ''}"
-             f"{f' --kernel-tuner {args.kernel_tuner}' if args.kernel_tuner != parser.get_default('kernel_tuner') else ''}"
-             f"{''.join(f' {p}' for p in ['--recordings'] + [str(p) for p in args.recordings or []] if args.recordings)}` ({seeds} seeds). Fraction = optimum / best "
+             f"{f' --kernel-tuner {shlex.quote(args.kernel_tuner)}' if args.kernel_tuner != parser.get_default('kernel_tuner') else ''}"
+             f"{''.join(f' {p}' for p in ['--recordings'] + [str(p) for p in args.recordings or []] if args.recordings)}"
+             f"{''.join(f' --warm-pair {s} {t}' for s, t in args.warm_pair)}` ({seeds} seeds). Fraction = optimum / best "
              "found after B counted configs (mean / worst seed; over the spaces: mean ± its standard error over seeds / worst); "
              "score = Willemsen et al. (FGCS 2024), averaged over "
              f"budgets 1..{max(budgets)}; strategies: {', '.join(strategies)}.", ""]
@@ -359,17 +375,18 @@ def main() -> None:
     for strategy, rows in practice.items():
         cells = " | ".join("**{:.3f}** ± {:.3f} / {:.3f}".format(*mean_over_spaces([r.fractions[b] for r in rows])) for b in budgets)
         emit(f"| mean of the {len(rows)} {kind} | {strategy} | {cells} | {statistics.mean(r.score for r in rows):.3f} | |")
-    if args.recordings is not None:
+    if args.recordings is None or args.warm_pair:
+        emit()
+        emit("## Warm start (source: 100 trials of the default sampler on the other GPU, same storage; fraction at 25)")
+        emit()
+        emit("| pair | warm mean | warm worst seed | cold mean |")
+        emit("|---|---|---|---|")
+        for pair, warm, worst, cold in warm_start_quality(warm_pairs, seeds):
+            emit(f"| {pair} | {warm:.3f} | {worst:.3f} | {cold:.3f} |")
+    if args.recordings is not None:  # the cost tables measure the practice spaces
         if args.out:
             args.out.write_text("\n".join(lines) + "\n")
         return
-    emit()
-    emit("## Warm start (source: 100 trials of the default sampler on the other GPU, same storage; fraction at 25)")
-    emit()
-    emit("| pair | warm mean | warm worst seed | cold mean |")
-    emit("|---|---|---|---|")
-    for pair, warm, worst, cold in warm_start_quality(seeds):
-        emit(f"| {pair} | {warm:.3f} | {worst:.3f} | {cold:.3f} |")
     emit()
     emit("## Replay wall time per trial (SQLite; plain = Optuna TPESampler defaults, same storage, same run)")
     emit()

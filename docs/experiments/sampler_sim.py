@@ -2,7 +2,7 @@
 directly, for trying sampler ideas quickly. The product benchmark is bench/bench_sampler.py.
 
     python docs/experiments/sampler_sim.py [--seeds 5] [--first-seed 0] [--budget 200] [--only conv]
-        [--set NAME=VALUE] [--model MODULE:CLASS]
+        [--set NAME=VALUE] [--model MODULE:CLASS] [--ours] [--recordings PATH...]
 
 ``--model`` replaces ParzenSearch by any class with its ``propose(pool, ordered)`` (e.g.
 ``gp_prototype:Alternate``, run from this folder). The MEAN line is the mean over the spaces ±
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_sampler import RECORDINGS, mean_over_spaces, space_for  # noqa: E402
+from bench_sampler import OURS, RECORDINGS, mean_over_spaces, space_for, user_recordings  # noqa: E402
 
 from tuner.parzen import ParzenSearch  # noqa: E402
 from tuner.pool import Pool  # noqa: E402
@@ -63,12 +63,16 @@ def main() -> None:
     parser.add_argument("--model", default="", help="MODULE:CLASS proposing rows instead of ParzenSearch")
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--only", default="")
+    parser.add_argument("--ours", action="store_true", help="our own recorded Hopper spaces too")
+    parser.add_argument("--recordings", type=Path, nargs="+", default=None, metavar="PATH",
+                        help="Kernel Tuner caches (files or folders) instead of the practice spaces")
     parser.add_argument("--random", action="store_true")
     parser.add_argument("--set", action="append", default=[], help="NAME=VALUE: a ParzenSearch attribute")
     args = parser.parse_args()
     budgets = [b for b in (25, 50, 100, 200) if b <= args.budget]
     table = {b: [] for b in budgets}
-    for label, study_file, path in RECORDINGS:
+    spaces = RECORDINGS if args.recordings is None else user_recordings(args.recordings, parser)
+    for label, study_file, path in spaces + (OURS if args.ours else []):
         if args.only not in label:
             continue
         recording = load_recording(path)
@@ -85,10 +89,12 @@ def main() -> None:
         cells = []
         for b in budgets:
             f = [optimum / c[b - 1] for c in curves]
-            table[b].append(np.asarray(f))
+            if (label, study_file, path) in spaces:  # the mean is over the practice (or given) spaces
+                table[b].append(np.asarray(f))
             cells.append(f"{statistics.mean(f):.3f}/{min(f):.3f}")
         print(f"{label:24s} " + "  ".join(cells) + f"   {time.perf_counter() - started:.1f}s", flush=True)
-    print(f"{'MEAN':24s} " + "  ".join("{:.3f}±{:.3f}/{:.3f}".format(*mean_over_spaces(table[b])) for b in budgets))
+    if table[budgets[0]]:
+        print(f"{'MEAN':24s} " + "  ".join("{:.3f}±{:.3f}/{:.3f}".format(*mean_over_spaces(table[b])) for b in budgets))
 
 
 if __name__ == "__main__":
