@@ -234,24 +234,27 @@ def quality(label: str, study_file, path: Path, strategies: list[str], seeds: in
     return rows
 
 
-def warm_start_quality(pairs: list[tuple[str, Path, str, Path]], seeds: int, budget: int = 25,
+def warm_start_quality(pairs: list[tuple[str, list[Path], str, Path]], seeds: int, budget: int = 25,
                        source_budget: int = 100) -> list[tuple[str, float, float, float]]:
-    """For each (source label, file, target label, file): fraction at ``budget`` on the target with
-    the source study (``source_budget`` trials of the default sampler on the other GPU, same
-    storage) as --warm-start, against a cold start."""
+    """For each (sources' label, source files, target label, target file): fraction at ``budget``
+    on the target with the source studies (``source_budget`` trials of the default sampler on
+    each other GPU, same storage) as --warm-start, against a cold start."""
     out = []
-    for source, source_path, target, target_path in pairs:
-        rs, rt = load_recording(source_path), load_recording(target_path)
-        ss, st = space_for(None, rs), space_for(None, rt)
+    for sources_label, source_paths, target, target_path in pairs:
+        sources = [load_recording(path) for path in source_paths]
+        rt = load_recording(target_path)
+        st = space_for(None, rt)
         warm, cold = [], []
         for seed in range(seeds):
             with tempfile.TemporaryDirectory() as tmp:
-                url = str(Path(tmp) / "warm.log")  # one journal file holds both studies
-                run_tuner(ss, rs, "tpe", seed, source_budget, storage=url, study_name="source")
-                values = run_tuner(st, rt, "tpe", seed, budget, storage=url, warm_start=["source"], study_name="target")
+                url = str(Path(tmp) / "warm.log")  # one journal file holds all the studies
+                names = [f"source{i}" for i in range(len(sources))]
+                for name, rs in zip(names, sources, strict=True):
+                    run_tuner(space_for(None, rs), rs, "tpe", seed, source_budget, storage=url, study_name=name)
+                values = run_tuner(st, rt, "tpe", seed, budget, storage=url, warm_start=names, study_name="target")
             warm.append(rt.optimum() / min(values))
             cold.append(rt.optimum() / min(run_tuner(st, rt, "tpe", seed, budget)))
-        out.append((f"{source} -> {target}", statistics.mean(warm), min(warm), statistics.mean(cold)))
+        out.append((f"{sources_label} -> {target}", statistics.mean(warm), min(warm), statistics.mean(cold)))
     return out
 
 
@@ -312,8 +315,8 @@ def main() -> None:
                         help="recorded spaces (Kernel Tuner cache files, or folders of them) to measure instead of the "
                              "practice spaces; the warm-start and cost tables are left out")
     parser.add_argument("--warm-pair", type=Path, nargs=2, action="append", default=[], metavar=("SOURCE", "TARGET"),
-                        help="recordings of one kernel on two GPUs: warm start on TARGET from a study of SOURCE (repeatable; "
-                             "replaces the default pairs)")
+                        help="recordings of one kernel on other GPUs and on the target: warm start on TARGET from studies of "
+                             "SOURCE (files joined by commas; repeatable; replaces the default pairs)")
     parser.add_argument("--kernel-tuner", default="genetic_algorithm,pso", metavar="STRATEGIES",
                         help="Kernel Tuner strategies to compare, comma-separated, 'all', or '' for none (when kernel_tuner is installed)")
     args = parser.parse_args()
@@ -335,15 +338,16 @@ def main() -> None:
         strategies += [f"kt-{name}" for name in names]
     averaged = RECORDINGS if args.recordings is None else user_recordings(args.recordings, parser)
     if args.warm_pair:
-        if any(path.is_dir() for pair in args.warm_pair for path in pair):
+        if any(Path(path).is_dir() for sources, target in args.warm_pair for path in [*str(sources).split(","), target]):
             parser.error("--warm-pair: two recording files, not folders")
         warm_pairs = []
-        for source, target in args.warm_pair:
-            (source_label, _, _), (target_label, _, _) = user_recordings([source, target], parser)
-            warm_pairs.append((source_label, source, target_label, target))
+        for sources, target in args.warm_pair:
+            source_paths = [Path(part) for part in str(sources).split(",")]
+            *source_found, (target_label, _, _) = user_recordings([*source_paths, target], parser)
+            warm_pairs.append((" + ".join(label for label, _, _ in source_found), source_paths, target_label, target))
     else:
         paths = {label: path for label, _, path in RECORDINGS}
-        warm_pairs = [(source, paths[source], target, paths[target]) for source, target in WARM_PAIRS]
+        warm_pairs = [(source, [paths[source]], target, paths[target]) for source, target in WARM_PAIRS]
     lines = [f"# Sampler benchmark — replay, CPU, 2 cores, {dt.date.today().isoformat()}", "",
              f"`python bench/bench_sampler.py{' --quick' if args.quick else ''}{f' --seeds {args.seeds}' if args.seeds else ''}"
              f"{f' --kernel-tuner {shlex.quote(args.kernel_tuner)}' if args.kernel_tuner != parser.get_default('kernel_tuner') else ''}"
