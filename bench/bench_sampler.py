@@ -29,6 +29,7 @@ import math
 import random
 import shlex
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -306,7 +307,7 @@ def ask_cost(n_valid: int, trials: int = 200, measured_from: int = 100) -> tuple
     return len(space.valid), 1e3 * statistics.mean(ask_seconds(space, recording, trials)[measured_from:])
 
 
-def main() -> None:
+def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 seeds, budgets to 100, timing at 100 trials only")
     parser.add_argument("--seeds", type=int, default=None)
@@ -319,40 +320,50 @@ def main() -> None:
                              "SOURCE (files joined by commas; repeatable; replaces the default pairs)")
     parser.add_argument("--kernel-tuner", default="genetic_algorithm,pso", metavar="STRATEGIES",
                         help="Kernel Tuner strategies to compare, comma-separated, 'all', or '' for none (when kernel_tuner is installed)")
-    args = parser.parse_args()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    seeds = args.seeds or (3 if args.quick else 5)
-    budgets = BUDGETS[:3] if args.quick else BUDGETS
-    strategies = ["tpe", "random", "optuna-tpe"]
+    return parser.parse_args(), parser
+
+
+def kernel_tuner_strategies(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
+    """``kt-NAME`` for each Kernel Tuner strategy asked for; none when Kernel Tuner is not installed
+    (an error when some were named explicitly)."""
     try:
         from kernel_tuner.interface import strategy_map
     except ImportError:
-        strategy_map = None
         if args.kernel_tuner not in (parser.get_default("kernel_tuner"), ""):
             parser.error("--kernel-tuner needs kernel_tuner importable (pip install kernel_tuner)")
-    if strategy_map is not None:
-        names = KERNEL_TUNER_ALL if args.kernel_tuner == "all" else [n for n in args.kernel_tuner.split(",") if n]
-        unknown = sorted(set(names) - set(strategy_map))
-        if unknown:
-            parser.error(f"--kernel-tuner: no strategy {', '.join(unknown)} in Kernel Tuner (it has: {', '.join(sorted(strategy_map))})")
-        strategies += [f"kt-{name}" for name in names]
-    averaged = RECORDINGS if args.recordings is None else user_recordings(args.recordings, parser)
-    if args.warm_pair:
-        if any(Path(path).is_dir() for sources, target in args.warm_pair for path in [*str(sources).split(","), target]):
-            parser.error("--warm-pair: two recording files, not folders")
-        warm_pairs = []
-        for sources, target in args.warm_pair:
-            source_paths = [Path(part) for part in str(sources).split(",")]
-            *source_found, (target_label, _, _) = user_recordings([*source_paths, target], parser)
-            warm_pairs.append((" + ".join(label for label, _, _ in source_found), source_paths, target_label, target))
-    else:
+        return []
+    names = KERNEL_TUNER_ALL if args.kernel_tuner == "all" else [n for n in args.kernel_tuner.split(",") if n]
+    unknown = sorted(set(names) - set(strategy_map))
+    if unknown:
+        parser.error(f"--kernel-tuner: no strategy {', '.join(unknown)} in Kernel Tuner (it has: {', '.join(sorted(strategy_map))})")
+    return [f"kt-{name}" for name in names]
+
+
+def warm_start_pairs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[tuple[str, list[Path], str, Path]]:
+    """(sources' label, source files, target label, target file) from ``--warm-pair``, or the default pairs."""
+    if not args.warm_pair:
         paths = {label: path for label, _, path in RECORDINGS}
-        warm_pairs = [(source, [paths[source]], target, paths[target]) for source, target in WARM_PAIRS]
+        return [(source, [paths[source]], target, paths[target]) for source, target in WARM_PAIRS]
+    pairs = []
+    for sources, target in args.warm_pair:
+        source_paths = [Path(part) for part in str(sources).split(",")]
+        if any(path.is_dir() for path in [*source_paths, target]):
+            parser.error("--warm-pair: recording files, not folders")
+        *found, (target_label, _, _) = user_recordings([*source_paths, target], parser)
+        pairs.append((" + ".join(label for label, _, _ in found), source_paths, target_label, target))
+    return pairs
+
+
+def main() -> None:
+    args, parser = parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    seeds = args.seeds or (3 if args.quick else 5)
+    budgets = BUDGETS[:3] if args.quick else BUDGETS
+    strategies = ["tpe", "random", "optuna-tpe"] + kernel_tuner_strategies(args, parser)
+    averaged = RECORDINGS if args.recordings is None else user_recordings(args.recordings, parser)
+    warm_pairs = warm_start_pairs(args, parser)
     lines = [f"# Sampler benchmark — replay, CPU, 2 cores, {dt.date.today().isoformat()}", "",
-             f"`python bench/bench_sampler.py{' --quick' if args.quick else ''}{f' --seeds {args.seeds}' if args.seeds else ''}"
-             f"{f' --kernel-tuner {shlex.quote(args.kernel_tuner)}' if args.kernel_tuner != parser.get_default('kernel_tuner') else ''}"
-             f"{''.join(f' {p}' for p in ['--recordings'] + [str(p) for p in args.recordings or []] if args.recordings)}"
-             f"{''.join(f' --warm-pair {s} {t}' for s, t in args.warm_pair)}` ({seeds} seeds). Fraction = optimum / best "
+             f"`python bench/bench_sampler.py {shlex.join(sys.argv[1:])}` ({seeds} seeds). Fraction = optimum / best "
              "found after B counted configs (mean / worst seed; over the spaces: mean ± its standard error over seeds / worst); "
              "score = Willemsen et al. (FGCS 2024), averaged over "
              f"budgets 1..{max(budgets)}; strategies: {', '.join(strategies)}.", ""]
@@ -365,18 +376,18 @@ def main() -> None:
     emit()
     emit("| space | strategy | " + " | ".join(f"@{b}" for b in budgets) + " | score | s |")
     emit("|---|---|" + "---|" * (len(budgets) + 2))
-    practice: dict[str, list[Row]] = {}
+    averaged_rows: dict[str, list[Row]] = {}
     for label, study_file, path in averaged + (OURS if args.recordings is None else []):
         if not path.is_file():
             emit(f"| {label} | missing: {path.name} |")
             continue
         for row in quality(label, study_file, path, strategies, seeds, budgets):
             if (label, study_file, path) in averaged:
-                practice.setdefault(row.strategy, []).append(row)
+                averaged_rows.setdefault(row.strategy, []).append(row)
             cells = " | ".join(f"{row.fractions[b].mean():.3f} / {row.fractions[b].min():.3f}" for b in budgets)
             emit(f"| {label} | {row.strategy} | {cells} | {row.score:.3f} | {row.seconds:.0f} |")
     kind = "practice spaces" if args.recordings is None else "spaces"
-    for strategy, rows in practice.items():
+    for strategy, rows in averaged_rows.items():
         cells = " | ".join("**{:.3f}** ± {:.3f} / {:.3f}".format(*mean_over_spaces([r.fractions[b] for r in rows])) for b in budgets)
         emit(f"| mean of the {len(rows)} {kind} | {strategy} | {cells} | {statistics.mean(r.score for r in rows):.3f} | |")
     if args.recordings is None or args.warm_pair:
@@ -387,27 +398,24 @@ def main() -> None:
         emit("|---|---|---|---|")
         for pair, warm, worst, cold in warm_start_quality(warm_pairs, seeds):
             emit(f"| {pair} | {warm:.3f} | {worst:.3f} | {cold:.3f} |")
-    if args.recordings is not None:  # the cost tables measure the practice spaces
-        if args.out:
-            args.out.write_text("\n".join(lines) + "\n")
-        return
-    emit()
-    emit("## Replay wall time per trial (SQLite; plain = Optuna TPESampler defaults, same storage, same run)")
-    emit()
-    emit("| recording | trials | tuner ms/trial | plain TPE ms/trial | ratio |")
-    emit("|---|---|---|---|---|")
-    for trials in ((100,) if args.quick else (100, 1000)):
-        for label, _, path in RECORDINGS:
-            ours, plain = replay_time(path, trials)
-            emit(f"| {label} | {trials} | {1e3 * ours:.1f} | {1e3 * plain:.1f} | {ours / plain:.2f} |")
-    emit()
-    emit("## Sampler time per ask (synthetic spaces, in-memory storage, asks 100-200)")
-    emit()
-    emit("| valid configs | ms per ask |")
-    emit("|---|---|")
-    for n_valid in (1_000, 10_000, 100_000):
-        size, ms = ask_cost(n_valid)
-        emit(f"| {size:,} | {ms:.2f} |")
+    if args.recordings is None:  # the cost tables measure the practice spaces
+        emit()
+        emit("## Replay wall time per trial (SQLite; plain = Optuna TPESampler defaults, same storage, same run)")
+        emit()
+        emit("| recording | trials | tuner ms/trial | plain TPE ms/trial | ratio |")
+        emit("|---|---|---|---|---|")
+        for trials in ((100,) if args.quick else (100, 1000)):
+            for label, _, path in RECORDINGS:
+                ours, plain = replay_time(path, trials)
+                emit(f"| {label} | {trials} | {1e3 * ours:.1f} | {1e3 * plain:.1f} | {ours / plain:.2f} |")
+        emit()
+        emit("## Sampler time per ask (synthetic spaces, in-memory storage, asks 100-200)")
+        emit()
+        emit("| valid configs | ms per ask |")
+        emit("|---|---|")
+        for n_valid in (1_000, 10_000, 100_000):
+            size, ms = ask_cost(n_valid)
+            emit(f"| {size:,} | {ms:.2f} |")
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
 
