@@ -1,6 +1,7 @@
 """How fast does each sampler approach the optimum of a recorded full grid, and what does it cost? (replay, no GPU)
 
     python bench/bench_sampler.py [--quick] [--seeds 5] [--kernel-tuner all] [--out docs/experiments/results_sampler.md]
+    python bench/bench_sampler.py --quick --seeds 20 --recordings FOLDER [--warm-pair SOURCE[,SOURCE...] TARGET]
 
 Quality: for each recording and strategy, the fraction of the optimum (optimum / best found)
 after 25 / 50 / 100 / 200 counted configurations (each a distinct valid config, failures
@@ -67,8 +68,9 @@ KERNEL_TUNER_ALL = ("genetic_algorithm", "pso", "bayes_opt", "dual_annealing", "
 WARM_PAIRS = [("convolution A100", "convolution A4000"), ("pnpoly RTX 3090", "pnpoly RTX 2080 Ti")]
 
 
-def user_recordings(paths: list[Path], parser: argparse.ArgumentParser) -> list[tuple[str, None, Path]]:
-    """(label, None, file) for each recording named or found in a named folder (``*.json``, ``*.json.gz``)."""
+def user_recordings(paths: list[Path], parser: argparse.ArgumentParser, option: str = "--recordings") -> list[tuple[str, None, Path]]:
+    """(label, None, file) for each recording named or found in a named folder (``*.json``, ``*.json.gz``);
+    a path that is neither, or a file that is no recording, stops the run before any is measured."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
@@ -76,14 +78,14 @@ def user_recordings(paths: list[Path], parser: argparse.ArgumentParser) -> list[
         elif path.is_file():
             files.append(path)
         else:
-            parser.error(f"--recordings: {path} is neither a file nor a folder")
+            parser.error(f"{option}: {path} is neither a file nor a folder")
     if not files:
-        parser.error("--recordings: no .json or .json.gz file there")
-    for file in files:  # a file that is no recording stops the run before any is measured
+        parser.error(f"{option}: no .json or .json.gz file there")
+    for file in files:
         try:
             load_recording(file)
         except UserError as error:
-            parser.error(f"--recordings: {error}")
+            parser.error(f"{option}: {error}")
     return [(f.name.removesuffix(".gz").removesuffix(".json"), None, f) for f in files]
 
 
@@ -349,7 +351,7 @@ def warm_start_pairs(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         source_paths = [Path(part) for part in str(sources).split(",")]
         if any(path.is_dir() for path in [*source_paths, target]):
             parser.error("--warm-pair: recording files, not folders")
-        *found, (target_label, _, _) = user_recordings([*source_paths, target], parser)
+        *found, (target_label, _, _) = user_recordings([*source_paths, target], parser, "--warm-pair")
         pairs.append((" + ".join(label for label, _, _ in found), source_paths, target_label, target))
     return pairs
 
