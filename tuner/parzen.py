@@ -12,7 +12,10 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   ``gamma(n)``, Optuna's default split) and the rest (slower and failed ones, and the trials
   in flight: a constant liar). Numeric axes are ordinal: the kernel is a Gaussian over level
   indices, so order counts and the spacing of the values (powers of two, steps of 16) does
-  not; other axes count only same / different. The bandwidth follows Scott's rule;
+  not; other axes count only same / different. The bandwidth follows Scott's rule. Once five
+  configs are good, an ordered axis keeps its ordinal kernel only while that predicts which
+  configs are good as well as same / different does (:func:`choose_kernels`): a block size
+  whose good values alternate (multiples of a wavefront) is not smooth in its index;
 * feasibility: ``p_ok`` is the successes' share of a narrow-kernel density of successes and
   failures (compile, launch, run-time errors, mismatches), learnt online, so a region that
   fails is proposed less without being ruled out;
@@ -44,6 +47,10 @@ N_EI_CANDIDATES = 24
 
 #: observations a mixture keeps (a uniform subsample beyond): bounds the cost in the number of trials
 MAX_COMPONENTS = 128
+
+#: good configs needed before an ordered axis's kernel is checked against the data: with fewer,
+#: the leave-one-out choice follows noise and costs the first trials more than it gives
+MIN_GOOD_TO_CHOOSE_KERNEL = 5
 
 
 def default_gamma(n: int) -> int:
@@ -127,6 +134,7 @@ class ParzenSearch:
             rows = pool.random_untried(1, self.rng)
             return int(rows[0]) if len(rows) else None
 
+        ordered = choose_kernels(own, pool.levels, ordered)
         good, bad = Mixture(pool.levels, ordered), Mixture(pool.levels, ordered)
         ok, failed = Mixture(pool.levels, ordered, sharp=True), Mixture(pool.levels, ordered, sharp=True)
         bad.add(pool.in_flight_codes())  # constant liar: what others measure now is no reason to go there
@@ -188,6 +196,48 @@ class ParzenSearch:
                 axis = moves[self.rng.integers(len(moves))]
                 return int(axis[self.rng.integers(len(axis))])
         return None
+
+
+def choose_kernels(obs: Observations, levels: Sequence[int], ordered: Sequence[bool]) -> list[bool]:
+    """Which axes to treat as ordered from here on: an ordered axis of three or more levels stays
+    ordered unless counting only same / different predicts better, for each measured, slower or
+    failed config left out in turn, whether it is among the good ones (that axis alone, with the
+    bandwidth the mixtures use). Unchanged until ``MIN_GOOD_TO_CHOOSE_KERNEL`` configs are good."""
+    n_good = default_gamma(len(obs.measured))
+    if n_good < MIN_GOOD_TO_CHOOSE_KERNEL:
+        return list(ordered)
+    ranked = np.argsort(obs.values, kind="stable")
+    codes = np.stack(obs.measured)[ranked]
+    rest = np.stack([*codes[n_good:], *obs.slower, *obs.failed])
+    dims = sum(1 for n in levels if n > 1)
+    shrink = len(obs.measured) ** (-1.0 / (dims + 4))
+    chosen = list(ordered)
+    for axis, n in enumerate(levels):
+        if ordered[axis] and n >= 3:
+            good_counts = np.bincount(codes[:n_good, axis], minlength=n)
+            rest_counts = np.bincount(rest[:, axis], minlength=n)
+            ordinal = _held_out_fit(_kernel(n, True, shrink), good_counts, rest_counts)
+            same_or_different = _held_out_fit(_kernel(n, False, shrink), good_counts, rest_counts)
+            chosen[axis] = ordinal >= same_or_different
+    return chosen
+
+
+def _held_out_fit(kernel: np.ndarray, good_counts: np.ndarray, rest_counts: np.ndarray) -> float:
+    """Log-likelihood of the good / rest labels of one axis's observations (counts per level), each
+    label predicted from the other observations by the two classes' kernel densities and sizes."""
+    uniform = 1.0 / len(good_counts)
+    n_good, n_rest = int(good_counts.sum()), int(rest_counts.sum())
+    near_good, near_rest, itself = kernel @ good_counts, kernel @ rest_counts, np.diag(kernel)
+
+    def p_good(good_mass: np.ndarray, good_n: int, rest_mass: np.ndarray, rest_n: int) -> np.ndarray:
+        good_part = good_n * (uniform + good_mass) / (1 + good_n)
+        rest_part = rest_n * (uniform + rest_mass) / (1 + rest_n)
+        return good_part / (good_part + rest_part)
+
+    seen_good, seen_rest = good_counts > 0, rest_counts > 0  # the levels an observation can be left out at
+    as_good = p_good((near_good - itself)[seen_good], n_good - 1, near_rest[seen_good], n_rest)
+    as_rest = p_good(near_good[seen_rest], n_good, (near_rest - itself)[seen_rest], n_rest - 1)
+    return float(good_counts[seen_good] @ np.log(as_good) + rest_counts[seen_rest] @ np.log1p(-as_rest))
 
 
 def _bases(obs: Observations, n_axes: int) -> list[int]:
