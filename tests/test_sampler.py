@@ -165,9 +165,9 @@ def test_an_ordered_axis_is_counted_same_or_different_where_its_good_values_alte
             obs.add(np.array([a, b]), 1.0 + 4.0 * (a % 2) + 0.5 * b + 0.01 * i)
         return obs
 
-    assert choose_kernels(observed(80), [8, 6], [True, True]) == [False, True]
+    assert choose_kernels(observed(80), [8, 6], [True, True]) == [False, True]  # 8 good of 80
     assert choose_kernels(observed(80), [8, 6], [False, True]) == [False, True]  # a choice axis stays one
-    assert choose_kernels(observed(40), [8, 6], [True, True]) == [True, True]  # 4 good configs: too few to choose
+    assert choose_kernels(observed(40), [8, 6], [True, True]) == [True, True]  # 4 good of 40: too few to choose
 
 
 def test_a_block_size_fast_at_multiples_of_a_wavefront_is_found(monkeypatch):

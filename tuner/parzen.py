@@ -199,7 +199,7 @@ class ParzenSearch:
 
 
 def choose_kernels(obs: Observations, levels: Sequence[int], ordered: Sequence[bool]) -> list[bool]:
-    """Which axes to treat as ordered from here on: an ordered axis of three or more levels stays
+    """Which axes this proposal treats as ordered: an ordered axis of three or more levels stays
     ordered unless counting only same / different predicts better, for each measured, slower or
     failed config left out in turn, whether it is among the good ones (that axis alone, with the
     bandwidth the mixtures use). Unchanged until ``MIN_GOOD_TO_CHOOSE_KERNEL`` configs are good."""
