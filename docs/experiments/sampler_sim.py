@@ -6,14 +6,16 @@ directly, for trying sampler ideas quickly. The product benchmark is bench/bench
 
 ``--model`` replaces ParzenSearch by any class with its ``propose(pool, ordered)`` (e.g.
 ``gp_prototype:Alternate``, run from this folder). The MEAN line is the mean over the spaces ±
-its standard error over seeds / the worst seed of any space.
+its standard error over seeds / the worst seed of any space. ``--paired MODULE:CLASS`` runs that
+model too, on the same seeds, and prints its difference to the first (a paired comparison: both
+runs agree until the variant first acts, so the error is far smaller than that of two means).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -68,9 +70,11 @@ def main() -> None:
                         help="Kernel Tuner caches (files or folders) instead of the practice spaces")
     parser.add_argument("--random", action="store_true")
     parser.add_argument("--set", action="append", default=[], help="NAME=VALUE: a ParzenSearch attribute")
+    parser.add_argument("--paired", default="", metavar="MODULE:CLASS", help="a variant run on the same seeds, compared")
     args = parser.parse_args()
     budgets = [b for b in (25, 50, 100, 200) if b <= args.budget]
-    table = {b: [] for b in budgets}
+    table: dict[int, list[np.ndarray]] = {b: [] for b in budgets}
+    differences: dict[int, list[np.ndarray]] = {b: [] for b in budgets}
     spaces = RECORDINGS if args.recordings is None else user_recordings(args.recordings, parser)
     for label, study_file, path in spaces + (OURS if args.ours else []):
         if args.only not in label:
@@ -82,19 +86,28 @@ def main() -> None:
         optimum = times[np.isfinite(times)].min()
         ordered = [ordered_axis(v) for v in space.axes.values()]
         started = time.perf_counter()
-        curves = []
+        models = [args.model, args.paired] if args.paired else [args.model]
+        curves: dict[str, list[np.ndarray]] = {m: [] for m in models}
         for seed in range(args.first_seed, args.first_seed + args.seeds):
-            vals = simulate(lambda: Pool(space, valid), times, ordered, seed, args.budget, args.random, [kv.split("=", 1) for kv in args.set], args.model)
-            curves.append(np.minimum.accumulate(vals))
-        cells = []
+            for m in models:
+                vals = simulate(functools.partial(Pool, space, valid), times, ordered, seed, args.budget, args.random, [kv.split("=", 1) for kv in args.set], m)
+                curves[m].append(np.minimum.accumulate(vals))
+        lines = {m: [] for m in models}
         for b in budgets:
-            f = [optimum / c[b - 1] for c in curves]
+            fractions = {m: np.asarray([optimum / c[min(b, len(c)) - 1] for c in curves[m]]) for m in models}
             if (label, study_file, path) in spaces:  # the mean is over the practice (or given) spaces
-                table[b].append(np.asarray(f))
-            cells.append(f"{statistics.mean(f):.3f}/{min(f):.3f}")
-        print(f"{label:24s} " + "  ".join(cells) + f"   {time.perf_counter() - started:.1f}s", flush=True)
+                table[b].append(fractions[args.model])
+                if args.paired:
+                    differences[b].append(fractions[args.paired] - fractions[args.model])
+            for m in models:
+                lines[m].append(f"{fractions[m].mean():.3f}/{fractions[m].min():.3f}")
+        print(f"{label:24s} " + "  ".join(lines[args.model]) + f"   {time.perf_counter() - started:.1f}s", flush=True)
+        if args.paired:
+            print(f"{'  ' + args.paired:24s} " + "  ".join(lines[args.paired]), flush=True)
     if table[budgets[0]]:
         print(f"{'MEAN':24s} " + "  ".join("{:.3f}±{:.3f}/{:.3f}".format(*mean_over_spaces(table[b])) for b in budgets))
+    if differences[budgets[0]]:
+        print(f"{'PAIRED DIFFERENCE':24s} " + "  ".join("{:+.3f}±{:.3f}".format(*mean_over_spaces(differences[b])[:2]) for b in budgets))
 
 
 if __name__ == "__main__":
