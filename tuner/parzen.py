@@ -86,9 +86,8 @@ class Mixture:
         if len(obs) > MAX_COMPONENTS:  # a uniform subsample, reweighted to the same mass
             keep = rng.choice(len(obs), size=MAX_COMPONENTS, replace=False)
             obs, weights = obs[keep], weights[keep] * (weights.sum() / weights[keep].sum())
-        n_eff = len(self.codes)  # the bandwidth follows how many configs were seen, whatever their weight
-        dims = sum(1 for n in self.levels if n > 1)
-        shrink = 0.0 if self.sharp else n_eff ** (-1.0 / (dims + 4))  # Scott's rule
+        # the bandwidth follows how many configs were seen, whatever their weight
+        shrink = 0.0 if self.sharp else scott_shrink(len(self.codes), self.levels)
         product = np.ones((len(candidates), len(obs)))
         for axis, n in enumerate(self.levels):
             if n == 1:
@@ -96,6 +95,12 @@ class Mixture:
             kernel = _kernel(n, self.ordered[axis], shrink)
             product *= kernel[candidates[:, axis]][:, obs[:, axis]]
         return np.log((uniform + product @ weights) / total)
+
+
+def scott_shrink(n: int, levels: Sequence[int]) -> float:
+    """Scott's rule: the factor by which ``n`` observations narrow a kernel over these axes."""
+    dims = sum(1 for k in levels if k > 1)
+    return n ** (-1.0 / (dims + 4))
 
 
 def _kernel(levels: int, ordered: bool, shrink: float) -> np.ndarray:
@@ -206,16 +211,15 @@ def choose_kernels(obs: Observations, levels: Sequence[int], ordered: Sequence[b
     n_good = default_gamma(len(obs.measured))
     if n_good < MIN_GOOD_TO_CHOOSE_KERNEL:
         return list(ordered)
-    ranked = np.argsort(obs.values, kind="stable")
-    codes = np.stack(obs.measured)[ranked]
-    rest = np.stack([*codes[n_good:], *obs.slower, *obs.failed])
-    dims = sum(1 for n in levels if n > 1)
-    shrink = len(obs.measured) ** (-1.0 / (dims + 4))
+    codes = np.stack([*obs.measured, *obs.slower, *obs.failed])
+    is_good = np.zeros(len(codes), dtype=bool)
+    is_good[np.argsort(obs.values, kind="stable")[:n_good]] = True  # measured configs come first
+    shrink = scott_shrink(len(obs.measured), levels)
     chosen = list(ordered)
     for axis, n in enumerate(levels):
         if ordered[axis] and n >= 3:
-            good_counts = np.bincount(codes[:n_good, axis], minlength=n)
-            rest_counts = np.bincount(rest[:, axis], minlength=n)
+            good_counts = np.bincount(codes[is_good, axis], minlength=n)
+            rest_counts = np.bincount(codes[~is_good, axis], minlength=n)
             ordinal = _held_out_fit(_kernel(n, True, shrink), good_counts, rest_counts)
             same_or_different = _held_out_fit(_kernel(n, False, shrink), good_counts, rest_counts)
             chosen[axis] = ordinal >= same_or_different
