@@ -1,0 +1,145 @@
+"""Variants of ParzenSearch tried against the default (experiments, not product code).
+
+Each patches one step of ``tuner.parzen`` for the duration of a proposal; compare with
+
+    cd docs/experiments && PYTHONPATH=. python3 sampler_sim.py --seeds 40 --budget 100 --paired parzen_variants:NAME
+
+Results: results_sampler.md, "fourth session".
+"""
+import contextlib
+import math
+
+import numpy as np
+
+import tuner.parzen as P
+
+
+@contextlib.contextmanager
+def patched(name, value):
+    old = getattr(P, name)
+    setattr(P, name, value)
+    try:
+        yield
+    finally:
+        setattr(P, name, old)
+
+
+class RandomGamma(P.ParzenSearch):
+    """Each proposal splits good/rest at a random size: 1 .. 2*gamma(n) (capped at 25)."""
+
+    def propose(self, pool, ordered, prior=None):
+        rng = self.rng
+        orig = P.default_gamma
+
+        def split(sources, weights, good, bad):
+            n = sum(len(o.values) for o in sources)
+            hi = min(25, 2 * orig(n))
+            k = int(rng.integers(1, hi + 1))
+            with patched("default_gamma", lambda n_: k):
+                return ORIG_SPLIT(sources, weights, good, bad)
+
+        with patched("_split", split):
+            return super().propose(pool, ordered, prior)
+
+
+ORIG_SPLIT = P._split
+ORIG_KERNEL = P._kernel
+
+
+class Subspace(P.ParzenSearch):
+    """Each proposal's l/g over a random subset of the axes (each kept with probability KEEP)."""
+    KEEP = 0.5
+
+    def propose(self, pool, ordered, prior=None):
+        n_axes = len(pool.levels)
+        keep = self.rng.random(n_axes) < self.KEEP
+        if not keep.any():
+            keep[self.rng.integers(n_axes)] = True
+        state = {"axis": 0}
+        sizes = list(pool.levels)
+
+        # _kernel is called per axis in order within log_density (axes with 1 level skipped);
+        # which axis is known from the level count only, so wrap log_density instead
+        orig_ld = P.Mixture.log_density
+
+        def log_density(mix, candidates, rng):
+            if mix.sharp:
+                return orig_ld(mix, candidates, rng)
+            masked = candidates.copy()
+            # drop an axis by mapping every level to 0 in both candidates and observations
+            saved = mix.codes
+            mix.codes = [np.where(keep, c, 0) for c in saved]
+            masked[:, ~keep] = 0
+            saved_levels = mix.levels
+            mix.levels = [n if k else 1 for n, k in zip(saved_levels, keep)]
+            try:
+                return orig_ld(mix, masked, rng)
+            finally:
+                mix.codes, mix.levels = saved, saved_levels
+
+        P.Mixture.log_density = log_density
+        try:
+            return super().propose(pool, ordered, prior)
+        finally:
+            P.Mixture.log_density = orig_ld
+
+
+class Subspace70(Subspace):
+    KEEP = 0.7
+
+
+class Maximin(P.ParzenSearch):
+    """Start-up trials: of CANDS untried configs, the farthest (min normalised distance) from those started."""
+    CANDS = 64
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        started_codes = [*own.measured, *own.slower, *own.failed, *pool.in_flight_codes()]
+        if prior is None and 0 < len(started_codes) < self.n_startup_trials:
+            rows = pool.random_untried(self.CANDS, self.rng)
+            if len(rows):
+                cand = pool.codes[rows].astype(float)
+                seen = np.stack(started_codes).astype(float)
+                levels = np.asarray(pool.levels, dtype=float)
+                span = np.maximum(levels - 1, 1)
+                ordered_mask = np.asarray(ordered, dtype=bool)
+                diff = np.abs(cand[:, None, :] - seen[None, :, :])
+                dist = np.where(ordered_mask, diff / span, (diff > 0).astype(float))
+                dist = dist[:, :, levels > 1].sum(axis=2)
+                nearest = dist.min(axis=1)
+                top = np.flatnonzero(nearest >= nearest.max() - 1e-12)
+                return int(rows[top[self.rng.integers(len(top))]])
+        return super().propose(pool, ordered, prior)
+
+
+class Maximin256(Maximin):
+    CANDS = 256
+
+
+class Maximin4(Maximin):
+    CANDS = 4
+
+
+class Maximin8(Maximin):
+    CANDS = 8
+
+
+class Bootstrap(P.ParzenSearch):
+    """Each proposal's split on a bootstrap resample of the study's own measured configs."""
+
+    def propose(self, pool, ordered, prior=None):
+        rng = self.rng
+
+        def split(sources, weights, good, bad):
+            own = sources[0]
+            if len(own.values) >= 2:
+                idx = rng.integers(len(own.values), size=len(own.values))
+                res = type(own)()
+                for i in idx:
+                    res.add(own.measured[i].copy(), own.values[i])
+                res.slower, res.failed = own.slower, own.failed
+                sources = [res, *sources[1:]]
+            return ORIG_SPLIT(sources, weights, good, bad)
+
+        with patched("_split", split):
+            return super().propose(pool, ordered, prior)
