@@ -143,3 +143,45 @@ class Bootstrap(P.ParzenSearch):
 
         with patched("_split", split):
             return super().propose(pool, ordered, prior)
+
+
+class TwoAxis(P.ParzenSearch):
+    """Candidates also every untried config two axes from the incumbent (a denser local search
+    scored by the density ratio)."""
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        if not own.measured:
+            return super().propose(pool, ordered, prior)
+        best = own.measured[int(np.argmin(own.values))]
+        one_step = pool.neighbours
+        extra = []
+        base = [int(i) for i in best]
+        for a in range(len(pool.levels)):
+            for la in range(pool.levels[a]):
+                if la == base[a]:
+                    continue
+                for b in range(a + 1, len(pool.levels)):
+                    for lb in range(pool.levels[b]):
+                        if lb == base[b]:
+                            continue
+                        code = list(base)
+                        code[a], code[b] = la, lb
+                        row = pool._row_of.get(tuple(code))
+                        if row is not None and pool.tried[row] == 0:
+                            extra.append(row)
+        extra = np.array(extra, dtype=np.int64)
+        done = {"first": False}
+
+        def neighbours(code):
+            rows = one_step(code)
+            if not done["first"]:
+                done["first"] = True
+                rows = np.concatenate([rows, extra])
+            return rows
+
+        pool.neighbours = neighbours
+        try:
+            return super().propose(pool, ordered, prior)
+        finally:
+            del pool.neighbours
