@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # `tuner run --workers 2` (one worker per GPU, one journal file) against one worker, on a
 # two-GPU host, alternating, each run with an empty compile cache and a new study:
-#   bash docs/experiments/two_gpus.sh OUTDIR [TRIALS] [ROUNDS]
+#   bash docs/experiments/two_gpus.sh OUTDIR [TRIALS] [ROUNDS] [SQLITE: 1 = also one worker on SQLite]
 # Rate = trials finished per second from the first trial's end to the last's, read from the
 # storage (the same for both); GPU busy = share of 0.5 s nvidia-smi samples >= 50 %, per GPU.
 set -uo pipefail
-out=${1:?output folder}; trials=${2:-400}; rounds=${3:-2}; study=studies/patch_embed_sm90a.toml
+out=${1:?output folder}; trials=${2:-400}; rounds=${3:-2}; sqlite=${4:-1}; study=studies/patch_embed_sm90a.toml
 export PYTHONUNBUFFERED=1
 nvidia-smi -L
 run() {  # label workers storage
@@ -28,5 +28,5 @@ for r in $(seq 1 "$rounds"); do
   run "one_journal_$r" 1 "$out/one_$r.log"
   run "two_journal_$r" 2 "$out/two_$r.log"
 done
-run one_sqlite 1 "sqlite:///$out/one_sqlite.db"
+[ "$sqlite" = 1 ] && run one_sqlite 1 "sqlite:///$out/one_sqlite.db"
 cat "$out/rates.txt"
