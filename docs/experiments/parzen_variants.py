@@ -185,3 +185,23 @@ class TwoAxis(P.ParzenSearch):
             return super().propose(pool, ordered, prior)
         finally:
             del pool.neighbours
+
+
+class RecentWalk(P.ParzenSearch):
+    """Plateau moves: once the incumbent has no one-axis move left, from the best of the recent
+    proposals (the last 2 x axes measured) before the best of the other basins: a leap of the
+    density ratio gets a local follow-up (iterated local search)."""
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        window = 2 * sum(1 for n in pool.levels if n > 1)
+        orig_bases = P._bases
+
+        def bases(obs, n_axes):
+            ranked = orig_bases(obs, n_axes)
+            if len(obs.values) <= window:
+                return ranked
+            recent = len(obs.values) - window + int(np.argmin(obs.values[-window:]))
+            return [ranked[0], recent] + [i for i in ranked[1:] if i != recent]
+
+        with patched("_bases", bases):
+            return super()._local_move(pool, own, ordered, log_feasible)
