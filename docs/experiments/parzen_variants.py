@@ -7,7 +7,6 @@ Each patches one step of ``tuner.parzen`` for the duration of a proposal; compar
 Results: results_sampler.md, "fourth session".
 """
 import contextlib
-import math
 
 import numpy as np
 
@@ -43,7 +42,6 @@ class RandomGamma(P.ParzenSearch):
 
 
 ORIG_SPLIT = P._split
-ORIG_KERNEL = P._kernel
 
 
 class Subspace(P.ParzenSearch):
@@ -55,18 +53,13 @@ class Subspace(P.ParzenSearch):
         keep = self.rng.random(n_axes) < self.KEEP
         if not keep.any():
             keep[self.rng.integers(n_axes)] = True
-        state = {"axis": 0}
-        sizes = list(pool.levels)
-
-        # _kernel is called per axis in order within log_density (axes with 1 level skipped);
-        # which axis is known from the level count only, so wrap log_density instead
+        # an axis left out counts as one level in the candidates and the observations alike
         orig_ld = P.Mixture.log_density
 
         def log_density(mix, candidates, rng):
             if mix.sharp:
                 return orig_ld(mix, candidates, rng)
             masked = candidates.copy()
-            # drop an axis by mapping every level to 0 in both candidates and observations
             saved = mix.codes
             mix.codes = [np.where(keep, c, 0) for c in saved]
             masked[:, ~keep] = 0

@@ -34,6 +34,12 @@ from tuner.replay import load_recording  # noqa: E402
 from tuner.sampler import ordered_axis  # noqa: E402
 
 
+def recorded_times(recording, space) -> np.ndarray:
+    """Each valid config's recorded time in ms (inf where it failed or was not recorded)."""
+    return np.array([(r.ms if (r := recording.lookup(p)) is not None and r.status == "ok" else math.inf)
+                     for p in space.valid])
+
+
 def simulate(pool_factory, times: np.ndarray, ordered, seed: int, budget: int, random: bool = False, knobs=(),
              model: str = "") -> list[float]:
     pool = pool_factory()
@@ -82,7 +88,7 @@ def main() -> None:
         recording = load_recording(path)
         space = space_for(study_file, recording)
         valid = space.valid
-        times = np.array([(r.ms if (r := recording.lookup(p)) is not None and r.status == "ok" else math.inf) for p in valid])
+        times = recorded_times(recording, space)
         optimum = times[np.isfinite(times)].min()
         ordered = [ordered_axis(v) for v in space.axes.values()]
         started = time.perf_counter()
