@@ -1,8 +1,10 @@
 """How well can a smooth model of a recorded space point at its optimum, given every measurement?
 
 An upper bound on what a surrogate of that form can do in 100 trials: log time is fitted (ridge,
-lambda = 1) on *all* the working configs of each space as main effects of the axes (one-hot), and
-as main effects plus every pairwise interaction; the configs are then ranked by the fit. Printed:
+lambda = 1) on *all* the working configs of each space as main effects of the axes (one-hot), as
+main effects plus every pairwise interaction, and (where Kernel Tuner's names mark them) as main
+effects plus the thread count and the work per thread (the products of the ``block_size_*`` and of
+the ``tile_size_*`` axes, and of both, one-hot); the configs are then ranked by the fit. Printed:
 the optimum's rank, and the best true fraction of the optimum among the fit's top 5 / 20 / 50 /
 100 (a config that failed counts 0).
 
@@ -37,12 +39,23 @@ def one_hot(codes: np.ndarray, levels: list[int], pairs: bool) -> np.ndarray:
     return np.hstack(columns)
 
 
+def products(space, valid: list[dict]) -> list[np.ndarray]:
+    """One-hot columns of the product of the ``block_size_*`` axes, of the ``tile_size_*`` axes and of both."""
+    groups = [[a for a in space.axes if a.startswith(prefix)] for prefix in ("block_size", "tile_size")]
+    columns = []
+    for group in (groups[0], groups[1], groups[0] + groups[1]):
+        if len(group) >= 2:
+            product = np.array([math.prod(float(p[a]) for a in group) for p in valid])
+            columns.append(np.eye(len(np.unique(product)))[np.unique(product, return_inverse=True)[1]])
+    return columns
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--recordings", type=Path, nargs="+", default=None, metavar="PATH")
     args = parser.parse_args()
     spaces = RECORDINGS if args.recordings is None else user_recordings(args.recordings, parser)
-    print(f"{'space':32s} {'model':5s} {'rank':>5s}  top5  top20  top50 top100")
+    print(f"{'space':32s} {'model':13s} {'rank':>5s}  top5  top20  top50 top100")
     for label, study_file, path in spaces:
         recording = load_recording(path)
         space = space_for(study_file, recording)
@@ -53,14 +66,17 @@ def main() -> None:
         optimum = int(np.argmax(fraction))
         codes = Pool(space, valid).codes
         y = np.log(times[works])
-        for name, pairs in (("main", False), ("pairs", True)):
-            x = one_hot(codes, Pool(space, []).levels, pairs)
+        levels = Pool(space, []).levels
+        models = {"main": one_hot(codes, levels, False), "pairs": one_hot(codes, levels, True)}
+        if derived := products(space, valid):
+            models["main+products"] = np.hstack([models["main"], *derived])
+        for name, x in models.items():
             fitted = x[works]
             weights = np.linalg.solve(fitted.T @ fitted + np.eye(x.shape[1]), fitted.T @ (y - y.mean()))
             order = np.argsort(x @ weights, kind="stable")
             rank = int(np.flatnonzero(order == optimum)[0])
             tops = "  ".join(f"{fraction[order[:k]].max():.3f}" for k in (5, 20, 50, 100))
-            print(f"{label:32s} {name:5s} {rank:5d}  {tops}", flush=True)
+            print(f"{label:32s} {name:13s} {rank:5d}  {tops}", flush=True)
 
 
 if __name__ == "__main__":

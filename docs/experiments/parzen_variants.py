@@ -198,3 +198,95 @@ class RecentWalk(P.ParzenSearch):
 
         with patched("_bases", bases):
             return super()._local_move(pool, own, ordered, log_feasible)
+
+
+def _product_levels(pool, prefix):
+    """(axes, table) for the product of the numeric axes named ``prefix*``: the table maps each
+    combination of their levels to the product's level (rank among the distinct products)."""
+    axes = [a for a, name in enumerate(pool.axes) if name.startswith(prefix)
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pool._values[a])]
+    if len(axes) < 2:
+        return None
+    grids = np.meshgrid(*[np.asarray(pool._values[a], dtype=float) for a in axes], indexing="ij")
+    product = np.prod(grids, axis=0)
+    distinct = np.unique(product)
+    return axes, np.searchsorted(distinct, product), len(distinct)
+
+
+class Derived(P.ParzenSearch):
+    """The densities also see the thread count (product of the ``block_size_*`` axes) and the
+    work per thread (product of the ``tile_size_*`` axes) as ordinal axes: Kernel Tuner's naming
+    of the thread-block and tile dimensions."""
+
+    PREFIXES = ("block_size", "tile_size")
+
+    def propose(self, pool, ordered, prior=None):
+        derived = [d for d in (_product_levels(pool, p) for p in self.PREFIXES) if d is not None]
+        if not derived:
+            return super().propose(pool, ordered, prior)
+        extra_levels = [n for *_, n in derived]
+        base = P.Mixture
+
+        def extend(codes):
+            codes = np.asarray(codes)
+            cols = [table[tuple(codes[:, a] for a in axes)] for axes, table, _ in derived]
+            return np.column_stack([codes, *cols])
+
+        class Extended(base):
+            def __init__(self, levels, ordered_, sharp=False):
+                super().__init__(list(levels) + extra_levels, list(ordered_) + [True] * len(extra_levels), sharp)
+
+            def log_density(self, candidates, rng):
+                saved = self.codes
+                self.codes = [row for row in extend(np.stack(saved))] if saved else saved
+                try:
+                    return super().log_density(extend(candidates), rng)
+                finally:
+                    self.codes = saved
+
+        with patched("Mixture", Extended):
+            return super().propose(pool, ordered, prior)
+
+
+class DerivedThreads(Derived):
+    PREFIXES = ("block_size",)
+
+
+class Reparam(Derived):
+    """As ``Derived``, but the product replaces the other ``block_size_*`` / ``tile_size_*`` axes
+    than the first in the densities (block shape as x and thread count, not x and y)."""
+
+    def propose(self, pool, ordered, prior=None):
+        derived = [d for d in (_product_levels(pool, p) for p in self.PREFIXES) if d is not None]
+        if not derived:
+            return P.ParzenSearch.propose(self, pool, ordered, prior)
+        replaced = {a: (axes, table, n) for axes, table, n in derived for a in axes[1:2]}
+        base = P.Mixture
+
+        def reparam_levels(levels):
+            levels = list(levels)
+            for a, (_, _, n) in replaced.items():
+                levels[a] = n
+            return levels
+
+        def reparam(codes):
+            codes = np.array(codes)
+            out = codes.copy()
+            for a, (axes, table, _) in replaced.items():
+                out[:, a] = table[tuple(codes[:, b] for b in axes)]
+            return out
+
+        class Reparametrised(base):
+            def __init__(self, levels, ordered_, sharp=False):
+                super().__init__(reparam_levels(levels), ordered_, sharp)
+
+            def log_density(self, candidates, rng):
+                saved = self.codes
+                self.codes = list(reparam(np.stack(saved))) if saved else saved
+                try:
+                    return super().log_density(reparam(candidates), rng)
+                finally:
+                    self.codes = saved
+
+        with patched("Mixture", Reparametrised):
+            return P.ParzenSearch.propose(self, pool, ordered, prior)

@@ -2,7 +2,7 @@
 directly, for trying sampler ideas quickly. The product benchmark is bench/bench_sampler.py.
 
     python docs/experiments/sampler_sim.py [--seeds 5] [--first-seed 0] [--budget 200] [--only conv]
-        [--set NAME=VALUE] [--model MODULE:CLASS] [--ours] [--recordings PATH...]
+        [--set NAME=VALUE] [--model MODULE:CLASS] [--ours] [--recordings PATH...] [--reach FRACTION]
 
 ``--model`` replaces ParzenSearch by any class with its ``propose(pool, ordered)`` (e.g.
 ``gp_prototype:Alternate``, run from this folder). The MEAN line is the mean over the spaces ±
@@ -64,6 +64,16 @@ def simulate(pool_factory, times: np.ndarray, ordered, seed: int, budget: int, r
     return values
 
 
+def reach_line(times: np.ndarray, optimum: float, fraction: float, budget: int, curves: list[np.ndarray]) -> str:
+    """Configs within ``fraction`` of the optimum, the chance that ``budget`` uniform draws without
+    replacement meet one, and the share of the seeds' runs that met one (and that all 5 of 5 would)."""
+    near = int((optimum / times >= fraction).sum())
+    miss = math.prod((len(times) - near - i) / (len(times) - i) for i in range(min(budget, len(times) - near)))
+    met = float(np.mean([optimum / c[min(budget, len(c)) - 1] >= fraction for c in curves]))
+    return (f"{'':24s} configs within {fraction:g}: {near} of {len(times)}; random meets one in {budget}: "
+            f"{1 - miss:.2f}; seeds that did: {met:.2f} (5 of 5: {met ** 5:.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=5)
@@ -77,6 +87,9 @@ def main() -> None:
     parser.add_argument("--random", action="store_true")
     parser.add_argument("--set", action="append", default=[], help="NAME=VALUE: a ParzenSearch attribute")
     parser.add_argument("--paired", default="", metavar="MODULE:CLASS", help="a variant run on the same seeds, compared")
+    parser.add_argument("--reach", type=float, default=0.0, metavar="FRACTION",
+                        help="also print, per space, how many configs are within FRACTION of the optimum, the chance "
+                             "that uniform sampling meets one within the budget, and the share of seeds that did")
     args = parser.parse_args()
     budgets = [b for b in (25, 50, 100, 200) if b <= args.budget]
     table: dict[int, list[np.ndarray]] = {b: [] for b in budgets}
@@ -108,6 +121,8 @@ def main() -> None:
             for m in models:
                 lines[m].append(f"{fractions[m].mean():.3f}/{fractions[m].min():.3f}")
         print(f"{label:24s} " + "  ".join(lines[args.model]) + f"   {time.perf_counter() - started:.1f}s", flush=True)
+        if args.reach:
+            print(reach_line(times, optimum, args.reach, args.budget, curves[args.model]), flush=True)
         if args.paired:
             print(f"{'  ' + args.paired:24s} " + "  ".join(lines[args.paired]), flush=True)
     if table[budgets[0]]:
