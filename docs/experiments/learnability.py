@@ -26,6 +26,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_sampler import RECORDINGS, space_for, user_recordings  # noqa: E402
 
+from parzen_variants import product_levels  # noqa: E402
+
 from tuner.pool import Pool  # noqa: E402
 from tuner.replay import load_recording  # noqa: E402
 
@@ -39,14 +41,13 @@ def one_hot(codes: np.ndarray, levels: list[int], pairs: bool) -> np.ndarray:
     return np.hstack(columns)
 
 
-def products(space, valid: list[dict]) -> list[np.ndarray]:
+def products(pool: Pool) -> list[np.ndarray]:
     """One-hot columns of the product of the ``block_size_*`` axes, of the ``tile_size_*`` axes and of both."""
-    groups = [[a for a in space.axes if a.startswith(prefix)] for prefix in ("block_size", "tile_size")]
     columns = []
-    for group in (groups[0], groups[1], groups[0] + groups[1]):
-        if len(group) >= 2:
-            product = np.array([math.prod(float(p[a]) for a in group) for p in valid])
-            columns.append(np.eye(len(np.unique(product)))[np.unique(product, return_inverse=True)[1]])
+    for prefixes in (["block_size"], ["tile_size"], ["block_size", "tile_size"]):
+        if (derived := product_levels(pool, prefixes)) is not None:
+            axes, table, n = derived
+            columns.append(np.eye(n)[table[tuple(pool.codes[:, a] for a in axes)]])
     return columns
 
 
@@ -64,11 +65,12 @@ def main() -> None:
         works = np.isfinite(times)
         fraction = times[works].min() / times
         optimum = int(np.argmax(fraction))
-        codes = Pool(space, valid).codes
+        pool = Pool(space, valid)
+        codes = pool.codes
         y = np.log(times[works])
         levels = Pool(space, []).levels
         models = {"main": one_hot(codes, levels, False), "pairs": one_hot(codes, levels, True)}
-        if derived := products(space, valid):
+        if derived := products(pool):
             models["main+products"] = np.hstack([models["main"], *derived])
         for name, x in models.items():
             fitted = x[works]

@@ -200,10 +200,12 @@ class RecentWalk(P.ParzenSearch):
             return super()._local_move(pool, own, ordered, log_feasible)
 
 
-def _product_levels(pool, prefix):
-    """(axes, table) for the product of the numeric axes named ``prefix*``: the table maps each
-    combination of their levels to the product's level (rank among the distinct products)."""
-    axes = [a for a, name in enumerate(pool.axes) if name.startswith(prefix)
+
+def product_levels(pool, prefixes):
+    """(axes, table, n) for the product of the numeric axes whose names start with one of
+    ``prefixes``: ``table`` maps each combination of their levels to the product's level (its rank
+    among the ``n`` distinct products); None where fewer than two axes match."""
+    axes = [a for a, name in enumerate(pool.axes) if name.startswith(tuple(prefixes))
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pool._values[a])]
     if len(axes) < 2:
         return None
@@ -213,80 +215,70 @@ def _product_levels(pool, prefix):
     return axes, np.searchsorted(distinct, product), len(distinct)
 
 
+def recoded_mixture(levels_of, recode):
+    """A Mixture that scores candidates and observations in recoded level indices (``recode``)
+    over the recoded axes' level counts (``levels_of``)."""
+
+    class Recoded(ORIG_MIXTURE):
+        def __init__(self, levels, ordered, sharp=False):
+            levels, ordered = levels_of(levels, ordered)
+            super().__init__(levels, ordered, sharp)
+
+        def log_density(self, candidates, rng):
+            saved = self.codes
+            self.codes = list(recode(np.stack(saved))) if saved else saved
+            try:
+                return super().log_density(recode(candidates), rng)
+            finally:
+                self.codes = saved
+
+    return Recoded
+
+
+ORIG_MIXTURE = P.Mixture
+#: Kernel Tuner's names of the thread-block dimensions and of the work per thread
+PRODUCT_PREFIXES = ("block_size", "tile_size")
+
+
 class Derived(P.ParzenSearch):
     """The densities also see the thread count (product of the ``block_size_*`` axes) and the
-    work per thread (product of the ``tile_size_*`` axes) as ordinal axes: Kernel Tuner's naming
-    of the thread-block and tile dimensions."""
-
-    PREFIXES = ("block_size", "tile_size")
+    work per thread (product of the ``tile_size_*`` axes) as two more ordinal axes."""
 
     def propose(self, pool, ordered, prior=None):
-        derived = [d for d in (_product_levels(pool, p) for p in self.PREFIXES) if d is not None]
+        derived = [d for d in (product_levels(pool, [p]) for p in PRODUCT_PREFIXES) if d is not None]
         if not derived:
             return super().propose(pool, ordered, prior)
-        extra_levels = [n for *_, n in derived]
-        base = P.Mixture
 
-        def extend(codes):
+        def levels_of(levels, ordered_):
+            return list(levels) + [n for *_, n in derived], list(ordered_) + [True] * len(derived)
+
+        def recode(codes):
             codes = np.asarray(codes)
-            cols = [table[tuple(codes[:, a] for a in axes)] for axes, table, _ in derived]
-            return np.column_stack([codes, *cols])
+            return np.column_stack([codes, *(table[tuple(codes[:, a] for a in axes)] for axes, table, _ in derived)])
 
-        class Extended(base):
-            def __init__(self, levels, ordered_, sharp=False):
-                super().__init__(list(levels) + extra_levels, list(ordered_) + [True] * len(extra_levels), sharp)
-
-            def log_density(self, candidates, rng):
-                saved = self.codes
-                self.codes = [row for row in extend(np.stack(saved))] if saved else saved
-                try:
-                    return super().log_density(extend(candidates), rng)
-                finally:
-                    self.codes = saved
-
-        with patched("Mixture", Extended):
+        with patched("Mixture", recoded_mixture(levels_of, recode)):
             return super().propose(pool, ordered, prior)
 
 
-class DerivedThreads(Derived):
-    PREFIXES = ("block_size",)
-
-
-class Reparam(Derived):
-    """As ``Derived``, but the product replaces the other ``block_size_*`` / ``tile_size_*`` axes
-    than the first in the densities (block shape as x and thread count, not x and y)."""
+class Reparam(P.ParzenSearch):
+    """As ``Derived``, but each product replaces the second of its axes in the densities (the
+    block shape as x and thread count, not x and y)."""
 
     def propose(self, pool, ordered, prior=None):
-        derived = [d for d in (_product_levels(pool, p) for p in self.PREFIXES) if d is not None]
+        derived = [d for d in (product_levels(pool, [p]) for p in PRODUCT_PREFIXES) if d is not None]
         if not derived:
-            return P.ParzenSearch.propose(self, pool, ordered, prior)
-        replaced = {a: (axes, table, n) for axes, table, n in derived for a in axes[1:2]}
-        base = P.Mixture
+            return super().propose(pool, ordered, prior)
+        replaced = {axes[1]: (axes, table, n) for axes, table, n in derived}
 
-        def reparam_levels(levels):
-            levels = list(levels)
-            for a, (_, _, n) in replaced.items():
-                levels[a] = n
-            return levels
+        def levels_of(levels, ordered_):
+            return [replaced[a][2] if a in replaced else n for a, n in enumerate(levels)], ordered_
 
-        def reparam(codes):
-            codes = np.array(codes)
+        def recode(codes):
+            codes = np.asarray(codes)
             out = codes.copy()
             for a, (axes, table, _) in replaced.items():
                 out[:, a] = table[tuple(codes[:, b] for b in axes)]
             return out
 
-        class Reparametrised(base):
-            def __init__(self, levels, ordered_, sharp=False):
-                super().__init__(reparam_levels(levels), ordered_, sharp)
-
-            def log_density(self, candidates, rng):
-                saved = self.codes
-                self.codes = list(reparam(np.stack(saved))) if saved else saved
-                try:
-                    return super().log_density(reparam(candidates), rng)
-                finally:
-                    self.codes = saved
-
-        with patched("Mixture", Reparametrised):
-            return P.ParzenSearch.propose(self, pool, ordered, prior)
+        with patched("Mixture", recoded_mixture(levels_of, recode)):
+            return super().propose(pool, ordered, prior)
