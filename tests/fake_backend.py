@@ -5,7 +5,15 @@ forever, CRASH=1 kills the process (like a segfault in the driver would), STICKY
 reports a poisoned context, PLANT_BUG=1 gives a wrong output. Otherwise a config's
 time is a smooth function of its values, times a clock that drifts slowly (a sine of
 ``FAKE_DRIFT`` amplitude over ``FAKE_DRIFT_PERIOD`` launches, as a power-capped GPU's
-does) with ``FAKE_NOISE`` relative noise per launch.
+does) with ``FAKE_NOISE`` relative noise per launch. A planted cold start: during the first
+``FAKE_COLD_LAUNCHES`` launches the 1 ms every config shares (its compute part, which
+scales with the clock) runs ``FAKE_COLD`` faster and the config-dependent rest does not, as
+on a GPU not yet at its loaded clocks: raw times drop ~10 % for FAKE_COLD=0.1, and ratios
+move too (by ~1.5 % for X=300 against X=100).
+
+Time is virtual: each launch advances a clock by its own duration, and an energy counter
+(:class:`FakeEnergyCounter`) publishes the energy drawn at ``FAKE_POWER_W`` (or a config's
+``POWER_W``) in steps every ``FAKE_ENERGY_STEP_S``, as NVML's does.
 
 Fixed delays make the pipeline's timing testable: ``FAKE_START_DELAY_S`` (worker start, as
 CUDA initialisation), ``FAKE_PREPARE_DELAY_S`` (a problem's inputs), ``FAKE_TRIAL_DELAY_S``
@@ -20,6 +28,7 @@ import time
 
 import numpy as np
 
+from tuner.energy import Reading
 from tuner.measure import LaunchFailed
 from tuner.record import Measurement
 
@@ -28,11 +37,40 @@ def base_ms(config: dict) -> float:
     return 1.0 + 0.1 * sum(v for v in config.values() if isinstance(v, int) and not isinstance(v, bool)) / 100
 
 
+class FakeEnergyCounter:
+    """A running energy counter on a virtual clock that publishes only every ``step_s``."""
+
+    def __init__(self, step_s: float = 0.1, limit_w: float | None = 700.0):
+        self.step_s, self.limit_w = step_s, limit_w
+        self.now_s, self.mj, self.published_mj = 0.0, 0.0, 0.0
+
+    def advance(self, seconds: float, watts: float) -> None:
+        """``seconds`` pass at ``watts``; each step boundary crossed publishes the total at it."""
+        end = self.now_s + seconds
+        boundary = (math.floor(self.now_s / self.step_s + 1e-9) + 1) * self.step_s
+        while boundary <= end:
+            self.published_mj = self.mj + watts * (boundary - self.now_s) * 1e3
+            boundary += self.step_s
+        self.mj += watts * seconds * 1e3
+        self.now_s = end
+
+    def read(self) -> Reading:
+        return Reading(self.now_s, self.published_mj)
+
+    def power_limit_w(self) -> float | None:
+        return self.limit_w
+
+
 class FakeBackend:
     def __init__(self):
         self.drift = float(os.environ.get("FAKE_DRIFT", "0.05"))
         self.period = float(os.environ.get("FAKE_DRIFT_PERIOD", "2000"))
         self.noise = float(os.environ.get("FAKE_NOISE", "0.002"))
+        self.cold = float(os.environ.get("FAKE_COLD", "0"))
+        self.cold_launches = int(os.environ.get("FAKE_COLD_LAUNCHES", "0"))
+        self.watts = float(os.environ.get("FAKE_POWER_W", "300"))
+        self.counter = FakeEnergyCounter(float(os.environ.get("FAKE_ENERGY_STEP_S", "0.1")),
+                                         float(os.environ.get("FAKE_POWER_LIMIT_W", "700")))
         self.rng = np.random.default_rng(int(os.environ.get("FAKE_SEED", "0")))
         self.launches = 0
 
@@ -78,13 +116,19 @@ class FakeBackend:
             for j in range(len(handles)):
                 i = (r + j) % len(handles)
                 nominal = handles[i].get("BASELINE_MS") or base_ms(handles[i])
+                if self.launches < self.cold_launches:
+                    nominal -= self.cold
                 row[i] = nominal * self.clock() * (1.0 + self.noise * self.rng.standard_normal())
+                self.counter.advance(row[i] / 1e3, handles[i].get("POWER_W") or self.watts)
                 self.launches += 1
             times.append(row)
         return times
 
     def sensors(self):
         return {"sm_clock_mhz": round(1500 / self.clock())}
+
+    def energy_counter(self):
+        return self.counter
 
 
 def fake_nvrtc(bundle, options):

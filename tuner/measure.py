@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tuner.energy import Counter, Energy, measure_energy
 from tuner.paired import PairSeries, StopRule
 from tuner.record import Measurement
 
@@ -71,7 +72,11 @@ class Backend(Protocol):
         ...
 
     def sensors(self) -> dict[str, float]:
-        """Whatever the device reports: ``sm_clock_mhz``, ``energy_mj`` (a running counter)."""
+        """Whatever the device reports: ``sm_clock_mhz``."""
+        ...
+
+    def energy_counter(self) -> Counter | None:
+        """The device's running energy counter, where it has one (:mod:`tuner.energy`)."""
         ...
 
 
@@ -88,6 +93,7 @@ class Timing:
     regime: str = "sustained"
     idle_s: float = 2.0  # burst: the GPU rests this long before the candidate's pairs
     session_warmup_ms: float = 1000.0  # sustained: the reference runs this long before the first trial
+    energy_s: float = 0.0  # after timing, the candidate and then the reference run alone this long for energy
 
     @property
     def stop_rule(self) -> StopRule:
@@ -153,15 +159,13 @@ class Measurer:
                     return checked, False
             everyone = [reference, *handles]
             self._warm_up(everyone, timing)
-            before, started = self.backend.sensors(), time.perf_counter()
             rounds: list[list[float]] = []
             step = 0
             while len(rounds) < job.get("rounds", 100):
                 rounds += self.backend.time(everyone, min(timing.block, job.get("rounds", 100) - len(rounds)))
                 channel.block(step, statistics.median(r[1] / r[0] for r in rounds), [], len(rounds))
                 step += 1
-            sensed = _sensor_attrs(before, self.backend.sensors(), time.perf_counter() - started)
-            done = Measurement("ok", extra={"times": rounds, **sensed})
+            done = Measurement("ok", extra={"times": rounds, **_sensor_attrs(self.backend.sensors())})
             return done, False
         except LaunchFailed as exc:
             return Measurement("launch_error", reason=exc.reason), exc.restart
@@ -247,7 +251,6 @@ class Measurer:
         self._warm_up([reference, candidate], timing)
         series = PairSeries()
         rule = timing.stop_rule
-        before, started = self.backend.sensors(), time.perf_counter()
         step = 0
         while True:
             n = min(timing.block, rule.max_pairs - len(series))
@@ -261,9 +264,18 @@ class Measurer:
                                    extra=_ratio_attrs(summary, timing))
             if rule.done(summary):
                 break
-        sensed = _sensor_attrs(before, self.backend.sensors(), time.perf_counter() - started, summary.candidate_ms)
-        extra = {**_ratio_attrs(summary, timing), **sensed}
+        extra = {**_ratio_attrs(summary, timing), **_sensor_attrs(self.backend.sensors())}
+        if timing.energy_s > 0:
+            extra.update(self._energy(candidate, summary.candidate_ms, timing).attrs())
+            extra.update(self._energy(reference, summary.reference_ms, timing).attrs("reference_"))
         return Measurement("ok", ms=summary.candidate_ms, extra=extra)
+
+    def _energy(self, handle: Any, launch_ms: float | None, timing: Timing) -> Energy:
+        """``handle`` alone for ``energy_s``, on a window from one energy counter step to another."""
+        counter = getattr(self.backend, "energy_counter", lambda: None)()
+        if counter is None:
+            return Energy(note="this device has no energy counter")
+        return measure_energy(lambda n: self.backend.time([handle], n), counter, launch_ms or 1.0, timing.energy_s)
 
 
 def _ratio_attrs(summary, timing: Timing) -> dict[str, Any]:
@@ -277,19 +289,6 @@ def _ratio_attrs(summary, timing: Timing) -> dict[str, Any]:
     }
 
 
-def _sensor_attrs(before: dict, after: dict, wall_s: float, candidate_ms: float | None = None) -> dict[str, Any]:
-    """SM clock after timing; mean power over the timed window; the candidate's energy per launch.
-
-    The energy counter covers the whole window (both kernels and the gaps between
-    launches); the candidate's share is taken at the window's mean power.
-    """
-    attrs: dict[str, Any] = {}
-    if "sm_clock_mhz" in after:
-        attrs["sm_clock_mhz"] = after["sm_clock_mhz"]
-    if "energy_mj" in before and "energy_mj" in after and wall_s > 0:
-        watts = (after["energy_mj"] - before["energy_mj"]) / 1e3 / wall_s
-        if watts > 0:
-            attrs["power_w"] = round(watts, 1)
-            if candidate_ms is not None:
-                attrs["energy_mj_per_launch"] = round(watts * candidate_ms, 4)
-    return attrs
+def _sensor_attrs(after: dict) -> dict[str, Any]:
+    """The SM clock after timing. (Energy and power need longer windows: :mod:`tuner.energy`.)"""
+    return {"sm_clock_mhz": after["sm_clock_mhz"]} if "sm_clock_mhz" in after else {}

@@ -173,6 +173,9 @@ class MeasureSettings:
     regime: str = option("sustained", "sustained = warm GPU at its steady clocks; burst = rest idle_s, then few pairs",
                          choices=REGIMES)
     idle_s: float = option(2.0, "burst regime: seconds the GPU rests before each trial", minimum=0)
+    energy_s: float = option(0.0, "after timing, run the candidate and then the reference alone this long each and "
+                             "store energy per launch and power with their uncertainty (0: none; the energy counter "
+                             "steps every few tens of ms: 1 s or more)", minimum=0)
     timeout_s: float = option(30.0, "a launch that takes longer is a hang: the worker is restarted", above=0)
     check_rows: int | None = option(None, "output rows of the sampled CPU check (default: the kernel spec's)", minimum=1)
     max_regs: int = option(255, "reject configs that need more registers per thread", minimum=1)

@@ -293,18 +293,22 @@ class CudaBackend:
         return pool
 
     def sensors(self) -> dict[str, float]:
-        """SM clock and the energy counter where NVML has them (recorded, never required)."""
-        found: dict[str, float] = {}
+        """The SM clock where NVML has it (recorded, never required)."""
         clock = self._sm_clock_mhz()
-        if clock is not None:
-            found["sm_clock_mhz"] = clock
-        try:
-            from cuda.bindings import nvml
+        return {} if clock is None else {"sm_clock_mhz": clock}
 
-            found["energy_mj"] = float(nvml.device_get_total_energy_consumption(self._nvml))
+    def energy_counter(self):
+        """NVML's total-energy counter of this GPU, or None where NVML cannot read it."""
+        from tuner.energy import NvmlCounter
+
+        if self._sm_clock_mhz() is None:  # (opens NVML on this GPU once)
+            return None
+        counter = NvmlCounter(self._nvml)
+        try:
+            counter.read()
         except Exception:
-            pass
-        return found
+            return None
+        return counter
 
     def _sm_clock_mhz(self) -> int | None:
         """The SM clock right after timing, where NVML is reachable (recorded, never required)."""
