@@ -5,11 +5,11 @@ forever, CRASH=1 kills the process (like a segfault in the driver would), STICKY
 reports a poisoned context, PLANT_BUG=1 gives a wrong output. Otherwise a config's
 time is a smooth function of its values, times a clock that drifts slowly (a sine of
 ``FAKE_DRIFT`` amplitude over ``FAKE_DRIFT_PERIOD`` launches, as a power-capped GPU's
-does) with ``FAKE_NOISE`` relative noise per launch. A planted cold start: during the first
-``FAKE_COLD_LAUNCHES`` launches the 1 ms every config shares (its compute part, which
-scales with the clock) runs ``FAKE_COLD`` faster and the config-dependent rest does not, as
-on a GPU not yet at its loaded clocks: raw times drop ~10 % for FAKE_COLD=0.1, and ratios
-move too (by ~1.5 % for X=300 against X=100).
+does) with ``FAKE_NOISE`` relative noise per launch. A planted cold start: the 1 ms every config shares
+(its compute part, which scales with the clock) starts ``FAKE_COLD`` faster and ramps down
+to its loaded time over the first ``FAKE_COLD_LAUNCHES`` launches, while the config-dependent
+rest does not scale, as on a GPU that warms to its loaded clocks: raw times start ~9 % low
+for FAKE_COLD=0.1, and ratios move too (by ~1.5 % for X=300 against X=100).
 
 Time is virtual: each launch advances a clock by its own duration, and an energy counter
 (:class:`FakeEnergyCounter`) publishes the energy drawn at ``FAKE_POWER_W`` (or a config's
@@ -117,7 +117,7 @@ class FakeBackend:
                 i = (r + j) % len(handles)
                 nominal = handles[i].get("BASELINE_MS") or base_ms(handles[i])
                 if self.launches < self.cold_launches:
-                    nominal -= self.cold
+                    nominal -= self.cold * (1.0 - self.launches / self.cold_launches)
                 row[i] = nominal * self.clock() * (1.0 + self.noise * self.rng.standard_normal())
                 self.counter.advance(row[i] / 1e3, handles[i].get("POWER_W") or self.watts)
                 self.launches += 1

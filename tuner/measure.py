@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from tuner.energy import Counter, Energy, measure_energy
 from tuner.paired import PairSeries, StopRule
 from tuner.record import Measurement
+from tuner.steady import SteadyRule, WarmUp, warm_until_steady
 
 REGIMES = ("sustained", "burst")
 
@@ -92,12 +93,20 @@ class Timing:
     ci_target: float = 0.0025
     regime: str = "sustained"
     idle_s: float = 2.0  # burst: the GPU rests this long before the candidate's pairs
-    session_warmup_ms: float = 1000.0  # sustained: the reference runs this long before the first trial
+    session_warmup_ms: float = 1000.0  # sustained: the reference runs at least this long before the first trial,
+    session_warmup_cap_s: float = 5.0  # then on until its time is steady (tuner.steady), at most this long
+    steady_tolerance: float = 0.005
+    steady_block_ms: float = 100.0
     energy_s: float = 0.0  # after timing, the candidate and then the reference run alone this long for energy
 
     @property
     def stop_rule(self) -> StopRule:
         return StopRule(self.ci_target, self.min_pairs, self.max_pairs)
+
+    @property
+    def steady_rule(self) -> SteadyRule:
+        return SteadyRule(tolerance=self.steady_tolerance, block_ms=self.steady_block_ms,
+                          min_ms=self.session_warmup_ms, cap_ms=self.session_warmup_cap_s * 1e3)
 
     @classmethod
     def of(cls, data: dict | None) -> Timing:
@@ -116,7 +125,8 @@ class Measurer:
         self.backend = backend
         self._problem_key: str | None = None
         self._reference: tuple[str, Any] | None = None
-        self._session_warm = False
+        self._session: WarmUp | None = None  # how the session's warm-up ended (None: not yet)
+        self._session_reported = False
 
     # -- jobs ----------------------------------------------------------------------------------
     def measure(self, job: dict, channel: Channel) -> tuple[Measurement, bool]:
@@ -179,18 +189,22 @@ class Measurer:
 
     def warm_up(self, job: dict, job_waiting: Callable[[], bool]) -> None:
         """The session warm-up before the first trial (sustained regime), while the tuner still
-        sets up: the reference runs for at least ``session_warmup_ms`` and then on until a job
-        arrives (at most ``WARM_WAIT_S``), so the first trial finds the GPU at its loaded clocks."""
+        sets up: the reference runs until its time is steady (:mod:`tuner.steady`) and then on
+        until a job arrives (at most ``WARM_WAIT_S``), so the first trial finds the GPU at its
+        loaded clocks."""
         timing = Timing.of(job.get("timing"))
-        if timing.regime != "sustained" or self._session_warm:
+        if timing.regime != "sustained" or self._session is not None:
             return
         spec, problem = self._prepare(job)
         reference = self._reference_handle(job, spec, problem)
-        self._run_for([reference], timing.session_warmup_ms, 1)
+        self._warm_session(reference, timing)
         until = time.monotonic() + WARM_WAIT_S
         while not job_waiting() and time.monotonic() < until:
             self._run_for([reference], 20.0, 1)
-        self._session_warm = True
+
+    def _warm_session(self, reference: Any, timing: Timing) -> None:
+        self._session = warm_until_steady(lambda n: [r[0] for r in self.backend.time([reference], n)],
+                                          timing.steady_rule)
 
     # -- parts ---------------------------------------------------------------------------------
     def _prepare(self, job: dict) -> tuple[Any, dict]:
@@ -227,17 +241,16 @@ class Measurer:
     def _warm_up(self, handles: Sequence[Any], timing: Timing) -> None:
         """At least ``warmup`` rounds and ``warmup_ms`` of them: an idle GPU starts at low clocks.
 
-        Sustained: the first trial of a session first runs the reference alone for
-        ``session_warmup_ms``, so the GPU reaches the clocks it holds under load.
+        Sustained: the first trial of a session first runs the reference alone until its time
+        is steady (unless :meth:`warm_up` did), so the GPU reaches the clocks it holds under load.
         Burst: the GPU rests ``idle_s`` first and warms with one round only.
         """
         if timing.regime == "burst":
             time.sleep(timing.idle_s)
             self.backend.time(handles, 1)
             return
-        if not self._session_warm:
-            self._run_for(handles[:1], timing.session_warmup_ms, 1)
-            self._session_warm = True
+        if self._session is None:
+            self._warm_session(handles[0], timing)
         self._run_for(handles, timing.warmup_ms, timing.warmup)
 
     def _run_for(self, handles: Sequence[Any], min_ms: float, min_rounds: int) -> None:
@@ -255,7 +268,7 @@ class Measurer:
         while True:
             n = min(timing.block, rule.max_pairs - len(series))
             block = [series.add(c, r) for r, c in self.backend.time([reference, candidate], n)]
-            summary = series.summary()
+            summary = series.summary(timing.block)
             stop = channel.block(step, summary.ratio, block, len(series))
             step += 1
             if stop and not rule.done(summary):
@@ -265,6 +278,9 @@ class Measurer:
             if rule.done(summary):
                 break
         extra = {**_ratio_attrs(summary, timing), **_sensor_attrs(self.backend.sensors())}
+        if self._session is not None and not self._session_reported:  # the first trial tells how the session began
+            extra.update(self._session.attrs())
+            self._session_reported = True
         if timing.energy_s > 0:
             extra.update(self._energy(candidate, summary.candidate_ms, timing).attrs())
             extra.update(self._energy(reference, summary.reference_ms, timing).attrs("reference_"))

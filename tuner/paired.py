@@ -11,6 +11,7 @@ than the incumbent. Nothing here touches a GPU: the worker feeds it times.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
@@ -58,6 +59,40 @@ def sign_test_greater(values: Sequence[float], threshold: float) -> float:
     return sum(math.comb(n, k) for k in range(above, n + 1)) / 2.0**n
 
 
+def blocks_differ(blocks: Sequence[Sequence[float]], alpha: float = 0.01) -> bool:
+    """Kruskal-Wallis: do the blocks come from distributions with different medians?
+
+    (H with mid-ranks, against chi-square with len(blocks) - 1 degrees of freedom.)
+    """
+    values = sorted((v, i) for i, block in enumerate(blocks) for v in block)
+    n = len(values)
+    rank_sums = [0.0] * len(blocks)
+    start = 0
+    while start < n:  # mid-ranks over runs of equal values
+        end = start
+        while end + 1 < n and values[end + 1][0] == values[start][0]:
+            end += 1
+        for k in range(start, end + 1):
+            rank_sums[values[k][1]] += (start + end) / 2 + 1
+        start = end + 1
+    h = 12.0 / (n * (n + 1)) * sum(r * r / len(b) for r, b in zip(rank_sums, blocks, strict=True)) - 3 * (n + 1)
+    return _chi2_sf(h, len(blocks) - 1) < alpha
+
+
+def _chi2_sf(x: float, df: int) -> float:
+    """P(chi2(df) > x): the regularized upper incomplete gamma Q(df/2, x/2), by its series."""
+    if x <= 0:
+        return 1.0
+    a, z = df / 2, x / 2
+    term = total = 1.0 / a
+    for k in range(1, 500):
+        term *= z / (a + k)
+        total += term
+        if term < total * 1e-15:
+            break
+    return max(0.0, 1.0 - math.exp(a * math.log(z) - z - math.lgamma(a)) * total)
+
+
 @dataclass
 class PairSeries:
     """Candidate and reference times of alternating launches, pair by pair."""
@@ -77,8 +112,21 @@ class PairSeries:
     def __len__(self) -> int:
         return len(self.candidate_ms)
 
-    def summary(self) -> RatioSummary:
-        return RatioSummary.of(self.ratios, statistics.median(self.candidate_ms), statistics.median(self.reference_ms))
+    def summary(self, block: int | None = None) -> RatioSummary:
+        """Median ratio and its interval. The pair-level interval takes the pairs as independent,
+        but pairs of one block share the GPU's state of the moment: with ``block``, when the
+        blocks differ (a rank test, :func:`blocks_differ`) the interval also covers the block
+        medians' interval (their range under six blocks), as a state that moved during the
+        trial makes it."""
+        ratios = self.ratios
+        summary = RatioSummary.of(ratios, statistics.median(self.candidate_ms), statistics.median(self.reference_ms))
+        if not block or len(ratios) < 2 * block:
+            return summary
+        blocks = [ratios[i:i + block] for i in range(0, len(ratios) - block + 1, block)]
+        if not blocks_differ(blocks):
+            return summary
+        block_lo, block_hi = median_ci([statistics.median(b) for b in blocks])
+        return dataclasses.replace(summary, lo=min(summary.lo, block_lo), hi=max(summary.hi, block_hi))
 
 
 @dataclass(frozen=True)

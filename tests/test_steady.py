@@ -1,0 +1,121 @@
+"""The session warm-up runs to steady state, and a trial's interval is honest (issue 32, item 1).
+
+The fake backend plants a cold start (raw times ~9 % fast at first, ramping to their loaded
+values over FAKE_COLD_LAUNCHES launches; the ratio of X=300 to X=100 starts ~1.5 % off, as
+on an H200 that had been idle) and
+drift (a sine of the clock). Time is the launches' own device time: nothing sleeps.
+"""
+
+import random
+import statistics
+
+import pytest
+
+from tests.fake_backend import FakeBackend, base_ms
+from tests.test_paired import REFERENCE, Recorder, job
+from tuner.measure import Measurer
+from tuner.paired import PairSeries, blocks_differ
+from tuner.steady import SteadyRule, trend, warm_until_steady
+
+CANDIDATE = {"X": 300}
+TRUTH = base_ms(CANDIDATE) / base_ms(REFERENCE)  # the warm ratio
+RULE = SteadyRule(tolerance=0.005, blocks=4, block_ms=20.0, min_ms=50.0, cap_ms=4000.0)
+
+
+@pytest.fixture
+def quiet(monkeypatch):
+    monkeypatch.setenv("FAKE_DRIFT", "0")
+    monkeypatch.setenv("FAKE_NOISE", "0.003")
+
+
+def reference_runner(backend):
+    return lambda n: [r[0] for r in backend.time([REFERENCE], n)]
+
+
+def test_the_rule_wants_agreeing_blocks_without_a_trend():
+    assert trend([1.0, 1.001, 1.002, 1.003]) == pytest.approx(0.003, rel=0.01)
+    rule = SteadyRule(tolerance=0.005, blocks=4)
+    settled = [1.0, 1.001, 0.999, 1.0]
+    assert rule.holds([1.20, *settled, 1.0, 1.002, 0.999, 1.001])
+    assert not rule.holds([0.997, 0.9975, 0.998, 0.9985, 0.999, 0.9995, 1.0, 1.0005])  # each block close, but a ramp
+    assert not rule.holds([*settled, 1.0, 1.01, 0.999, 1.0])  # one block 1 % off
+    assert not rule.holds([1.0, 1.002, 0.999, 1.001])  # too few blocks
+
+
+@pytest.mark.parametrize("cold_launches", [300, 1000, 2000])  # (slower ramps: under the rule's resolution)
+def test_warm_up_stops_soon_after_a_planted_cold_start_ends(quiet, monkeypatch, cold_launches):
+    monkeypatch.setenv("FAKE_COLD", "0.1")
+    monkeypatch.setenv("FAKE_COLD_LAUNCHES", str(cold_launches))
+    backend = FakeBackend()
+    warm = warm_until_steady(reference_runner(backend), RULE)
+    per_block = round(RULE.block_ms / 1.0)  # launches take 1.0-1.1 ms
+    assert warm.steady and 0.9 * cold_launches <= warm.launches <= cold_launches + (2 * RULE.blocks + 2) * per_block
+    assert warm.reference_ms == pytest.approx(base_ms(REFERENCE), rel=0.003)  # the warm time, not the cold one
+
+
+def test_warm_up_without_a_cold_start_takes_its_minimum(quiet):
+    """Two windows of blocks (the trend needs them), or min_ms where that is longer."""
+    for min_ms in (RULE.min_ms, 600.0):
+        rule = SteadyRule(RULE.tolerance, RULE.blocks, RULE.block_ms, min_ms, RULE.cap_ms)
+        warm = warm_until_steady(reference_runner(FakeBackend()), rule)
+        least = max(min_ms, 2 * RULE.blocks * RULE.block_ms)
+        assert warm.steady and least <= warm.ms <= least + 2 * RULE.block_ms
+
+
+def test_warm_up_is_capped_when_the_time_never_settles(monkeypatch):
+    monkeypatch.setenv("FAKE_DRIFT", "0.05")
+    monkeypatch.setenv("FAKE_DRIFT_PERIOD", "150")  # the clock swings faster than a few blocks
+    warm = warm_until_steady(reference_runner(FakeBackend()), RULE)
+    assert not warm.steady and RULE.cap_ms <= warm.ms <= RULE.cap_ms + 2 * RULE.block_ms
+    assert warm.drift > RULE.tolerance
+
+
+def first_and_repeat(timing: dict):
+    measurer = Measurer(FakeBackend())
+    first, _ = measurer.measure(job(CANDIDATE, **timing), Recorder())
+    again = [measurer.measure(job(CANDIDATE, **timing), Recorder())[0] for _ in range(3)]
+    return first, again
+
+
+def test_the_first_config_after_a_cold_start_repeats_like_the_others(quiet, monkeypatch):
+    """A cold start of 2,000 launches (~2 s): the first trial is measured warm, and its value
+    and interval agree with the repeats of the same config and with the truth."""
+    monkeypatch.setenv("FAKE_COLD", "0.1")
+    monkeypatch.setenv("FAKE_COLD_LAUNCHES", "2000")
+    first, again = first_and_repeat({"session_warmup_ms": 50, "steady_block_ms": 20})
+    assert first.extra["session_steady"] and first.extra["session_warmup_s"] > 2.0
+    assert "session_steady" not in again[0].extra  # told once, by the session's first trial
+    for m in (first, *again):
+        assert m.extra["ratio_lo"] <= TRUTH <= m.extra["ratio_hi"]
+    assert first.extra["ratio"] == pytest.approx(statistics.median(m.extra["ratio"] for m in again), rel=0.003)
+
+
+def test_a_warm_up_cut_by_its_cap_says_so(quiet, monkeypatch):
+    """The cap ends the warm-up inside a slow cold start: the first trial records a session
+    that was not steady, and how far its reference still moved."""
+    monkeypatch.setenv("FAKE_COLD", "0.1")
+    monkeypatch.setenv("FAKE_COLD_LAUNCHES", "3000")
+    first, _ = first_and_repeat({"session_warmup_ms": 50, "steady_block_ms": 20, "session_warmup_cap_s": 0.5})
+    assert first.extra["session_steady"] is False and 0.5 <= first.extra["session_warmup_s"] <= 0.55
+    assert first.extra["session_drift"] > 0.001
+
+
+def test_blocks_that_differ_widen_the_interval_blocks_that_agree_do_not():
+    rng = random.Random(3)
+    same = PairSeries()
+    moving = PairSeries()
+    for i in range(60):
+        same.add(1.2 * (1 + 0.003 * rng.gauss(0, 1)), 1.0)
+        moving.add(1.2 * (1 + 0.003 * rng.gauss(0, 1) + 0.01 * (i >= 30)), 1.0)  # the state moved mid-trial
+    assert same.summary(10) == same.summary()
+    plain, blocked = moving.summary(), moving.summary(10)
+    before, after = statistics.median(moving.ratios[:30]), statistics.median(moving.ratios[30:])
+    assert not plain.lo <= before  # the pair-level interval claims more than the trial knows
+    assert blocked.lo <= before and blocked.hi >= after and blocked.ratio == plain.ratio
+
+
+def test_the_block_test_is_calibrated():
+    rng = random.Random(4)
+    alarms = sum(blocks_differ([[rng.gauss(0, 1) for _ in range(10)] for _ in range(5)]) for _ in range(500))
+    assert alarms <= 15  # alpha 0.01: about 5 in 500
+    assert blocks_differ([[rng.gauss(k, 1) for _ in range(10)] for k in range(5)])
