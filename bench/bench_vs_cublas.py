@@ -37,7 +37,8 @@ def measure(study_path: str, regime: str, pairs: int, evaluator: GpuEvaluator | 
     spec = load_spec(cfg.kernel)
     space = Space.from_study(cfg, spec)
     settings = dataclasses.replace(cfg.measure, reference=BASELINE, regime=regime, repeats=pairs, min_pairs=pairs,
-                                   ci_target=0.0, timeout_s=60.0)
+                                   ci_target=0.0, timeout_s=60.0,
+                                   energy_s=1.0)  # the W column: the candidate alone, step-aligned (tuner/energy.py)
     supervisor = evaluator.supervisor if evaluator else None  # one worker for every shape
     evaluator = GpuEvaluator(spec, dict(space.problem), cfg.arch, settings, supervisor=supervisor, reference=BASELINE)
     device = evaluator.start() if supervisor is None else supervisor.device

@@ -40,7 +40,7 @@ def test_a_long_window_gives_the_true_energy_within_its_uncertainty(ms, watts, s
     assert energy.steps >= 3 and energy.window_s >= seconds and energy.note == ""
     assert abs(energy.mj_per_launch - truth) <= energy.mj_per_launch_err
     assert abs(energy.power_w - watts) <= energy.power_w_err
-    assert energy.mj_per_launch_err <= 0.01 * truth  # 2 ms batches in a >= 1 s window: about 0.2 %
+    assert energy.mj_per_launch_err <= 0.01 * truth  # 5 ms batches in a >= 1 s window: about 0.5 %
     assert energy.step_ms == pytest.approx(100.0, rel=0.05)
 
 

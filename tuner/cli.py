@@ -601,6 +601,8 @@ def cmd_best(args) -> int:
 
 
 def cmd_status(args) -> int:
+    from tuner.confirm import session_factors
+    from tuner.paired import CI_TARGET
     from tuner.runner import summarize
     from tuner.storage import open_storage, redact, resolve_url
     from tuner.table import render
@@ -616,6 +618,7 @@ def cmd_status(args) -> int:
             device=study.user_attrs.get("device_name", ""),
             kind=study.user_attrs.get("kind", ""),
             last_update=max(ends).isoformat(timespec="seconds") if ends else None,
+            session_factors=session_factors(study),
         )
         rows.append(summary)
     if args.json:
@@ -625,11 +628,18 @@ def cmd_status(args) -> int:
         print(f"no studies in {redact(resolve_url(args.storage))}")
         return 0
     print(render(
-        ["STUDY", "KIND", "DEVICE", "TRIALS", "STATUSES", "BEST_MS", "LAST_UPDATE"],
+        ["STUDY", "KIND", "DEVICE", "TRIALS", "STATUSES", "BEST_MS", "SESSION_FACTORS", "LAST_UPDATE"],
         [[r["study"], r["kind"], r["device"], r["trials"],
           " ".join(f"{k}={v}" for k, v in sorted(r["statuses"].items())),
-          r["best"]["ms"] if r["best"] else None, r["last_update"]] for r in rows],
+          r["best"]["ms"] if r["best"] else None, " ".join(f"{f['factor']:.4f}" for f in r["session_factors"]) or None,
+          r["last_update"]] for r in rows],
     ))
+    for r in rows:  # a session that measured the same configs otherwise: values across sessions do not compare
+        for f in r["session_factors"]:
+            if abs(f["factor"] - 1.0) > CI_TARGET:
+                print(f"warning: study {r['study']}: the confirmation of {f['at']} on {f['device_name']} measured its "
+                      f"{f['anchors']} configs {100 * (f['factor'] - 1):+.2f} % against their stored values, more than "
+                      f"the resolution (+-{100 * CI_TARGET:.2f} %): compare values within one session", file=sys.stderr)
     return 0
 
 

@@ -5,7 +5,10 @@ values lie within a fraction of a per cent of each other may trade places on ano
 day. A confirmation times the top ``k`` distinct configs round-robin in one session
 and reports the winner together with every config statistically tied with it (see
 :func:`tuner.paired.rank_interleaved`). Each confirmation is kept on the study
-(session, device, clocks), so drift between sessions and GPUs stays visible.
+(session, device, clocks), so drift between sessions and GPUs stays visible: its
+``session_factor`` is the median of the confirmed ratios over the ratios the same configs
+were stored with (1: this session measures as the earlier ones did; ``tuner status`` shows
+it and warns when it moves more than the study's resolution).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import socket
+import statistics
 from typing import Any, Protocol
 
 import optuna
@@ -68,6 +72,7 @@ def confirm_study(study: optuna.Study, space: Space, evaluator: Confirms, device
             "flags": trial.user_attrs.get("flags", ""),
         })
     record = {
+        **session_factor(trials, standings),
         "at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "session": f"{socket.gethostname()}:{os.getpid()}",
         "device_name": device.get("name", ""),
@@ -80,6 +85,24 @@ def confirm_study(study: optuna.Study, space: Space, evaluator: Confirms, device
     }
     study.set_user_attr(CONFIRMATIONS, [*study.user_attrs.get(CONFIRMATIONS, []), record])
     return record
+
+
+def session_factor(trials: list[FrozenTrial], standings: list[Standing]) -> dict[str, Any]:
+    """This session against the stored trials: confirmed ratio / stored ratio, per config (the
+    anchors), and their median; nothing where no trial stored a paired ratio."""
+    factors = [s.to_reference.ratio / stored for s in standings
+               if (stored := trials[s.index - 1].user_attrs.get("ratio"))]
+    if not factors:
+        return {}
+    return {"session_factor": round(statistics.median(factors), 5),
+            "session_factor_range": [round(min(factors), 5), round(max(factors), 5)], "anchors": len(factors)}
+
+
+def session_factors(study: optuna.Study) -> list[dict[str, Any]]:
+    """Every confirmation's session factor, oldest first."""
+    return [{"at": r["at"], "device_name": r.get("device_name", ""), "factor": r["session_factor"],
+             "anchors": r.get("anchors", 0)}
+            for r in study.user_attrs.get(CONFIRMATIONS) or [] if r.get("session_factor") is not None]
 
 
 def last_confirmation(study: optuna.Study) -> dict | None:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 #: fewest counter steps a window must span for a value
 MIN_STEPS = 3
 #: launches are issued in batches of about this many milliseconds between counter reads
-POLL_MS = 2.0
+POLL_MS = 5.0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,69 @@
+"""A confirmation's session factor: its confirmed ratios over the stored ones (issue 32, item 2 in part).
+
+Trials stored with known ratios; a confirmation double measures the same configs with a
+planted session shift. The factor comes out as the shift, and `tuner status` shows it and
+warns when it moves more than the study's resolution.
+"""
+
+import json
+import random
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+
+from tests.conftest import ROOT, tuner
+from tuner.confirm import confirm_study, session_factors
+from tuner.paired import rank_interleaved
+from tuner.space import Space
+from tuner.spec import load_spec
+
+STORED = {(32, 1): 0.95, (32, 2): 0.97, (64, 1): 0.99, (64, 2): 1.02}
+AXES = {"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]}
+
+
+class ShiftedSession:
+    """Times the configs round-robin at their stored ratios x ``shift`` (reference: 1 ms)."""
+
+    def __init__(self, shift: float):
+        self.shift, self.rng = shift, random.Random(5)
+
+    def confirm(self, configs, rounds):
+        ratios = [STORED[(c["BLOCK"], c["THREAD_TILE"])] * self.shift for c in configs]
+        times = [[1.0, *(r * (1 + 0.001 * self.rng.gauss(0, 1)) for r in ratios)] for _ in range(rounds)]
+        return rank_interleaved(times), {}
+
+
+@pytest.fixture
+def stored(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="s", storage=url)
+    dists = {name: CategoricalDistribution(values) for name, values in AXES.items()}
+    for (block, tile), ratio in STORED.items():
+        study.add_trial(optuna.trial.create_trial(params={"BLOCK": block, "THREAD_TILE": tile}, distributions=dists,
+                                                  value=ratio, user_attrs={"status": "ok", "ratio": ratio}))
+    space = Space(load_spec(ROOT / "kernel" / "example_sgemm.py"), {"M_DIM": 64, "N_DIM": 64, "K_DIM": 64}, AXES,
+                  list(AXES), [])
+    return url, study, space
+
+
+def test_each_confirmation_records_its_session_factor(stored):
+    url, study, space = stored
+    for shift in (1.0, 1.012):
+        record = confirm_study(study, space, ShiftedSession(shift), {"name": "Fake GPU"}, top=3, rounds=60)
+        assert record["session_factor"] == pytest.approx(shift, abs=0.001) and record["anchors"] == 3
+    assert [round(f["factor"], 2) for f in session_factors(study)] == [1.0, 1.01]
+
+
+def test_status_shows_the_factors_and_warns_beyond_the_resolution(stored):
+    url, study, space = stored
+    confirm_study(study, space, ShiftedSession(1.0), {"name": "Fake GPU"}, top=3, rounds=60)
+    quiet = tuner("status", "--storage", url)
+    assert quiet.returncode == 0 and "SESSION_FACTORS" in quiet.stdout and "warning" not in quiet.stderr
+    confirm_study(study, space, ShiftedSession(1.012), {"name": "Fake GPU"}, top=3, rounds=60)
+    loud = tuner("status", "--storage", url)
+    factors = json.loads(tuner("status", "--storage", url, "--json").stdout)["studies"][0]["session_factors"]
+    assert [f["factor"] for f in factors] == pytest.approx([1.0, 1.012], abs=0.001)
+    assert loud.returncode == 0 and f"{factors[0]['factor']:.4f} {factors[1]['factor']:.4f}" in loud.stdout
+    assert loud.stderr.count("warning") == 1 and f"{100 * (factors[1]['factor'] - 1):+.2f} %" in loud.stderr
+    assert "Fake GPU" in loud.stderr
