@@ -3,6 +3,7 @@
     tuner run STUDY.toml [--storage URL] [--replay FILE] [--json]   Bayesian search
     tuner grid STUDY.toml [--csv FILE]                              every valid config, as a table and a CSV
     tuner check STUDY.toml [--compile] [--json]                     space summary, compile without a GPU
+    tuner check STUDY.toml --host-dry-run                           a GPU not at hand: its launches into a stub here
     tuner best STUDY.toml|--study NAME [--header FILE] [--json]     the winner's -D flags
     tuner status [--storage URL] [--json]                           studies in a storage
     tuner export STUDY.toml|--study NAME -o FILE.csv                trials to CSV
@@ -125,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="count valid configs; with --compile, compile them all (no GPU)")
     check.add_argument("study_file")
     check.add_argument("--compile", action="store_true", help="compile every valid config in parallel and print REGS/SPILL/SMEM")
+    check.add_argument("--host-dry-run", action="store_true",
+                       help="on a GPU host: every valid config's launch into an ABI twin of a kernel for a GPU not "
+                            "at hand (sm_100a on an H100), compared byte for byte with what the spec meant")
     options.add_flags(check, "check")
     check.add_argument("--json", action="store_true")
     check.set_defaults(func=cmd_check)
@@ -513,6 +517,10 @@ def cmd_check(args) -> int:
     cfg = load_study(args.study_file)
     spec = load_spec(cfg.kernel)
     space = Space.from_study(cfg, spec)
+    if args.host_dry_run:
+        from tuner.host_dry_run import command
+
+        return command(cfg, spec, space, args.run.jobs, args.json)
     summary = space.summary()
     configs: list[dict[str, typing.Any]] = []
     if args.compile:

@@ -184,6 +184,23 @@ def compile_kernel(
     return _apply_limits(result, limits)
 
 
+def kernel_ptx(spec: KernelSpec, config: Config, problem: Problem, arch: str) -> str:
+    """The PTX of one configuration for ``arch``: its entry's parameter list and launch directives,
+    for checks that need no CUBIN (NVRTC only, no ptxas, no cache)."""
+    options = [o for o in compile_options(spec, config, problem, arch)[1:] if not o.startswith("--ptxas-options")]
+    return source_ptx(SourceBundle.load(spec.source_path), arch, options)
+
+
+def source_ptx(bundle: SourceBundle, arch: str, options: Sequence[str] = ("-std=c++17",)) -> str:
+    """NVRTC's PTX of ``bundle`` for ``arch`` (``sm_90a`` is built as ``compute_90a``); raises
+    with the log when it does not compile."""
+    target = f"--gpu-architecture={arch.replace('sm_', 'compute_')}"
+    ok, log, ptx = _nvrtc_compile(bundle, [target, *options], output="ptx")
+    if not ok:
+        raise RuntimeError(f"{bundle.name} does not compile for {arch}: {log[-2000:]}")
+    return ptx.rstrip(b"\0").decode()
+
+
 def helper_cubin(name: str, text: str, arch: str) -> bytes:
     """A tuner-owned kernel (output checks, input generators) built with NVRTC, through the
     compile cache; raises with the log when it does not compile."""
@@ -241,7 +258,8 @@ def _check(err, what: str) -> None:
         raise RuntimeError(f"{what} failed: {err}")
 
 
-def _nvrtc_compile(bundle: SourceBundle, options: Sequence[str]) -> tuple[bool, str, bytes]:
+def _nvrtc_compile(bundle: SourceBundle, options: Sequence[str], output: str = "cubin") -> tuple[bool, str, bytes]:
+    """NVRTC on ``bundle``: (compiled, log, the CUBIN or with ``output="ptx"`` the PTX)."""
     from cuda.bindings import nvrtc
 
     names = sorted(bundle.headers)
@@ -265,6 +283,13 @@ def _nvrtc_compile(bundle: SourceBundle, options: Sequence[str]) -> tuple[bool, 
         log = bytes(log_buf).rstrip(b"\0 ").decode(errors="replace")
         if compile_err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return False, log, b""
+        if output == "ptx":
+            err, size = nvrtc.nvrtcGetPTXSize(prog)
+            _check(err, "nvrtcGetPTXSize")
+            ptx = bytearray(size)
+            (err,) = nvrtc.nvrtcGetPTX(prog, ptx)
+            _check(err, "nvrtcGetPTX")
+            return True, log, bytes(ptx)
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(err, "nvrtcGetCUBINSize")
         cubin = bytearray(size)

@@ -210,6 +210,11 @@ class Supervisor:
         """Time several configs round-robin (``extra["times"]``); faults become a status."""
         return self._run("confirm", job, timeout_s, lambda step, value, samples: False)
 
+    def host_dry_run(self, job: dict[str, Any], timeout_s: float) -> Measurement:
+        """Launch stubs that write back what they receive (:mod:`tuner.host_dry_run`); each
+        case's bytes come back in ``extra["results"]``; faults become a status."""
+        return self._run("host_dry_run", job, timeout_s, lambda step, value, samples: False)
+
     def _run(self, op: str, job: dict[str, Any], timeout_s: float, report: Report) -> Measurement:
         if not self.alive:
             self._start(120.0)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from tuner import host_dry_run
 from tuner.device_inputs import InputGenerator, input_seed
 from tuner.driver import CudaError, kernel_params, launch_config
 from tuner.driver import check as _ck
@@ -77,7 +78,8 @@ def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
     conn.send({"type": "hello", "device": device})
     channel = Channel(conn)
     measurer = Measurer(backend)
-    jobs = {"measure": measurer.measure, "confirm": measurer.confirm}
+    jobs = {"measure": measurer.measure, "confirm": measurer.confirm,
+            "host_dry_run": lambda job, channel: host_dry_run.worker_job(measurer, backend, job, channel)}
     while True:
         try:
             job = conn.recv()
@@ -217,15 +219,20 @@ class CudaBackend:
     def load(self, spec, config: dict, problem: dict, cubin_path: str) -> _Kernel:
         from tuner.spec import DeviceInfo
 
-        cu, d = self.cu, self.device
+        d = self.device
         launch = spec.launch(config, problem, DeviceInfo(d["name"], d["sm_count"], tuple(d["cc"]), d["max_smem_per_block"]))
         if launch.smem_bytes > d["max_smem_per_block"]:
             raise LaunchFailed(f"{launch.smem_bytes} B dynamic SMEM > device limit {d['max_smem_per_block']}")
+        with open(cubin_path, "rb") as f:
+            return self.load_launch(launch, spec.kernel_name, f.read())
+
+    def load_launch(self, launch, kernel_name: str, image: bytes) -> _Kernel:
+        """A CUBIN's entry bound to ``launch`` (arguments, grid, cluster, dynamic SMEM)."""
+        cu = self.cu
         module = None
         try:
-            with open(cubin_path, "rb") as f:
-                module = _ck("cuModuleLoadData", cu.cuModuleLoadData(f.read()))
-            func = _ck("cuModuleGetFunction", cu.cuModuleGetFunction(module, spec.kernel_name.encode()))
+            module = _ck("cuModuleLoadData", cu.cuModuleLoadData(image))
+            func = _ck("cuModuleGetFunction", cu.cuModuleGetFunction(module, kernel_name.encode()))
             _ck("cuFuncSetAttribute", cu.cuFuncSetAttribute(
                 func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.smem_bytes))
             params, keepalive = kernel_params(launch, lambda name: int(self.buffers[name]))
@@ -234,6 +241,28 @@ class CudaBackend:
             if module is not None:
                 cu.cuModuleUnload(module)
             raise LaunchFailed(str(exc), self._context_broken()) from None
+
+    def buffer_address(self, name: str) -> int:
+        return int(self.buffers[name])
+
+    def echo(self, launch, kernel_name: str, image: bytes, record: str, size: int) -> bytes:
+        """Launch a stub that writes what it receives into its ``__device__`` global ``record``
+        (zeroed first); that global's first ``size`` bytes (:mod:`tuner.host_dry_run`)."""
+        cu = self.cu
+        handle = self.load_launch(launch, kernel_name, image)
+        try:
+            address, _ = _ck("cuModuleGetGlobal", cu.cuModuleGetGlobal(handle.module, record.encode()))
+            _ck("cuMemsetD8", cu.cuMemsetD8(address, 0, size))
+            try:
+                handle.run()
+                _ck("cuStreamSynchronize", cu.cuStreamSynchronize(self.stream))
+            except CudaError as exc:
+                raise LaunchFailed(str(exc), self._context_broken()) from None
+            raw = np.empty(size, dtype=np.uint8)
+            _ck("cuMemcpyDtoH", cu.cuMemcpyDtoH(raw.ctypes.data, address, size))
+            return raw.tobytes()
+        finally:
+            handle.close()
 
     def load_baseline(self, spec, problem: dict) -> _HostBaseline:
         launch = spec.baseline(problem, {name: int(ptr) for name, ptr in self.buffers.items()}, int(self.stream))

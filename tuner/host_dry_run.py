@@ -1,0 +1,525 @@
+"""The host side of a kernel for a GPU we cannot reach, proven on one we can.
+
+A study for another GPU (the SM100a megakernel on a B200) has a host side that nothing runs
+before that GPU's first session: the spec's :meth:`~tuner.spec.KernelSpec.launch` (grid, block,
+cluster, dynamic shared memory), the TMA descriptors encoded from it, and the argument array the
+worker marshals. Here each valid config's launch, described for the target device, goes through
+the engine's worker on this GPU into a *stub*: a kernel with the real entry's name, parameter list
+and launch directives (taken from the real kernel's PTX for the study's arch), built for this GPU,
+whose block 0 / thread 0 writes back what it received: every argument's bytes, grid, block,
+cluster shape, dynamic shared memory size, and (every block) how many blocks ran. The stub cannot
+take an extra parameter, so the record is a ``__device__`` global that the worker reads back.
+
+What the spec meant is computed independently: pointers as allocated, scalars packed from their
+values, tensor maps as ``cuTensorMapEncodeTiled`` encodes them. Any byte that differs is a
+difference. Where this GPU's limit is below the target's (shared memory per block, cluster size),
+the stub runs with this GPU's limit and that config's real value is checked against the target's
+row of :mod:`tuner.arch` instead, counted per reason.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import struct
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from tuner.arch import ArchLimits, limits, plain_target
+from tuner.errors import UserError
+from tuner.ptx_entry import PtxEntry, PtxParam, parse_entry
+from tuner.spec import Arg, Buffer, DeviceInfo, Launch, Scalar, TensorMap
+from tuner.supervisor import WorkerDied
+
+#: the stub's result buffer (a ``__device__`` global: the stub keeps the real parameter list)
+RECORD = "tuner_host_dry_run_record"
+MAGIC = 0x7D2B5EED
+#: the record's header, one u32 each, then each argument's bytes at an 8-byte aligned offset
+HEADER = ("magic", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "cluster_x", "cluster_y", "cluster_z",
+          "cluster_ctas", "dynamic_smem", "blocks_run", "params")
+_HEADER_BYTES = 64
+
+#: the device a study's arch means when nobody here has one (a spec's launch may depend on it)
+TARGET_DEVICES = {"sm_100a": DeviceInfo("NVIDIA B200", 148, (10, 0), limits("sm_100a").max_smem_per_block)}
+
+_SCALARS = {"int32": "<i", "uint32": "<I", "int64": "<q", "uint64": "<Q", "float32": "<f"}
+_C_SCALARS = {"u8": "unsigned char", "s8": "signed char", "b8": "unsigned char", "u16": "unsigned short",
+              "s16": "short", "b16": "unsigned short", "f16": "unsigned short", "u32": "unsigned int", "s32": "int",
+              "b32": "unsigned int", "f32": "float", "u64": "unsigned long long", "s64": "long long",
+              "b64": "unsigned long long", "f64": "double"}
+
+
+# -- the stub --------------------------------------------------------------------------------------
+
+
+def arg_offsets(entry: PtxEntry) -> list[int]:
+    """Where each parameter's bytes sit in the record."""
+    offsets, at = [], _HEADER_BYTES
+    for param in entry.params:
+        offsets.append(at)
+        at += (param.size + 7) // 8 * 8
+    return offsets
+
+
+def record_size(entry: PtxEntry) -> int:
+    if not entry.params:
+        return _HEADER_BYTES
+    return arg_offsets(entry)[-1] + (entry.params[-1].size + 7) // 8 * 8
+
+
+def _c_param(index: int, param: PtxParam) -> tuple[str, str]:
+    """(a type declaration or "", the parameter) spelling ``param`` in C++ with the same PTX ABI."""
+    if param.count == 1 and param.ptx_type in _C_SCALARS and param.align == param.size:
+        return "", f"{_C_SCALARS[param.ptx_type]} p{index}"
+    struct_name = f"TunerParam{index}"
+    decl = f"struct __align__({param.align}) {struct_name} {{ unsigned char bytes[{param.size}]; }};\n"
+    return decl, f"const __grid_constant__ {struct_name} p{index}"
+
+
+def stub_source(entry: PtxEntry, cluster: tuple[int, int, int] | None = None) -> str:
+    """CUDA C++ for an ABI twin of ``entry`` that writes back what it receives.
+
+    ``cluster`` replaces the entry's compiled-in cluster dims (a GPU whose clusters are smaller).
+    """
+    if entry.reqntid is not None:
+        raise ValueError(f"{entry.name}: .reqntid has no C++ spelling; the stub cannot repeat it")
+    if entry.maxntid is not None and entry.maxntid[1:] != (1, 1):
+        raise ValueError(f"{entry.name}: .maxntid {entry.maxntid} has no C++ spelling (__launch_bounds__ is 1-D)")
+    decls, params = [], []
+    for i, p in enumerate(entry.params):
+        decl, param = _c_param(i, p)
+        decls.append(decl)
+        params.append(param)
+    attrs = []
+    dims = cluster or entry.reqnctapercluster
+    if dims is not None:
+        attrs.append(f"__cluster_dims__({dims[0]}, {dims[1]}, {dims[2]})")
+    if entry.maxntid is not None:
+        bounds = [str(entry.maxntid[0]), str(entry.minnctapersm or 0)]
+        if entry.maxclusterrank is not None:
+            bounds.append(str(entry.maxclusterrank))
+        attrs.append(f"__launch_bounds__({', '.join(bounds).removesuffix(', 0')})")
+    copies = "".join(f"  tuner_copy(record + {off}, &p{i}, {p.size});\n"
+                     for i, (off, p) in enumerate(zip(arg_offsets(entry), entry.params, strict=True)))
+    sregs = "".join(f"static __device__ __forceinline__ unsigned {n}() {{ unsigned v; "
+                    f"asm volatile(\"mov.u32 %0, %%{r};\" : \"=r\"(v)); return v; }}\n"
+                    for n, r in (("tuner_cx", "cluster_nctaid.x"), ("tuner_cy", "cluster_nctaid.y"),
+                                 ("tuner_cz", "cluster_nctaid.z"), ("tuner_cn", "cluster_nctarank"),
+                                 ("tuner_dsmem", "dynamic_smem_size")))
+    return f"""// generated by tuner/host_dry_run.py: an ABI twin of {entry.name} that writes back what it receives
+{''.join(decls)}__device__ __align__(16) unsigned char {RECORD}[{record_size(entry)}];
+{sregs}static __device__ __forceinline__ void tuner_copy(unsigned char* dst, const void* src, int n) {{
+  const unsigned char* s = static_cast<const unsigned char*>(src);
+  for (int i = 0; i < n; ++i) dst[i] = s[i];
+}}
+
+extern "C" __global__ void {' '.join(attrs)}
+{entry.name}({', '.join(params)}) {{
+  unsigned char* record = {RECORD};
+  unsigned* words = reinterpret_cast<unsigned*>(record);
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) atomicAdd(&words[12], 1u);
+  if ((blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) != 0) return;
+  words[1] = gridDim.x; words[2] = gridDim.y; words[3] = gridDim.z;
+  words[4] = blockDim.x; words[5] = blockDim.y; words[6] = blockDim.z;
+  words[7] = tuner_cx(); words[8] = tuner_cy(); words[9] = tuner_cz(); words[10] = tuner_cn();
+  words[11] = tuner_dsmem(); words[13] = {len(entry.params)}u;
+{copies}  __threadfence();
+  words[0] = {MAGIC}u;
+}}
+"""
+
+
+# -- what the spec meant, and what arrived -----------------------------------------------------------
+
+
+def arg_abi(arg: Arg) -> tuple[int, int]:
+    """(size, alignment) of the parameter an argument fills."""
+    if isinstance(arg, TensorMap):
+        return 128, 64
+    if isinstance(arg, Scalar):
+        size = struct.calcsize(_SCALARS[arg.ctype])
+        return size, size
+    return 8, 8
+
+
+def abi_differences(launch: Launch, entry: PtxEntry) -> list[str]:
+    """Where the launch's arguments do not fit the kernel's parameters (count, size, alignment)."""
+    if len(launch.args) != len(entry.params):
+        return [f"args: {len(launch.args)} arguments for {len(entry.params)} parameters"]
+    found = []
+    for i, (arg, param) in enumerate(zip(launch.args, entry.params, strict=True)):
+        size, align = arg_abi(arg)
+        if (size, align) != (param.size, param.align):
+            found.append(f"arg {i}: {type(arg).__name__} of {size} B (align {align}) for a parameter of "
+                         f"{param.size} B (align {param.align})")
+    return found
+
+
+def expected_args(launch: Launch, address_of: Callable[[str], int],
+                  encode: Callable[[TensorMap, int], bytes]) -> list[bytes]:
+    """The bytes the spec means each argument to be: a pointer as allocated, a scalar packed from its
+    value (a value its type cannot hold raises), a tensor map as ``encode`` (cuTensorMapEncodeTiled)
+    makes it from the buffer's address."""
+    found = []
+    for arg in launch.args:
+        if isinstance(arg, Buffer):
+            found.append(struct.pack("<Q", address_of(arg.name)))
+        elif isinstance(arg, Scalar):
+            found.append(struct.pack(_SCALARS[arg.ctype], arg.value))
+        else:
+            found.append(encode(arg, address_of(arg.buffer)))
+    return found
+
+
+@dataclass(frozen=True)
+class Received:
+    """A decoded stub record."""
+
+    header: dict[str, int]
+    args: list[bytes]
+
+
+def decode_record(raw: bytes, entry: PtxEntry) -> Received:
+    header = dict(zip(HEADER, struct.unpack_from(f"<{len(HEADER)}I", raw), strict=True))
+    args = [bytes(raw[off:off + p.size]) for off, p in zip(arg_offsets(entry), entry.params, strict=True)]
+    return Received(header, args)
+
+
+def differences(launch: Launch, entry: PtxEntry, sent: Sequence[bytes], received: Received,
+                cluster: tuple[int, int, int] | None = None) -> list[str]:
+    """Each way ``received`` differs from what ``launch`` meant (``sent``: :func:`expected_args`).
+
+    ``cluster``: the cluster shape the launch must get (the kernel's compiled-in one, else the launch's).
+    """
+    h = received.header
+    if h["magic"] != MAGIC:
+        return ["record: block 0 / thread 0 never wrote it"]
+    found = []
+    want_cluster = cluster or launch.cluster
+    for name, want, got in (
+        ("grid", tuple(launch.grid), (h["grid_x"], h["grid_y"], h["grid_z"])),
+        ("block", tuple(launch.block), (h["block_x"], h["block_y"], h["block_z"])),
+        ("cluster", tuple(want_cluster), (h["cluster_x"], h["cluster_y"], h["cluster_z"])),
+        ("cluster_ctas", want_cluster[0] * want_cluster[1] * want_cluster[2], h["cluster_ctas"]),
+        ("dynamic_smem", launch.smem_bytes, h["dynamic_smem"]),
+        ("blocks_run", launch.grid[0] * launch.grid[1] * launch.grid[2], h["blocks_run"]),
+        ("params", len(entry.params), h["params"]),
+    ):
+        if want != got:
+            found.append(f"{name}: meant {want}, received {got}")
+    for i, (want_bytes, got_bytes) in enumerate(zip(sent, received.args, strict=True)):
+        if want_bytes != got_bytes:
+            first = next(j for j, (a, b) in enumerate(zip(want_bytes, got_bytes, strict=False)) if a != b) \
+                if len(want_bytes) == len(got_bytes) else 0
+            found.append(f"arg {i}: {sum(a != b for a, b in zip(want_bytes, got_bytes, strict=False))} byte(s) differ "
+                         f"(first at {first}: meant {want_bytes[first:first + 8].hex()}, received "
+                         f"{got_bytes[first:first + 8].hex()})")
+    return found
+
+
+# -- fitting a target's launch to this GPU -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A target launch as this GPU can take it: the launch and stub cluster actually used, what was
+    capped (reasons) and where the real values break the target's own limits."""
+
+    launch: Launch
+    cluster: tuple[int, int, int] | None  # the stub's compiled-in cluster dims
+    capped: tuple[str, ...] = ()
+    target_violations: tuple[str, ...] = ()
+
+
+def _shrink(dims: tuple[int, int, int], most: int) -> tuple[int, int, int]:
+    x, y, z = dims
+    while x * y * z > most:
+        if x > 1:
+            x = (x + 1) // 2
+        elif y > 1:
+            y = (y + 1) // 2
+        else:
+            z = (z + 1) // 2
+    return x, y, z
+
+
+def fit(launch: Launch, entry: PtxEntry, host: ArchLimits, target: ArchLimits) -> Fitted:
+    """The launch this GPU (``host``) can take in place of ``launch`` meant for ``target``."""
+    capped, violations = [], []
+    if launch.smem_bytes > host.max_smem_per_block:
+        capped.append("smem")
+        if launch.smem_bytes > target.max_smem_per_block:
+            violations.append(f"target limit: dynamic smem {launch.smem_bytes} > {target.name}'s {target.max_smem_per_block}")
+        launch = replace(launch, smem_bytes=host.max_smem_per_block)
+    compiled = entry.reqnctapercluster
+    dims = compiled or tuple(launch.cluster)
+    size = dims[0] * dims[1] * dims[2]
+    if size > target.max_cluster_size:
+        violations.append(f"target limit: cluster of {size} > {target.name}'s {target.max_cluster_size}")
+    if size > host.max_cluster_size:
+        capped.append("cluster")
+        small = _shrink(dims, host.max_cluster_size)  # type: ignore[arg-type]
+        if compiled:
+            compiled = small
+        else:
+            launch = replace(launch, cluster=small)
+    return Fitted(launch, compiled, tuple(capped), tuple(violations))
+
+
+# -- the jobs sent to the worker ---------------------------------------------------------------------
+
+
+def launch_to_json(launch: Launch) -> dict[str, Any]:
+    return {**asdict(launch), "args": [{"kind": type(a).__name__, **asdict(a)} for a in launch.args]}
+
+
+def launch_from_json(data: Mapping[str, Any]) -> Launch:
+    kinds = {"Buffer": Buffer, "Scalar": Scalar, "TensorMap": TensorMap}
+    args: list[Arg] = []
+    for a in data["args"]:
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in a.items() if k != "kind"}
+        args.append(kinds[a["kind"]](**fields))
+    return Launch(grid=tuple(data["grid"]), block=tuple(data["block"]), args=args,  # type: ignore[arg-type]
+                  cluster=tuple(data["cluster"]), smem_bytes=int(data["smem_bytes"]))  # type: ignore[arg-type]
+
+
+def worker_job(measurer, backend, job: dict, channel) -> tuple[Any, bool]:
+    """The worker's side (``op: host_dry_run``): the problem's buffers (as a measurement has them),
+    then each case's stub launched and its record read back, with the bytes the spec meant."""
+    from tuner.driver import tensor_map
+    from tuner.measure import LaunchFailed
+    from tuner.record import Measurement
+
+    measurer.prepare(job)
+    channel.ready()
+
+    def encode(tm: TensorMap, address: int) -> bytes:
+        import ctypes
+
+        return ctypes.string_at(int(tensor_map(tm, address).getPtr()), 128)
+
+    results: list[dict[str, Any]] = []
+    for step, case in enumerate(job["cases"]):
+        launch = launch_from_json(case["launch"])
+        try:
+            sent = expected_args(launch, backend.buffer_address, encode)
+            raw = backend.echo(launch, case["kernel_name"], case["image"], RECORD, case["record_size"])
+            results.append({"sent": [s.hex() for s in sent], "record": raw.hex()})
+        except LaunchFailed as exc:
+            results.append({"error": exc.reason})
+            if exc.restart:
+                return Measurement("launch_error", reason=exc.reason, extra={"results": results}), True
+        except (struct.error, KeyError) as exc:  # a scalar its type cannot hold, a buffer the problem lacks
+            results.append({"error": f"{type(exc).__name__}: {exc}"})
+        if step % 16 == 15:
+            channel.block(step, float(step + 1), [], step + 1)
+    return Measurement("ok", extra={"results": results}), False
+
+
+# -- the whole run -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """One distinct (kernel ABI, launch) of the study, and how many valid configs share it."""
+
+    entry: PtxEntry
+    launch: Launch
+    configs: int = 0
+    fitted: Fitted | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DryRunSummary:
+    study: str
+    device: str
+    target: str
+    configs: int = 0
+    distinct_launches: int = 0
+    stubs: int = 0
+    configs_with_differences: int = 0
+    differences: dict[str, int] = field(default_factory=dict)  # by kind, counted over configs
+    checked_against_target: dict[str, int] = field(default_factory=dict)  # configs, by capped limit
+    examples: list[str] = field(default_factory=list)
+    ptx_s: float = 0.0
+    launch_s: float = 0.0
+    duration_s: float = 0.0
+
+    def lines(self) -> list[str]:
+        out = [f"{self.study}: host dry run on {self.device} of {self.configs} valid config(s) meant for "
+               f"{self.target}: {self.distinct_launches} distinct launch(es), {self.stubs} stub(s)",
+               f"  differences: {self.configs_with_differences} config(s)"
+               + (" (" + ", ".join(f"{k}={v}" for k, v in sorted(self.differences.items())) + ")" if self.differences else "")]
+        if self.checked_against_target:
+            out.append(f"  checked against the {self.target} row of the limits table instead (this GPU's limit is lower): "
+                       + ", ".join(f"{k}={v}" for k, v in sorted(self.checked_against_target.items())))
+        else:
+            out.append(f"  checked against the {self.target} row instead: 0 config(s) (no limit of this GPU is lower)")
+        out += [f"  e.g. {e}" for e in self.examples[:5]]
+        out.append(f"  duration: {self.duration_s:.1f} s (PTX {self.ptx_s:.1f} s, launches {self.launch_s:.1f} s)")
+        return out
+
+
+def _entry_job(job: tuple) -> PtxEntry:
+    from tuner.compile import kernel_ptx
+    from tuner.spec import load_spec
+
+    spec_path, config, problem, arch = job
+    spec = load_spec(spec_path)
+    return parse_entry(kernel_ptx(spec, config, problem, arch), spec.kernel_name)
+
+
+def real_entries(spec, configs: Sequence[dict], problem: dict, arch: str, jobs: int,
+                 progress: Callable[[int], None] | None = None) -> list[PtxEntry]:
+    """The real kernel's entry of each config, from its PTX for ``arch`` (in ``jobs`` processes)."""
+    work = [(str(spec.path), c, problem, arch) for c in configs]
+    if jobs <= 1 or len(work) <= 1:
+        found = []
+        for w in work:
+            found.append(_entry_job(w))
+            if progress:
+                progress(len(found))
+        return found
+    from tuner.lifetime import exit_with
+
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("forkserver"), initializer=exit_with,
+                             initargs=(os.getpid(),)) as pool:
+        found = []
+        for entry in pool.map(_entry_job, work, chunksize=4):
+            found.append(entry)
+            if progress and (len(found) % max(64, len(work) // 10) == 0 or len(found) == len(work)):
+                progress(len(found))
+        return found
+
+
+def run(cfg, spec, space, supervisor, jobs: int, chunk: int = 64, timeout_s: float = 120.0,
+        say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> DryRunSummary:
+    """The host dry run of every valid config of a study (``cfg``: its StudyConfig) on the worker's GPU."""
+    from tuner.compile import helper_cubin
+
+    started = time.perf_counter()
+    target = limits(cfg.arch)
+    device_info = TARGET_DEVICES.get(cfg.arch)
+    if device_info is None:
+        raise UserError(f"host dry run: no target device known for arch {cfg.arch!r} "
+                        f"(known: {', '.join(TARGET_DEVICES)}); it is for studies of a GPU not at hand")
+    problem = space.problem
+    job_base = {"spec_path": str(spec.path), "problem": problem, "seed": 0}
+    try:
+        device = supervisor.start()
+    except WorkerDied as exc:
+        raise UserError(f"host dry run: no usable CUDA GPU here ({exc}); it runs on a GPU host (an H100/H200)") from None
+    supervisor.prepare(job_base)  # the problem's buffers come up while the PTX compiles
+    configs = [space.full_config(p) for p in space.valid]
+    summary = DryRunSummary(cfg.name, "", f"{cfg.arch} ({device_info.name}, {device_info.sm_count} SMs)", len(configs))
+    say(f"{cfg.name}: {len(configs)} valid configs; compiling each one's PTX for {cfg.arch} ({jobs} processes)")
+    entries = real_entries(spec, configs, problem, cfg.arch, jobs,
+                           lambda n: say(f"  PTX {n}/{len(configs)} ({time.perf_counter() - started:.0f} s)"))
+    summary.ptx_s = time.perf_counter() - started
+
+    cases: dict[tuple, Case] = {}
+    config_case: list[tuple | None] = []
+    for config, entry in zip(configs, entries, strict=True):
+        try:
+            launch = spec.launch(config, problem, device_info)
+        except Exception as exc:  # the spec's launch() itself fails for a valid config
+            reason = f"launch(): {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            _count(summary, [reason], config)
+            config_case.append(None)
+            continue
+        key = (entry, launch.grid, launch.block, tuple(launch.args), launch.cluster, launch.smem_bytes)
+        case = cases.setdefault(key, Case(entry, launch))
+        case.configs += 1
+        config_case.append(key)
+    summary.distinct_launches = len(cases)
+
+    summary.device = str(device.get("name", "?"))
+    host_arch = plain_target(device.get("cc", (0, 0)))
+    host = limits(host_arch)
+    host = replace(host, max_smem_per_block=min(host.max_smem_per_block, int(device.get("max_smem_per_block", 0))))
+    stubs: dict[tuple, bytes] = {}
+    runnable: list[tuple[tuple, Case]] = []
+    for key, case in cases.items():
+        case.problems = abi_differences(case.launch, case.entry)
+        case.fitted = fit(case.launch, case.entry, host, target)
+        case.problems += list(case.fitted.target_violations)
+        if abi_differences(case.launch, case.entry):
+            continue  # the driver would read past an argument: no launch
+        stub_key = (case.entry, case.fitted.cluster)
+        if stub_key not in stubs:
+            stubs[stub_key] = helper_cubin(f"{spec.kernel_name}_stub.cu", stub_source(case.entry, case.fitted.cluster),
+                                           host_arch)
+        runnable.append((key, case))
+    summary.stubs = len(stubs)
+    say(f"  {len(cases)} distinct launch(es), {len(stubs)} stub(s) for {host_arch}; launching on {summary.device}")
+
+    launched = time.perf_counter()
+    for first in range(0, len(runnable), chunk):
+        part = runnable[first:first + chunk]
+        job = {**job_base, "cases": [{"launch": launch_to_json(c.fitted.launch), "kernel_name": c.entry.name,  # type: ignore[union-attr]
+                                      "image": stubs[(c.entry, c.fitted.cluster)], "record_size": record_size(c.entry)}  # type: ignore[union-attr]
+                                     for _, c in part]}
+        result = supervisor.host_dry_run(job, timeout_s)
+        answers = result.extra.get("results", [])
+        for i, (_, case) in enumerate(part):
+            if i >= len(answers):
+                case.problems.append(f"worker: {result.status}: {result.reason}")
+                continue
+            answer = answers[i]
+            if "error" in answer:
+                case.problems.append(f"launch: {answer['error']}")
+                continue
+            fitted = case.fitted
+            assert fitted is not None
+            received = decode_record(bytes.fromhex(answer["record"]), case.entry)
+            case.problems += differences(fitted.launch, case.entry, [bytes.fromhex(s) for s in answer["sent"]], received,
+                                         fitted.cluster)
+        say(f"  launched {min(first + chunk, len(runnable))}/{len(runnable)} ({time.perf_counter() - started:.0f} s)")
+    summary.launch_s = time.perf_counter() - launched
+
+    for config, case_key in zip(configs, config_case, strict=True):
+        if case_key is None:
+            continue
+        case = cases[case_key]
+        _count(summary, case.problems, config)
+        assert case.fitted is not None
+        for reason in case.fitted.capped:
+            summary.checked_against_target[reason] = summary.checked_against_target.get(reason, 0) + 1
+    summary.duration_s = time.perf_counter() - started
+    return summary
+
+
+def _count(summary: DryRunSummary, problems: list[str], config: dict) -> None:
+    if not problems:
+        return
+    summary.configs_with_differences += 1
+    for kind in Counter(p.split(":")[0] for p in problems):
+        summary.differences[kind] = summary.differences.get(kind, 0) + 1
+    if len(summary.examples) < 5:
+        summary.examples.append(f"{problems[0]} ({', '.join(f'{k}={v}' for k, v in config.items())})")
+
+
+def command(cfg, spec, space, jobs: int | None, as_json: bool) -> int:
+    """``tuner check STUDY --host-dry-run``: the summary printed (or one JSON line); exit code 0 when
+    nothing differs, 1 otherwise."""
+    import json
+
+    from tuner.compile import default_jobs
+    from tuner.supervisor import Supervisor
+
+    supervisor = Supervisor.from_env()
+    try:
+        summary = run(cfg, spec, space, supervisor, jobs or default_jobs())
+    finally:
+        supervisor.stop()
+    if as_json:
+        print(json.dumps(asdict(summary)))
+    else:
+        print("\n".join(summary.lines()))
+    return 1 if summary.configs_with_differences else 0
