@@ -1,6 +1,7 @@
 """The SM100a host dry run (tuner/host_dry_run.py): the stub is the real kernel's ABI twin (checked
 here with NVRTC, no GPU), and the comparison flags what differs; the launch itself is a GPU test."""
 
+import json
 import random
 import struct
 
@@ -18,6 +19,7 @@ from tuner.host_dry_run import (
     arg_offsets,
     decode_record,
     differences,
+    directive_differences,
     expected_args,
     fit,
     launch_from_json,
@@ -176,6 +178,16 @@ def test_arguments_that_do_not_fit_the_parameters_are_flagged_before_launching()
     assert abi_differences(short, ENTRY) == ["args: 4 arguments for 5 parameters"]
 
 
+def test_a_launch_that_breaks_the_kernels_directives_is_flagged():
+    launch = _launch()
+    assert directive_differences(launch, ENTRY) == []  # 224 threads, a 2-CTA cluster, as compiled
+    wide = Launch(launch.grid, (256, 1, 1), launch.args, launch.cluster, launch.smem_bytes)
+    assert directive_differences(wide, ENTRY) == ["kernel threads: a block of 256 > the kernel's .maxntid (224, 1, 1)"]
+    single = Launch(launch.grid, launch.block, launch.args, (1, 1, 1), launch.smem_bytes)
+    assert directive_differences(single, ENTRY) == [
+        "kernel cluster: the launch says (1, 1, 1), the kernel is compiled for (2, 1, 1)"]
+
+
 def test_a_scalar_its_type_cannot_hold_is_not_silently_truncated():
     launch = Launch((1, 1, 1), (32, 1, 1), [Scalar("int32", 2**31)])
     with pytest.raises(struct.error):
@@ -216,3 +228,92 @@ def test_without_a_gpu_the_command_says_so_in_one_line():
     result = tuner("check", ROOT / "studies" / "patch_embed_sm100a.toml", "--host-dry-run", timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "no usable CUDA GPU" in result.stderr
+
+
+# -- the command, end to end, with a worker that echoes without a GPU -----------------------------------
+
+
+def _small_study(tmp_path, kernel=ROOT / "kernel" / "gemm_sm100a.py"):
+    """patch_embed_sm100a on a smaller M and fewer values: real PTX for each config, in seconds."""
+    text = (ROOT / "studies" / "patch_embed_sm100a.toml").read_text()
+    text = text.replace('kernel = "../kernel/gemm_sm100a.py"', f'kernel = "{kernel}"')
+    text = text.replace("M = 928256", "M = 1024").replace("PHASE2_UNROLL = [4, 8, 16]", "PHASE2_UNROLL = [8]")
+    text = text.replace("STAGING_ROW_PAD = [0, 16, 32]", "STAGING_ROW_PAD = [16]").replace("N_STAGES = [3, 4, 5]", "N_STAGES = [4]")
+    for axis in ("SNAKE_ORDER", "TMA_L2_PROMOTION", "TMEM_LOAD_WIDTH", "COMBINED_LOAD_VEC"):
+        text = "\n".join(line for line in text.splitlines() if not line.startswith(axis))
+    path = tmp_path / "small_sm100a.toml"
+    path.write_text(text)
+    cfg = load_study(path)
+    return path, len(Space.from_study(cfg, load_spec(cfg.kernel)).valid)
+
+
+ECHO = {"TUNER_WORKER_BACKEND": f"{ROOT / 'tests' / 'echo_backend.py'}:EchoBackend"}
+
+
+def test_the_command_counts_configs_launches_and_differences(tmp_path):
+    study, valid = _small_study(tmp_path)
+    assert valid == 6  # TN x NUM_EPI_WARPS x ADD_SOURCE less TN=128 with 5 warps
+    env = {**ECHO, "TUNER_CACHE_DIR": str(tmp_path / "cache")}
+    ok = tuner("check", study, "--host-dry-run", "--jobs", "2", env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert f"host dry run on Echo GPU of {valid} valid config(s) meant for sm_100a (NVIDIA B200, 148 SMs)" in ok.stdout
+    assert f"{valid} distinct launch(es), 2 stub(s)" in ok.stdout  # 2 entries: 192 and 224 threads
+    assert "differences: 0 config(s)" in ok.stdout and "row instead: 0 config(s)" in ok.stdout
+    assert "PTX 6/6" in ok.stderr and "launched 6/6" in ok.stderr
+
+    flipped = tuner("check", study, "--host-dry-run", "--jobs", "2", env={**env, "FAKE_ECHO_FLIP": "1:77"})
+    assert flipped.returncode == 1, flipped.stderr
+    assert f"differences: {valid} config(s) (arg 1={valid})" in flipped.stdout
+
+    narrow = tuner("check", study, "--host-dry-run", "--jobs", "2", "--json", env={**env, "FAKE_ECHO_CLUSTER": "1"})
+    assert narrow.returncode == 1
+    summary = json.loads(narrow.stdout)
+    assert summary["differences"] == {"cluster": valid, "cluster_ctas": valid} and summary["configs"] == valid
+
+
+def _planted_spec(tmp_path, launch_change):
+    """gemm_sm100a's spec with its launch changed by ``launch_change`` (dataclasses.replace keywords)."""
+    path = tmp_path / "planted_sm100a.py"
+    path.write_text(f"""import dataclasses
+from tuner.spec import load_spec
+
+_base = type(load_spec({str(ROOT / "kernel" / "gemm_sm100a.py")!r}))
+
+
+class Spec(_base):
+    source = {str(ROOT / "kernel" / "gemm_sm100a.cu")!r}
+
+    def launch(self, config, problem, device):
+        return dataclasses.replace(super().launch(config, problem, device), {launch_change})
+""")
+    return path
+
+
+def test_a_launch_that_disagrees_with_the_kernels_cluster_is_counted(tmp_path):
+    study, valid = _small_study(tmp_path, _planted_spec(tmp_path, "cluster=(1, 1, 1)"))
+    result = tuner("check", study, "--host-dry-run", "--jobs", "2", "--json",
+                   env={**ECHO, "TUNER_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.returncode == 1, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["configs_with_differences"] == valid and summary["differences"]["kernel cluster"] == valid
+
+
+# -- on a GPU: the real worker, driver and stub ------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_every_launch_of_a_small_sm100a_study_arrives_unchanged(tmp_path):
+    study, valid = _small_study(tmp_path)
+    result = tuner("check", study, "--host-dry-run", "--json", env={"TUNER_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["configs"] == valid and summary["configs_with_differences"] == 0 and summary["stubs"] == 2
+
+
+@pytest.mark.gpu
+def test_gpu_a_block_wider_than_the_kernel_allows_fails_to_launch_as_on_a_b200(tmp_path):
+    study, valid = _small_study(tmp_path, _planted_spec(tmp_path, "block=(256, 1, 1)"))
+    result = tuner("check", study, "--host-dry-run", "--json", env={"TUNER_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.returncode == 1, result.stdout + result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["differences"]["launch"] >= 1 and summary["differences"]["kernel threads"] >= 1

@@ -160,6 +160,22 @@ def abi_differences(launch: Launch, entry: PtxEntry) -> list[str]:
     return found
 
 
+def directive_differences(launch: Launch, entry: PtxEntry) -> list[str]:
+    """Where the launch breaks the kernel's own launch directives (threads, cluster shape)."""
+    found = []
+    threads = launch.block[0] * launch.block[1] * launch.block[2]
+    if entry.maxntid is not None and threads > entry.maxntid[0] * entry.maxntid[1] * entry.maxntid[2]:
+        found.append(f"kernel threads: a block of {threads} > the kernel's .maxntid {entry.maxntid}")
+    if entry.reqntid is not None and tuple(launch.block) != entry.reqntid:
+        found.append(f"kernel threads: block {tuple(launch.block)} but the kernel's .reqntid is {entry.reqntid}")
+    if entry.reqnctapercluster is not None and tuple(launch.cluster) != entry.reqnctapercluster:
+        found.append(f"kernel cluster: the launch says {tuple(launch.cluster)}, the kernel is compiled for "
+                     f"{entry.reqnctapercluster}")
+    if entry.explicitcluster and entry.reqnctapercluster is None and tuple(launch.cluster) == (1, 1, 1):
+        found.append("kernel cluster: the kernel must be launched as a cluster; the launch gives none")
+    return found
+
+
 def expected_args(launch: Launch, address_of: Callable[[str], int],
                   encode: Callable[[TensorMap, int], bytes]) -> list[bytes]:
     """The bytes the spec means each argument to be: a pointer as allocated, a scalar packed from its
@@ -291,23 +307,16 @@ def launch_from_json(data: Mapping[str, Any]) -> Launch:
 def worker_job(measurer, backend, job: dict, channel) -> tuple[Any, bool]:
     """The worker's side (``op: host_dry_run``): the problem's buffers (as a measurement has them),
     then each case's stub launched and its record read back, with the bytes the spec meant."""
-    from tuner.driver import tensor_map
     from tuner.measure import LaunchFailed
     from tuner.record import Measurement
 
     measurer.prepare(job)
     channel.ready()
-
-    def encode(tm: TensorMap, address: int) -> bytes:
-        import ctypes
-
-        return ctypes.string_at(int(tensor_map(tm, address).getPtr()), 128)
-
     results: list[dict[str, Any]] = []
     for step, case in enumerate(job["cases"]):
         launch = launch_from_json(case["launch"])
         try:
-            sent = expected_args(launch, backend.buffer_address, encode)
+            sent = expected_args(launch, backend.buffer_address, backend.tensor_map_bytes)
             raw = backend.echo(launch, case["kernel_name"], case["image"], RECORD, case["record_size"])
             results.append({"sent": [s.hex() for s in sent], "record": raw.hex()})
         except LaunchFailed as exc:
@@ -340,6 +349,7 @@ class DryRunSummary:
     study: str
     device: str
     target: str
+    target_arch: str
     configs: int = 0
     distinct_launches: int = 0
     stubs: int = 0
@@ -357,11 +367,11 @@ class DryRunSummary:
                f"  differences: {self.configs_with_differences} config(s)"
                + (" (" + ", ".join(f"{k}={v}" for k, v in sorted(self.differences.items())) + ")" if self.differences else "")]
         if self.checked_against_target:
-            out.append(f"  checked against the {self.target} row of the limits table instead (this GPU's limit is lower): "
+            out.append(f"  checked against the {self.target_arch} row of the limits table instead (this GPU's limit is lower): "
                        + ", ".join(f"{k}={v}" for k, v in sorted(self.checked_against_target.items())))
         else:
-            out.append(f"  checked against the {self.target} row instead: 0 config(s) (no limit of this GPU is lower)")
-        out += [f"  e.g. {e}" for e in self.examples[:5]]
+            out.append(f"  checked against the {self.target_arch} row instead: 0 config(s) (no limit of this GPU is lower)")
+        out += [f"  e.g. {e}" for e in self.examples[:3]]
         out.append(f"  duration: {self.duration_s:.1f} s (PTX {self.ptx_s:.1f} s, launches {self.launch_s:.1f} s)")
         return out
 
@@ -417,7 +427,8 @@ def run(cfg, spec, space, supervisor, jobs: int, chunk: int = 64, timeout_s: flo
         raise UserError(f"host dry run: no usable CUDA GPU here ({exc}); it runs on a GPU host (an H100/H200)") from None
     supervisor.prepare(job_base)  # the problem's buffers come up while the PTX compiles
     configs = [space.full_config(p) for p in space.valid]
-    summary = DryRunSummary(cfg.name, "", f"{cfg.arch} ({device_info.name}, {device_info.sm_count} SMs)", len(configs))
+    summary = DryRunSummary(cfg.name, "", f"{cfg.arch} ({device_info.name}, {device_info.sm_count} SMs)", cfg.arch,
+                            len(configs))
     say(f"{cfg.name}: {len(configs)} valid configs; compiling each one's PTX for {cfg.arch} ({jobs} processes)")
     entries = real_entries(spec, configs, problem, cfg.arch, jobs,
                            lambda n: say(f"  PTX {n}/{len(configs)} ({time.perf_counter() - started:.0f} s)"))
@@ -446,7 +457,7 @@ def run(cfg, spec, space, supervisor, jobs: int, chunk: int = 64, timeout_s: flo
     stubs: dict[tuple, bytes] = {}
     runnable: list[tuple[tuple, Case]] = []
     for key, case in cases.items():
-        case.problems = abi_differences(case.launch, case.entry)
+        case.problems = abi_differences(case.launch, case.entry) + directive_differences(case.launch, case.entry)
         case.fitted = fit(case.launch, case.entry, host, target)
         case.problems += list(case.fitted.target_violations)
         if abi_differences(case.launch, case.entry):

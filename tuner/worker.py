@@ -25,7 +25,7 @@ import numpy as np
 
 from tuner import host_dry_run
 from tuner.device_inputs import InputGenerator, input_seed
-from tuner.driver import CudaError, kernel_params, launch_config
+from tuner.driver import CudaError, kernel_params, launch_config, tensor_map
 from tuner.driver import check as _ck
 from tuner.measure import LaunchFailed, Measurer
 from tuner.record import Measurement
@@ -244,6 +244,12 @@ class CudaBackend:
 
     def buffer_address(self, name: str) -> int:
         return int(self.buffers[name])
+
+    def tensor_map_bytes(self, tm, address: int) -> bytes:
+        """The 128 bytes ``cuTensorMapEncodeTiled`` makes of ``tm`` over ``address``."""
+        import ctypes
+
+        return ctypes.string_at(int(tensor_map(tm, address).getPtr()), 128)
 
     def echo(self, launch, kernel_name: str, image: bytes, record: str, size: int) -> bytes:
         """Launch a stub that writes what it receives into its ``__device__`` global ``record``
