@@ -46,6 +46,10 @@ def _real_entry(spec, config, problem):
     return parse_entry(kernel_ptx(spec, config, problem, "sm_100a"), spec.kernel_name)
 
 
+def _fast_entry(spec, config, problem):
+    return parse_entry(kernel_ptx(spec, config, problem, "sm_100a", fast=True), spec.kernel_name)
+
+
 # -- the stub ------------------------------------------------------------------------------------------
 
 
@@ -57,6 +61,7 @@ def test_stub_has_the_real_kernels_ptx_entry_for_sampled_configs(study, tmp_path
     sample.append(next(p for p in space.valid if p["NUM_EPI_WARPS"] != sample[0]["NUM_EPI_WARPS"]))
     for params in sample:
         real = _real_entry(spec, space.full_config(params), space.problem)
+        assert _fast_entry(spec, space.full_config(params), space.problem) == real  # the dry run's quick PTX: same entry
         assert real.signature == ((128, 64), (128, 64), (8, 8), (8, 8), (8, 8))  # two CUtensorMaps, three pointers
         source = stub_source(real)
         stub = parse_entry(source_ptx(SourceBundle("stub.cu", source), "sm_90a"), spec.kernel_name)

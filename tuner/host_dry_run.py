@@ -382,7 +382,7 @@ def _entry_job(job: tuple) -> PtxEntry:
 
     spec_path, config, problem, arch = job
     spec = load_spec(spec_path)
-    return parse_entry(kernel_ptx(spec, config, problem, arch), spec.kernel_name)
+    return parse_entry(kernel_ptx(spec, config, problem, arch, fast=True), spec.kernel_name)
 
 
 def real_entries(spec, configs: Sequence[dict], problem: dict, arch: str, jobs: int,
