@@ -222,6 +222,9 @@ def test_a_smaller_gpu_caps_smem_and_cluster_and_checks_the_target_row_instead()
     assert fitted.capped == ("smem", "cluster")
     assert fitted.launch.smem_bytes == small.max_smem_per_block and fitted.cluster == (1, 1, 1)
     assert fitted.target_violations == ()  # 16 CTAs and the launch's SMEM fit the B200
+    assert fitted.launch.cluster == (1, 1, 1)  # no cluster attribute either
+    stub = parse_entry(source_ptx(SourceBundle("stub.cu", stub_source(big_cluster, fitted.cluster)), "sm_89"), "k")
+    assert stub.reqnctapercluster is None and stub.signature == big_cluster.signature  # builds where clusters do not exist
     too_big = Launch(launch.grid, launch.block, launch.args, (32, 1, 1), 240 * 1024)
     fitted = fit(too_big, ENTRY.__class__(ENTRY.name, ENTRY.params), small, limits("sm_100a"))
     assert fitted.launch.cluster == (1, 1, 1)
