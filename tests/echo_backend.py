@@ -6,7 +6,7 @@ tested on the CPU. ``FAKE_ECHO_FLIP=ARG:BYTE`` flips one byte of that argument i
 import os
 import struct
 
-from tuner.host_dry_run import HEADER, MAGIC, expected_args
+from tuner.echo_stub import HEADER, MAGIC, expected_args
 
 
 class EchoBackend:

@@ -10,10 +10,9 @@ import pytest
 from tests.conftest import ROOT, tuner
 from tuner.arch import limits
 from tuner.compile import SourceBundle, helper_cubin, kernel_ptx, source_ptx
-from tuner.host_dry_run import (
+from tuner.echo_stub import (
     HEADER,
     MAGIC,
-    TARGET_DEVICES,
     Received,
     abi_differences,
     arg_offsets,
@@ -21,12 +20,10 @@ from tuner.host_dry_run import (
     differences,
     directive_differences,
     expected_args,
-    fit,
-    launch_from_json,
-    launch_to_json,
     record_size,
     stub_source,
 )
+from tuner.host_dry_run import TARGET_DEVICES, fit, launch_from_json, launch_to_json
 from tuner.ptx_entry import parse_entry
 from tuner.space import Space
 from tuner.spec import Buffer, Launch, Scalar, TensorMap, load_spec
