@@ -229,6 +229,12 @@ def test_a_smaller_gpu_caps_smem_and_cluster_and_checks_the_target_row_instead()
                                         "target limit: cluster of 32 > sm_100a's 16")
 
 
+def test_a_study_for_a_gpu_at_hand_is_told_in_one_line():
+    result = tuner("check", ROOT / "studies" / "example_sgemm.toml", "--host-dry-run")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "no target device known for arch" in result.stderr and "sm_100a" in result.stderr
+
+
 def test_without_a_gpu_the_command_says_so_in_one_line():
     result = tuner("check", ROOT / "studies" / "patch_embed_sm100a.toml", "--host-dry-run", timeout=120)
     assert result.returncode == 2, result.stderr
