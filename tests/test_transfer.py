@@ -8,8 +8,9 @@ from tests.test_sampler import recorded_space
 from tuner import parzen
 from tuner.parzen import ParzenSearch
 from tuner.pool import Pool
-from tuner.replay import Record
+from tuner.replay import Record, make_replay_spec
 from tuner.sampler import ValidOnlySampler
+from tuner.space import Space
 from tuner.transfer import SpaceMap, nearest_value
 from tuner.warm_start import MOVED_MARK, prior_trials, space_map, transfer_message, warm_start
 
@@ -54,6 +55,11 @@ def test_a_config_is_mapped_along_the_axes_order_and_its_moved_axes_are_named():
     moved = mapper.map({"BLOCK": 256, "METHOD": "a", "STAGES": 5, "EXTRA": 1})
     assert moved.params == {"BLOCK": 64, "METHOD": "a", "STAGES": 4} and space.is_valid(moved.params)
     assert moved.moved == ("BLOCK", "STAGES")  # EXTRA is no axis here: not a move
+    # a define the source tuned that this space does not search runs at the kernel's value here: moved
+    recording, _ = recorded_space({**AXES, "BATCH": [0, 8]}, lambda c: OK)
+    narrower = Space(make_replay_spec(recording), {}, AXES, list(AXES), [])
+    assert space_map(narrower).map({"BLOCK": 16, "METHOD": "a", "STAGES": 2, "BATCH": 8}).moved == ("BATCH",)
+    assert space_map(narrower).map({"BLOCK": 16, "METHOD": "a", "STAGES": 2, "BATCH": 0}).moved == ()
     # an axis the source did not tune takes the default and is not 'moved'
     partial = mapper.map({"BLOCK": 16})
     assert partial.params == {"BLOCK": 16, "METHOD": "a", "STAGES": 2} and partial.moved == ()

@@ -12,7 +12,9 @@ nearest config this space can run:
   axes, then fewest level steps (ordered axes: steps along the order; others: one per change),
   ties by enumeration order, so the mapping is the same each run.
 
-Each mapped config names the axes whose value changed (:attr:`Mapped.moved`).
+Each mapped config names the defines whose value changed (:attr:`Mapped.moved`): its axes, and
+the source's defines that this space does not search but runs at another value (FC1 runs
+patch_embed's ``EPI_BATCH = 8`` at the kernel's default).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from tuner.space import Space
 @dataclass(frozen=True)
 class Mapped:
     params: dict[str, Any]
-    #: axes whose value differs from the source config's (a value not listed here, or moved to a valid config)
+    #: defines whose value differs from the source config's: axes (a value not listed here, or moved to a
+    #: valid config), then defines this space does not search and runs at another value
     moved: tuple[str, ...]
 
 
@@ -57,6 +60,7 @@ class SpaceMap:
         self.ordered = np.asarray(ordered, dtype=bool)
         self.hold = hold or {}  # axes held at a value (tiered mode: tier 2 at its defaults)
         self._pool: Pool | None = None  # built on the first config that is invalid here
+        self._runs_at = space.full_config({})  # the value of each define this space does not search
 
     @property
     def pool(self) -> Pool:
@@ -75,7 +79,8 @@ class SpaceMap:
                 return None
             out = pool.decode(pool.codes[self._nearest_row(pool, pool.encode(out))])
         moved = tuple(a for a in self.space.axes if a in params and a not in self.hold and params[a] != out[a])
-        return Mapped(out, moved)
+        unsearched = tuple(a for a, v in params.items() if a not in out and a in self._runs_at and v != self._runs_at[a])
+        return Mapped(out, moved + unsearched)
 
     def _allowed(self, params: dict[str, Any]) -> bool:
         if self._pool is not None:

@@ -78,3 +78,18 @@ class RestartForget(Restart):
 
 class RestartHeavy(Restart):
     OLD_WEIGHT = 1.0
+
+
+class RestartMix(Restart):
+    """After the first restart, proposals alternate between the restarted search and the default
+    one over the whole history (the continuation that a plain restart gives up)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.turn = 0
+
+    def propose(self, pool, ordered, prior=None):
+        self.turn += 1
+        if self.mark != (0, 0) and self.turn % 2:
+            return P.ParzenSearch.propose(self, pool, ordered, prior)
+        return super().propose(pool, ordered, prior)
