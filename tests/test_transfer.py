@@ -134,3 +134,11 @@ def test_the_prior_joins_the_good_bad_split_weighted_below_one_and_fading(monkey
     prior_weights = [w[1] for w in weights]
     assert prior_weights[0] * len(source) <= 10 + 1e-9 and all(w < 1 for w in prior_weights)
     assert all(later < earlier for earlier, later in zip(prior_weights, prior_weights[1:], strict=False))
+
+
+def test_in_tiered_mode_tier_2_is_held_at_its_defaults_and_not_reported():
+    recording, _ = recorded_space(AXES, lambda c: None if c["BLOCK"] == 128 and c["METHOD"] != "b" else OK)
+    tiered = Space(make_replay_spec(recording), {}, AXES, ["BLOCK", "METHOD"], ["STAGES"])
+    mapped = space_map(tiered, tiered=True).map({"BLOCK": 128, "METHOD": "c", "STAGES": 4})
+    assert mapped.params == {"BLOCK": 64, "METHOD": "c", "STAGES": 2} and mapped.moved == ("BLOCK",)  # a tie: enumeration order
+    assert mapped.params in tiered.tier1_candidates()
