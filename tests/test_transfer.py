@@ -1,5 +1,6 @@
 """A warm start's source configs mapped onto the target space, and the source's history as a prior."""
 
+import numpy as np
 import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
@@ -7,12 +8,12 @@ from optuna.trial import TrialState
 from tests.test_sampler import recorded_space
 from tuner import parzen
 from tuner.parzen import ParzenSearch
-from tuner.pool import Pool
+from tuner.pool import PRIOR_WEIGHT, Observations, Pool
 from tuner.replay import Record, make_replay_spec
 from tuner.sampler import ValidOnlySampler
 from tuner.space import Space
 from tuner.transfer import SpaceMap, nearest_value
-from tuner.warm_start import MOVED_MARK, prior_trials, space_map, transfer_message, warm_start
+from tuner.warm_start import MOVED_MARK, MOVED_WEIGHT, prior_trials, space_map, transfer_message, warm_start
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -89,13 +90,15 @@ def test_warm_start_queues_the_sources_winners_moved_onto_this_space_and_says_so
     space = target_space()
     target = optuna.create_study(study_name="dst", storage=storage)
     queued = warm_start(target, space, ["src"], top=5)
-    assert [m.params for m in queued] == [{"BLOCK": 64, "METHOD": "a", "STAGES": 3}, {"BLOCK": 32, "METHOD": "b", "STAGES": 3},
+    # a config the source measured as it runs here goes first; then the moved ones, best first
+    assert [m.params for m in queued] == [{"BLOCK": 32, "METHOD": "b", "STAGES": 3}, {"BLOCK": 64, "METHOD": "a", "STAGES": 3},
                                           {"BLOCK": 64, "METHOD": "a", "STAGES": 2}]
-    assert [m.moved for m in queued] == [("BLOCK",), (), ("METHOD",)]
+    assert [m.moved for m in queued] == [(), ("BLOCK",), ("METHOD",)]
     waiting = target.get_trials(states=(TrialState.WAITING,))
-    assert [t.user_attrs.get(MOVED_MARK) for t in waiting] == [["BLOCK"], None, ["METHOD"]]
+    assert [t.user_attrs.get(MOVED_MARK) for t in waiting] == [None, ["BLOCK"], ["METHOD"]]
     prior = prior_trials(target, space, ["src"])
     assert len(prior) == 4  # the three measured ones, moved; the failure needs no move
+    assert [t.user_attrs[PRIOR_WEIGHT] for t in prior] == [MOVED_WEIGHT, 1.0, MOVED_WEIGHT, 1.0]  # less per moved define
     assert transfer_message(queued, len(prior), ["src"]) == \
         "warm start: 3 configs queued (2 moved to the nearest valid: BLOCK, METHOD), prior from 4 trials of src"
     assert warm_start(target, space, ["src"]) is None  # once per study
@@ -142,3 +145,14 @@ def test_in_tiered_mode_tier_2_is_held_at_its_defaults_and_not_reported():
     mapped = space_map(tiered, tiered=True).map({"BLOCK": 128, "METHOD": "c", "STAGES": 4})
     assert mapped.params == {"BLOCK": 64, "METHOD": "c", "STAGES": 2} and mapped.moved == ("BLOCK",)  # a tie: enumeration order
     assert mapped.params in tiered.tier1_candidates()
+
+
+def test_a_prior_config_moved_to_fit_counts_less_in_the_split():
+    own, prior = Observations(), Observations()
+    own.add(np.array([0, 0, 0]), 2.0)
+    prior.add(np.array([1, 0, 0]), 1.0, weight=MOVED_WEIGHT)  # its source's best, moved along one define
+    prior.add(np.array([2, 0, 0]), 3.0)
+    good, bad = parzen.Mixture([4, 3, 3], [True, False, True]), parzen.Mixture([4, 3, 3], [True, False, True])
+    parzen._split([own, prior], [1.0, 0.4], good, bad)
+    # one of three is good (the study's own best, first of the ties); the prior's two are bad, the moved one at 0.4 x 0.5
+    assert good.weights == [1.0] and sorted(bad.weights) == [0.4 * MOVED_WEIGHT, 0.4]

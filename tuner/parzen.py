@@ -266,7 +266,8 @@ def _split(sources: Sequence[Observations], weights: Sequence[float], good: Mixt
     for index, (obs, weight) in enumerate(zip(sources, weights, strict=True)):
         if obs.values:
             best = min(obs.values)
-            ranked += [(value / best, index, code, weight) for value, code in zip(obs.values, obs.measured, strict=True)]
+            ranked += [(value / best, index, code, weight * own)
+                       for value, code, own in zip(obs.values, obs.measured, obs.weights, strict=True)]
         bad.add(obs.slower + obs.failed, weight)
     ranked.sort(key=lambda item: (item[0], item[1]))
     n_good = default_gamma(len(ranked))

@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner import optuna_private
 from tuner.errors import UserError
-from tuner.pool import trial_params
+from tuner.pool import PRIOR_WEIGHT, trial_params
 from tuner.results import value_of
 from tuner.sampler import ordered_axis
 from tuner.space import Space
@@ -25,6 +25,8 @@ from tuner.transfer import Mapped, SpaceMap
 MARK = "warm_started_from"
 #: a queued config's axes that were moved to fit this space
 MOVED_MARK = "warm_moved"
+#: how much a source trial counts in the prior, per define moved to fit this space
+MOVED_WEIGHT = 0.5
 START_MARK = "start_config"
 
 
@@ -72,16 +74,16 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
     for name in source_names:
         source = _load_source(study, name)
         ranked = sorted(source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=value_of)
+        mapped = [(trial, mapper.map(trial.params)) for trial in ranked]
+        # the source measured an exact config as it runs here; a moved one is a guess: exact ones first
+        candidates = sorted(((t, m) for t, m in mapped if m is not None), key=lambda item: bool(item[1].moved))
         taken = 0
-        for trial in ranked:
-            mapped = mapper.map(trial.params)
-            if mapped is None:
-                break  # nothing is valid here
+        for trial, config in candidates:
             attrs: dict = {MARK: f"{name}#{trial.number}"}
-            if mapped.moved:
-                attrs[MOVED_MARK] = list(mapped.moved)
-            if queue.add(mapped.params, attrs):
-                queued.append(mapped)
+            if config.moved:
+                attrs[MOVED_MARK] = list(config.moved)
+            if queue.add(config.params, attrs):
+                queued.append(config)
                 taken += 1
                 if taken == top:
                     break
@@ -99,9 +101,10 @@ def _load_source(study: optuna.Study, name: str) -> optuna.Study:
 
 def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> list[FrozenTrial]:
     """The finished trials of the source studies, as the sampler's prior, on this space: a measured
-    config mapped onto it (:mod:`tuner.transfer`), a slower or failed one only where it needs no
-    move (a failure says something of its own config only). Values are relative to each source's
-    best, so sources of different speeds mix."""
+    config mapped onto it (:mod:`tuner.transfer`), counting ``MOVED_WEIGHT`` less for each define
+    moved (its time is a guess there), a slower or failed one only where it needs no move (a
+    failure says something of its own config only). Values are relative to each source's best, so
+    sources of different speeds mix."""
     mapper = space_map(space)
     distributions: dict[str, BaseDistribution] = {a: CategoricalDistribution(v) for a, v in space.axes.items()}
     prior = []
@@ -115,7 +118,7 @@ def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> 
             prior.append(optuna.trial.create_trial(
                 state=trial.state, value=value_of(trial) / best if trial.state == TrialState.COMPLETE else None,
                 params=mapped.params, distributions=distributions,
-                user_attrs={"status": trial.user_attrs.get("status", "")}))
+                user_attrs={"status": trial.user_attrs.get("status", ""), PRIOR_WEIGHT: MOVED_WEIGHT ** len(mapped.moved)}))
     return prior
 
 
