@@ -26,7 +26,7 @@ EOF
     for mode in cold warm; do
       warm=(); [ "$mode" = warm ] && warm=(--warm-start patch_embed_sm90a)
       python3 -m tuner run "$out/${shape}_new.toml" --storage "$db" --study-name "${shape}_${mode}_$seed" --trials 25 \
-        --seed "$seed" "${warm[@]}" --json > "$out/${shape}_${mode}_$seed.json" 2> "$out/${shape}_${mode}_$seed.err"
+        --seed "$seed" "${warm[@]}" > "$out/${shape}_${mode}_$seed.out" 2> "$out/${shape}_${mode}_$seed.err"
       grep "^warm start" "$out/${shape}_${mode}_$seed.err"
       python3 - "$db" "${shape}_${mode}_$seed" <<'EOF'
 import sys, optuna
