@@ -65,7 +65,10 @@ BUDGETS = (25, 50, 100, 200)
 #: Kernel Tuner 1.5's strategies that run on a cache file without further options
 KERNEL_TUNER_ALL = ("genetic_algorithm", "pso", "bayes_opt", "dual_annealing", "basinhopping", "greedy_ils", "mls",
                     "simulated_annealing", "firefly_algorithm", "diff_evo")
-WARM_PAIRS = [("convolution A100", "convolution A4000"), ("pnpoly RTX 3090", "pnpoly RTX 2080 Ti")]
+#: the same kernel on two GPUs; then two versions of a kernel with other axes and values (the source's configs are
+#: mapped onto the target's space: tuner/transfer.py)
+WARM_PAIRS = [("convolution A100", "convolution A4000"), ("pnpoly RTX 3090", "pnpoly RTX 2080 Ti"),
+              ("convolution A100", "convolution TITAN RTX")]
 
 
 def user_recordings(paths: list[Path], parser: argparse.ArgumentParser, option: str = "--recordings") -> list[tuple[str, None, Path]]:

@@ -363,8 +363,8 @@ def cmd_run(args) -> int:
         startup.mark("storage_and_space_ready")
         if runner.requeued and not args.json:
             print(f"re-queued {len(runner.requeued)} trial(s) left RUNNING by a dead process: {runner.requeued}", file=sys.stderr)
-        if runner.warm_queued and not args.json:
-            print(f"warm start: {len(runner.warm_queued)} config(s) from {', '.join(args.run.warm_start)} queued first", file=sys.stderr)
+        if runner.transfer and not args.json:
+            print(runner.transfer, file=sys.stderr)
         if runner.start_queued and not args.json:
             print(f"start: {len(runner.start_queued)} config(s) from [search] start queued first", file=sys.stderr)
         summary = runner.run()

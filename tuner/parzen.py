@@ -23,10 +23,11 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   is a one-axis move from the best config (or else the best of another basin) that is likely
   to work; the others stay with the density ratio, which can leap to a basin that no chain of
   one-axis moves from the incumbent reaches through better configs;
-* a prior: observations of a related study (the same kernel on another GPU), ranked with the
-  study's own relative to each one's best, join the mixtures and the feasibility model with
-  a weight worth at most the random start-up, fading as the study's own trials arrive, and
-  replace the random start-up.
+* a prior: observations of a related study (the same kernel on another GPU, another shape),
+  mapped onto this space and ranked with the study's own relative to each one's best, join the
+  mixtures and the feasibility model with a weight worth at most the random start-up (less for
+  a config moved to fit: ``Observations.weights``), fading as the study's own trials arrive,
+  and replace the random start-up.
 
 The first ``n_startup_trials`` proposals (without a prior) are uniform over the untried set.
 """
@@ -266,7 +267,8 @@ def _split(sources: Sequence[Observations], weights: Sequence[float], good: Mixt
     for index, (obs, weight) in enumerate(zip(sources, weights, strict=True)):
         if obs.values:
             best = min(obs.values)
-            ranked += [(value / best, index, code, weight) for value, code in zip(obs.values, obs.measured, strict=True)]
+            ranked += [(value / best, index, code, weight * own)
+                       for value, code, own in zip(obs.values, obs.measured, obs.weights, strict=True)]
         bad.add(obs.slower + obs.failed, weight)
     ranked.sort(key=lambda item: (item[0], item[1]))
     n_good = default_gamma(len(ranked))

@@ -31,6 +31,8 @@ REACH = 2
 IN_FLIGHT = (TrialState.RUNNING, TrialState.WAITING)
 #: PRUNED statuses that say "slower", not "broken" (the rest are failures: compile, launch, run, check)
 SLOWER_STATUSES = ("pruned_slow",)
+#: user attr of a warm start's prior trial: how much it counts (tuner/warm_start.py)
+PRIOR_WEIGHT = "prior_weight"
 
 
 def trial_params(trial: FrozenTrial, axes: Sequence[str]) -> dict[str, Any] | None:
@@ -46,6 +48,8 @@ class Observations:
 
     measured: list[np.ndarray] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
+    #: how much each measured config counts (a warm start's prior: less for each define it moved)
+    weights: list[float] = field(default_factory=list)
     slower: list[np.ndarray] = field(default_factory=list)
     failed: list[np.ndarray] = field(default_factory=list)
     #: observations since the best value so far was found (how long the search has stagnated)
@@ -55,8 +59,8 @@ class Observations:
     def __len__(self) -> int:
         return len(self.measured) + len(self.slower) + len(self.failed)
 
-    def add(self, code: np.ndarray, value: float | None, failed: bool = False) -> None:
-        """A measured config (``value``), one stopped as slower (None), or a failure."""
+    def add(self, code: np.ndarray, value: float | None, failed: bool = False, weight: float = 1.0) -> None:
+        """A measured config (``value``, counting ``weight``), one stopped as slower (None), or a failure."""
         self.since_best += 1
         if failed:
             self.failed.append(code)
@@ -67,6 +71,7 @@ class Observations:
                 self.best, self.since_best = value, 0
             self.measured.append(code)
             self.values.append(value)
+            self.weights.append(weight)
 
 
 class Pool:
@@ -125,7 +130,7 @@ class Pool:
         status = trial.user_attrs.get("status", "")
         if trial.state == TrialState.COMPLETE and status in (*COMPLETE_STATUSES, ""):
             if status != "duplicate" and trial.value is not None and math.isfinite(trial.value):
-                self.observations.add(code, float(trial.value))
+                self.observations.add(code, float(trial.value), weight=float(trial.user_attrs.get(PRIOR_WEIGHT, 1.0)))
         elif trial.state == TrialState.PRUNED:
             self.observations.add(code, None, failed=bool(status) and status not in SLOWER_STATUSES)
 

@@ -31,7 +31,7 @@ from tuner.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
 from tuner.space import Space
 from tuner.storage import open_storage, recover_stale_trials, redact, resolve_url
 from tuner.study_file import SearchSettings
-from tuner.warm_start import prior_trials, queue_start_configs, start_params, warm_start
+from tuner.warm_start import prior_trials, queue_start_configs, start_params, transfer_message, warm_start
 
 #: fingerprint keys a resumed study must match
 BINDING_KEYS = ("kind", "device_name", "source_hash", "nvrtc_version", "arch", "problem", "objective")
@@ -190,13 +190,16 @@ class Runner:
         self.lock = ProposalLock(self.storage, self.storage_url, settings.study_name)
         with self.lock:  # workers starting together queue each config once
             self.requeued = recover_stale_trials(self.study, self.space.axis_names)
-            self.warm_queued = (
+            warm_queued = (
                 warm_start(self.study, space, settings.warm_start, settings.warm_start_top, settings.mode == "tiered")
-                if settings.warm_start else []
+                if settings.warm_start else None
             )
             self.start_queued = queue_start_configs(self.study, space, start)
-        if settings.warm_start:  # the source studies' trials shape the sampler's first proposals (each run: a resume too)
-            self.sampler.set_prior(prior_trials(self.study, space, settings.warm_start))
+        self.transfer = ""  # what the warm start transferred, in words
+        if settings.warm_start:  # the source studies' trials shape the sampler's model (each run: a resume too)
+            prior = prior_trials(self.study, space, settings.warm_start)
+            self.sampler.set_prior(prior)
+            self.transfer = transfer_message(warm_queued, len(prior), settings.warm_start)
         self._bar = None
         self.flops = settings.study_attrs.get("flops") or None
         self.timeline = Timeline(started=settings.started if settings.started is not None else time.monotonic())

@@ -1,0 +1,95 @@
+"""Restarts in the TuRBO manner for the Parzen search (experiments, not product code).
+
+When the search stops improving (no new best in the last ``k`` observations, ``k`` = the larger of
+twice the axes and half the observations since the last restart), the model restarts: the
+good / bad split, the plateau rule and the random start-up see only the observations made since
+(a fresh search, its own start-up of ``RESTART_STARTUP`` uniform trials), while every failure
+stays in the feasibility model. ``OLD_WEIGHT``: the observations before the restart join the bad
+set with this weight (a push away from the explored basins) or, None, are forgotten. The
+incumbent is never lost: the fraction measured is of the best found by the whole run.
+
+    cd docs/experiments && PYTHONPATH=. python3 sampler_sim.py --seeds 20 --budget 100 --paired restart_variants:NAME
+"""
+import contextlib
+
+import tuner.parzen as P
+from tuner.pool import Observations
+
+ORIG_SPLIT = P._split
+
+
+@contextlib.contextmanager
+def patched(obj, name, value):
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def window(full: Observations, mark: tuple[int, int]) -> Observations:
+    """The measured and slower observations since ``mark``; every failure."""
+    sub = Observations()
+    for code, value in zip(full.measured[mark[0]:], full.values[mark[0]:], strict=True):
+        sub.add(code, value)
+    for code in full.slower[mark[1]:]:
+        sub.add(code, None)
+    sub.failed = list(full.failed)
+    return sub
+
+
+class Restart(P.ParzenSearch):
+    OLD_WEIGHT: float | None = 0.3
+    RESTART_STARTUP = 5
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.mark = (0, 0)  # (measured, slower) observations before the last restart
+        self.restarts = 0
+
+    def propose(self, pool, ordered, prior=None):
+        full = pool.observations
+        dims = sum(1 for n in pool.levels if n > 1)
+        sub = window(full, self.mark) if self.mark != (0, 0) else full
+        since = len(sub.measured) + len(sub.slower)
+        if full.measured and full.since_best >= max(2 * dims, since // 2) and sub.since_best >= max(2 * dims, since // 2) \
+                and since >= 4 * dims:
+            self.mark = (len(full.measured), len(full.slower))
+            self.restarts += 1
+            sub = window(full, self.mark)
+        if self.mark == (0, 0):
+            return super().propose(pool, ordered, prior)
+        old_good = full.measured[: self.mark[0]] + full.slower[: self.mark[1]]
+
+        def split(sources, weights, good, bad):
+            if self.OLD_WEIGHT is not None:
+                bad.add(old_good, self.OLD_WEIGHT)
+            return ORIG_SPLIT(sources, weights, good, bad)
+
+        with patched(pool, "observations", sub), patched(P, "_split", split), \
+                patched(self, "n_startup_trials", len(sub.failed) + self.RESTART_STARTUP):
+            return super().propose(pool, ordered, prior)
+
+
+class RestartForget(Restart):
+    OLD_WEIGHT = None
+
+
+class RestartHeavy(Restart):
+    OLD_WEIGHT = 1.0
+
+
+class RestartMix(Restart):
+    """After the first restart, proposals alternate between the restarted search and the default
+    one over the whole history (the continuation that a plain restart gives up)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.turn = 0
+
+    def propose(self, pool, ordered, prior=None):
+        self.turn += 1
+        if self.mark != (0, 0) and self.turn % 2:
+            return P.ParzenSearch.propose(self, pool, ordered, prior)
+        return super().propose(pool, ordered, prior)

@@ -1,0 +1,158 @@
+"""A warm start's source configs mapped onto the target space, and the source's history as a prior."""
+
+import numpy as np
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from tests.test_sampler import recorded_space
+from tuner import parzen
+from tuner.parzen import ParzenSearch
+from tuner.pool import PRIOR_WEIGHT, Observations, Pool
+from tuner.replay import Record, make_replay_spec
+from tuner.sampler import ValidOnlySampler
+from tuner.space import Space
+from tuner.transfer import SpaceMap, nearest_value
+from tuner.warm_start import MOVED_MARK, MOVED_WEIGHT, prior_trials, space_map, transfer_message, warm_start
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+OK = Record("ok", 1.0, [1.0])
+#: the target: BLOCK ordered; METHOD unordered (strings); a block of 128 runs only with the method "b"
+AXES = {"BLOCK": [16, 32, 64, 128], "METHOD": ["a", "b", "c"], "STAGES": [2, 3, 4]}
+
+
+def target_space():
+    return recorded_space(AXES, lambda c: None if c["BLOCK"] == 128 and c["METHOD"] != "b" else OK)[1]
+
+
+def source_study(storage, name: str, configs: list[dict], values: list[float | None]) -> optuna.Study:
+    """A finished study over any axes: a value per config, None for a failure (PRUNED)."""
+    study = optuna.create_study(study_name=name, storage=storage)
+    for config, value in zip(configs, values, strict=True):
+        distributions = {a: CategoricalDistribution(sorted({c[a] for c in configs}, key=str)) for a in config}
+        state = TrialState.COMPLETE if value is not None else TrialState.PRUNED
+        study.add_trial(optuna.trial.create_trial(params=config, distributions=distributions, value=value, state=state,
+                                                  user_attrs={"status": "ok" if value is not None else "compile_error"}))
+    return study
+
+
+def test_a_value_not_listed_takes_the_nearest_listed_number_or_the_default():
+    assert nearest_value(64, [16, 32, 64], 16) == 64
+    assert nearest_value(48, [16, 32, 64], 16) == 32  # a tie: the smaller
+    assert nearest_value(100, [16, 32, 64], 16) == 64
+    assert nearest_value(1, [0], 0) == 0  # FC1's EXTRA_TMA: only 0
+    assert nearest_value("d", ["a", "b", "c"], "b") == "b"  # an unordered value not listed: the default
+    assert nearest_value(3, ["a", "b"], "a") == "a"
+
+
+def test_a_config_is_mapped_along_the_axes_order_and_its_moved_axes_are_named():
+    space = target_space()
+    mapper = space_map(space)
+    same = mapper.map({"BLOCK": 32, "METHOD": "c", "STAGES": 3})
+    assert same.params == {"BLOCK": 32, "METHOD": "c", "STAGES": 3} and same.moved == ()
+    # 256 is not listed: the nearest, 128, which runs only with method "b"; of the one-axis moves
+    # (BLOCK to 64, METHOD to "b"), one level step each, the first in enumeration order wins
+    moved = mapper.map({"BLOCK": 256, "METHOD": "a", "STAGES": 5, "EXTRA": 1})
+    assert moved.params == {"BLOCK": 64, "METHOD": "a", "STAGES": 4} and space.is_valid(moved.params)
+    assert moved.moved == ("BLOCK", "STAGES")  # EXTRA is no axis here: not a move
+    # a define the source tuned that this space does not search runs at the kernel's value here: moved
+    recording, _ = recorded_space({**AXES, "BATCH": [0, 8]}, lambda c: OK)
+    narrower = Space(make_replay_spec(recording), {}, AXES, list(AXES), [])
+    assert space_map(narrower).map({"BLOCK": 16, "METHOD": "a", "STAGES": 2, "BATCH": 8}).moved == ("BATCH",)
+    assert space_map(narrower).map({"BLOCK": 16, "METHOD": "a", "STAGES": 2, "BATCH": 0}).moved == ()
+    # an axis the source did not tune takes the default and is not 'moved'
+    partial = mapper.map({"BLOCK": 16})
+    assert partial.params == {"BLOCK": 16, "METHOD": "a", "STAGES": 2} and partial.moved == ()
+
+
+def test_the_nearest_valid_config_counts_differing_axes_first_then_level_steps():
+    # valid: BLOCK 16 with any method, or any BLOCK with method "c"; from (128, "a") the one-axis moves
+    # are (16, "a") (three BLOCK steps) and (128, "c") (one METHOD change): fewest steps wins
+    space = recorded_space(AXES, lambda c: OK if c["BLOCK"] == 16 or c["METHOD"] == "c" else None)[1]
+    mapper = SpaceMap(space, space.valid, [True, False, True])
+    assert mapper.map({"BLOCK": 128, "METHOD": "a", "STAGES": 3}).params == {"BLOCK": 128, "METHOD": "c", "STAGES": 3}
+    # with BLOCK unordered, a BLOCK change also costs one step: the tie goes to the first in enumeration order
+    unordered = SpaceMap(space, space.valid, [False, False, True])
+    assert unordered.map({"BLOCK": 128, "METHOD": "a", "STAGES": 3}).params == {"BLOCK": 16, "METHOD": "a", "STAGES": 3}
+    # no valid config one axis away: the whole valid set is scanned
+    far = recorded_space(AXES, lambda c: OK if (c["BLOCK"], c["METHOD"], c["STAGES"]) in {(16, "a", 2), (64, "c", 4)} else None)[1]
+    assert space_map(far).map({"BLOCK": 128, "METHOD": "b", "STAGES": 4}).params == {"BLOCK": 64, "METHOD": "c", "STAGES": 4}
+
+
+def test_warm_start_queues_the_sources_winners_moved_onto_this_space_and_says_so():
+    """FC1 from patch_embed: the source's winners use a value the target does not list. They were
+    dropped (nothing queued, nothing said); now they move to the nearest valid config."""
+    storage = optuna.storages.InMemoryStorage()
+    configs = [{"BLOCK": 256, "METHOD": "a", "STAGES": 3}, {"BLOCK": 32, "METHOD": "b", "STAGES": 3},
+               {"BLOCK": 64, "METHOD": "d", "STAGES": 2}, {"BLOCK": 16, "METHOD": "a", "STAGES": 2}]
+    source_study(storage, "src", configs, [1.0, 2.0, 3.0, None])
+    space = target_space()
+    target = optuna.create_study(study_name="dst", storage=storage)
+    queued = warm_start(target, space, ["src"], top=5)
+    # a config the source measured as it runs here goes first; then the moved ones, best first
+    assert [m.params for m in queued] == [{"BLOCK": 32, "METHOD": "b", "STAGES": 3}, {"BLOCK": 64, "METHOD": "a", "STAGES": 3},
+                                          {"BLOCK": 64, "METHOD": "a", "STAGES": 2}]
+    assert [m.moved for m in queued] == [(), ("BLOCK",), ("METHOD",)]
+    waiting = target.get_trials(states=(TrialState.WAITING,))
+    assert [t.user_attrs.get(MOVED_MARK) for t in waiting] == [None, ["BLOCK"], ["METHOD"]]
+    prior = prior_trials(target, space, ["src"])
+    assert len(prior) == 4  # the three measured ones, moved; the failure needs no move
+    assert [t.user_attrs[PRIOR_WEIGHT] for t in prior] == [MOVED_WEIGHT, 1.0, MOVED_WEIGHT, 1.0]  # less per moved define
+    assert transfer_message(queued, len(prior), ["src"]) == \
+        "warm start: 3 configs queued (2 moved to the nearest valid: BLOCK, METHOD), prior from 4 trials of src"
+    assert warm_start(target, space, ["src"]) is None  # once per study
+    assert transfer_message(None, 1, ["src"]) == "warm start: prior from 1 trial of src"
+
+
+def test_a_failure_that_would_have_to_move_stays_out_of_the_prior():
+    """A failure says something of its own config only: moved, it would blame a config never run."""
+    storage = optuna.storages.InMemoryStorage()
+    configs = [{"BLOCK": 32, "METHOD": "a", "STAGES": 3}, {"BLOCK": 256, "METHOD": "b", "STAGES": 3},
+               {"BLOCK": 32, "METHOD": "c", "STAGES": 2}]
+    source_study(storage, "src", configs, [2.0, None, None])
+    space = target_space()
+    prior = prior_trials(optuna.create_study(study_name="dst", storage=storage), space, ["src"])
+    assert [(t.params, t.state) for t in prior] == [(configs[0], TrialState.COMPLETE), (configs[2], TrialState.PRUNED)]
+    assert prior[0].value == 1.0  # relative to the source's best
+
+
+def test_the_prior_joins_the_good_bad_split_weighted_below_one_and_fading(monkeypatch):
+    """The source's trials enter the Parzen split with a weight < 1 each, worth at most the random
+    start-up in all, that falls as the study's own trials accumulate."""
+    space = target_space()
+    storage = optuna.storages.InMemoryStorage()
+    source = [{"BLOCK": b, "METHOD": m, "STAGES": s} for b in (16, 32, 64) for m in ("a", "b") for s in (2, 3)]
+    source_study(storage, "src", source, [float(i + 1) for i in range(len(source))])
+    sampler = ValidOnlySampler(space, ParzenSearch(seed=0))
+    sampler.set_prior(prior_trials(optuna.create_study(study_name="dst", storage=storage), space, ["src"]))
+    weights = []
+    split = parzen._split
+    monkeypatch.setattr(parzen, "_split", lambda sources, w, good, bad: weights.append(list(w)) or split(sources, w, good, bad))
+    pool = Pool(space, space.valid)
+    for row in range(8):
+        sampler.base.propose(pool, sampler._ordered, sampler.prior_observations())
+        pool._take(pool.codes[row], +1)
+        pool.observations.add(pool.codes[row].copy(), 1.0 + row)
+    prior_weights = [w[1] for w in weights]
+    assert prior_weights[0] * len(source) <= 10 + 1e-9 and all(w < 1 for w in prior_weights)
+    assert all(later < earlier for earlier, later in zip(prior_weights, prior_weights[1:], strict=False))
+
+
+def test_in_tiered_mode_tier_2_is_held_at_its_defaults_and_not_reported():
+    recording, _ = recorded_space(AXES, lambda c: None if c["BLOCK"] == 128 and c["METHOD"] != "b" else OK)
+    tiered = Space(make_replay_spec(recording), {}, AXES, ["BLOCK", "METHOD"], ["STAGES"])
+    mapped = space_map(tiered, tiered=True).map({"BLOCK": 128, "METHOD": "c", "STAGES": 4})
+    assert mapped.params == {"BLOCK": 64, "METHOD": "c", "STAGES": 2} and mapped.moved == ("BLOCK",)  # a tie: enumeration order
+    assert mapped.params in tiered.tier1_candidates()
+
+
+def test_a_prior_config_moved_to_fit_counts_less_in_the_split():
+    own, prior = Observations(), Observations()
+    own.add(np.array([0, 0, 0]), 2.0)
+    prior.add(np.array([1, 0, 0]), 1.0, weight=MOVED_WEIGHT)  # its source's best, moved along one define
+    prior.add(np.array([2, 0, 0]), 3.0)
+    good, bad = parzen.Mixture([4, 3, 3], [True, False, True]), parzen.Mixture([4, 3, 3], [True, False, True])
+    parzen._split([own, prior], [1.0, 0.4], good, bad)
+    # one of three is good (the study's own best, first of the ties); the prior's two are bad, the moved one at 0.4 x 0.5
+    assert good.weights == [1.0] and sorted(bad.weights) == [0.4 * MOVED_WEIGHT, 0.4]
