@@ -82,7 +82,7 @@ def test_the_first_config_after_a_cold_start_repeats_like_the_others(quiet, monk
     and interval agree with the repeats of the same config and with the truth."""
     monkeypatch.setenv("FAKE_COLD", "0.1")
     monkeypatch.setenv("FAKE_COLD_LAUNCHES", "2000")
-    first, again = first_and_repeat({"session_warmup_ms": 50, "steady_block_ms": 20})
+    first, again = first_and_repeat({"session_warmup_ms": 50, "steady_block_ms": 20, "steady_tolerance": 0.005})
     assert first.extra["session_steady"] and first.extra["session_warmup_s"] > 2.0
     assert "session_steady" not in again[0].extra  # told once, by the session's first trial
     for m in (first, *again):
@@ -95,7 +95,7 @@ def test_a_warm_up_cut_by_its_cap_says_so(quiet, monkeypatch):
     that was not steady, and how far its reference still moved."""
     monkeypatch.setenv("FAKE_COLD", "0.1")
     monkeypatch.setenv("FAKE_COLD_LAUNCHES", "3000")
-    first, _ = first_and_repeat({"session_warmup_ms": 50, "steady_block_ms": 20, "session_warmup_cap_s": 0.5})
+    first, _ = first_and_repeat({"session_warmup_ms": 50, "steady_block_ms": 20, "steady_tolerance": 0.005, "session_warmup_cap_s": 0.5})
     assert first.extra["session_steady"] is False and 0.5 <= first.extra["session_warmup_s"] <= 0.55
     assert first.extra["session_drift"] > 0.001
 
