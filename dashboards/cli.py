@@ -18,9 +18,15 @@ from tuner.storage import DEFAULT_URL, open_storage, redact, resolve_url
 
 def _check_exists(url: str) -> None:
     """Viewing must not create an empty database: a missing file is a clear error."""
+    from tuner.storage_url import sqlite_file
+
     path = None
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):]
+    if url.startswith("sqlite"):
+        try:
+            found = sqlite_file(url)  # ?mode=ro and other query keys are not part of the file name
+        except Exception:  # not a valid URL: opening it says so
+            found = None
+        path = str(found) if found else None
     elif url.startswith("journal:"):
         path = url[len("journal:"):]
     elif "://" not in url:
