@@ -188,6 +188,10 @@ def _load(args):
         missing = [a for a in space.axes if a not in recording.axes]
         if missing:
             raise UserError(f"replay file {recording.path} has no column for {', '.join(missing)}: record it from this study")
+        extra = [a for a in recording.axes if a not in space.axes]
+        if extra:  # a config of the study would not name a recorded row
+            raise UserError(f"replay file {recording.path} has define columns {', '.join(extra)} that are not axes of "
+                            f"{cfg.path.name}: replay it with the study file it was recorded from")
     return cfg, space, recording
 
 

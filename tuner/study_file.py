@@ -99,7 +99,7 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
 
     problem: dict[str, Value] = {}
     for key, value in data.get("problem", {}).items():
-        value = as_define_value(value)
+        value = as_define_value(value, f"{where}: [problem.{key}]")
         validate_define(key, value, f"{where}: [problem.{key}]")
         problem[key] = value
 
@@ -113,7 +113,7 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
 
     fixed: dict[str, Value] = {}
     for key, value in data.get("fixed", {}).items():
-        value = as_define_value(value)
+        value = as_define_value(value, f"{where}: [fixed.{key}]")
         validate_define(key, value, f"{where}: [fixed.{key}]")
         if key in tier1 or key in tier2:
             raise fail(f"fixed.{key}", "is also a search axis; keep it in one place")
@@ -156,11 +156,14 @@ def _axes(table: Any, prefix: str, fail) -> dict[str, list[Value]]:
             raise UserError(f"{where} must be a list of values, e.g. {key} = [1, 2]")
         if not values:
             raise UserError(f"{where} is empty; give at least one value")
-        converted = [as_define_value(v) for v in values]
+        converted = [as_define_value(v, where) for v in values]
         for v in converted:
             validate_define(key, v, where)
-        if len(set(converted)) != len(converted):
-            raise UserError(f"{where} lists a value twice")
+        for i, v in enumerate(converted):
+            if v in converted[:i]:
+                first = values[converted.index(v)]
+                same = f" ({values[i]!r} is {v})" if values[i] != v or first != v else ""
+                raise UserError(f"{where} lists {v!r} twice{same}: give each value once")
         axes[key] = converted
     return axes
 
@@ -184,7 +187,7 @@ def _start_configs(entries, axes: dict[str, list[Value]], fail) -> list[dict[str
             raise fail(f"search.start #{i + 1}", "must be a non-empty inline table of axis = value")
         config = {}
         for key, value in entry.items():
-            value = as_define_value(value)
+            value = as_define_value(value, f"[search.start #{i + 1}.{key}]")
             if key not in axes:
                 raise fail(f"search.start #{i + 1}.{key}", "is not a search axis of [space.tier1] / [space.tier2]")
             if value not in axes[key]:
