@@ -42,8 +42,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     url = resolve_url(args.storage)
     _check_exists(url)
     names = args.studies if args.studies else None
-    paths = write_report(url, args.out, study_names=names)
-    print(f"wrote {len(paths)} pages to {args.out}/ from {redact(url)}; open {paths[0]}")
+    updating = (Path(args.out) / "index.html").exists()
+    paths = write_report(url, args.out, study_names=names, force=args.force)
+    print(f"{'updated' if updating else 'wrote'} {len(paths)} pages in {args.out}/ from {redact(url)}; open {paths[0]}")
     return 0
 
 
@@ -79,6 +80,8 @@ def register(subparsers: Any) -> None:
                        help="report this study (repeatable); default: all studies")
     which.add_argument("--all", action="store_true", help="report every study (the default)")
     rep.add_argument("-o", "--out", metavar="DIR", required=True, help="output folder (created)")
+    rep.add_argument("--force", action="store_true",
+                     help="replace the report of another storage in DIR (a report of the same storage is updated)")
     rep.set_defaults(func=cmd_report)
 
     dash = subparsers.add_parser(

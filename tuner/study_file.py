@@ -84,11 +84,15 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
     if not study:
         raise fail("study", "missing: give name, kernel and arch")
     name = _get(study, "name", str, f"{where}: [study.name]", required=True)
-    if not name.strip() or any(c in name for c in "/\\\n"):
-        raise fail("study.name", f"{name!r} must be non-empty without slashes or newlines")
+    from tuner.storage import check_study_name  # the rule every storage and file name needs
+
+    check_study_name(name, f"{where}: [study.name]")
     kernel_rel = _get(study, "kernel", str, f"{where}: [study.kernel]", required=True)
     base = path.parent if path else Path.cwd()
-    kernel = (base / kernel_rel).resolve()
+    try:
+        kernel = (base / kernel_rel).resolve()
+    except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+        raise fail("study.kernel", f"{kernel_rel!r}: cannot be resolved ({exc}): fix the symbolic link") from None
     if kernel.suffix != ".py" or not kernel.is_file():
         raise fail("study.kernel", f"{kernel_rel!r}: no kernel spec (.py) at {kernel}")
     arch = _get(study, "arch", str, f"{where}: [study.arch]", required=True)
