@@ -379,6 +379,7 @@ def ask_seconds(space: Space, recording: Recording, trials: int) -> list[float]:
     """Seconds of each ``study.ask()`` of the default sampler over ``trials`` replayed trials (in memory)."""
     import optuna
 
+    from tuner.distributions import suggest
     from tuner.sampler import ValidOnlySampler, make_base_sampler
 
     study = optuna.create_study(sampler=ValidOnlySampler(space, make_base_sampler("tpe", 0), seed=0))
@@ -386,8 +387,8 @@ def ask_seconds(space: Space, recording: Recording, trials: int) -> list[float]:
     for _ in range(trials):
         started = time.perf_counter()
         trial = study.ask()
-        for axis, values in space.axes.items():
-            trial.suggest_categorical(axis, values)
+        for axis, distribution in space.distributions.items():
+            suggest(trial, axis, distribution)
         costs.append(time.perf_counter() - started)
         record = recording.lookup(trial.params)
         if record is not None and record.ms is not None:

@@ -9,7 +9,6 @@ defaults; in tiered mode, tier-2 defines are held at their defaults as tier 1 re
 from __future__ import annotations
 
 import optuna
-from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import optuna_private
@@ -93,7 +92,7 @@ def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> 
             if all(params[a] in values for a, values in space.axes.items()):
                 prior.append(optuna.trial.create_trial(
                     state=trial.state, value=value_of(trial) / best if trial.state == TrialState.COMPLETE else None,
-                    params=params, distributions={a: CategoricalDistribution(v) for a, v in space.axes.items()},
+                    params=params, distributions=dict(space.distributions),
                     user_attrs={"status": trial.user_attrs.get("status", "")}))
     return prior
 
