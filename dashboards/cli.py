@@ -106,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except UserError as exc:
-        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        from tuner.table import printable
+
+        print(f"error: {printable(redact(str(exc)))}", file=sys.stderr)
         return exc.exit_code
 
 

@@ -108,3 +108,22 @@ def test_a_report_folder_is_updated_from_its_storage_and_kept_from_another(tmp_p
     assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "report", "--storage", first, "-o", foreign), "did not write")
     assert (foreign / "index.html").read_text() == "<html>mine</html>"
     assert os.listdir(foreign) == ["index.html"]
+
+
+# -- SQLite URL query parameters ---------------------------------------------------------------------------------
+
+
+def test_a_sqlite_query_parameter_is_not_part_of_the_file_name(tmp_path, capsys, monkeypatch):
+    """``?mode=ro`` opens the file read-only (a SQLite URI), never a file named ``t.db?mode=ro``."""
+    from tuner.storage_url import sqlite_file, sqlite_url
+
+    db = tmp_path / "t.db"
+    assert tuner("run", "--replay", PNPOLY, "--storage", f"sqlite:///{db}", "--study-name", "s", "--trials", 2).returncode == 0
+    url = f"sqlite:///{db}?mode=ro"
+    assert sqlite_file(url) == db and sqlite_file(sqlite_url(url)) == db
+    assert sqlite_file(f"sqlite:///file:{db}?mode=ro&uri=true") == db
+    for args in (("status",), ("report", "-o", tmp_path / "r")):
+        result = tuner_here(capsys, monkeypatch, *args, "--storage", url)
+        assert result.returncode == 0, result.stderr
+        assert "s" in result.stdout and "SAWarning" not in result.stderr
+    assert not [p for p in tmp_path.iterdir() if "?" in p.name or "mode" in p.name]

@@ -111,7 +111,7 @@ def test_a_field_of_the_wrong_type_is_one_line_naming_file_and_field(data, fragm
 
 
 @pytest.mark.parametrize("values,fragment", [
-    ('[1, "1"]', "lists 1 twice"),
+    ('[1, "1"]', "lists a value twice: 1"),
     ('[8, "010"]', "'010' is 8"),
     ('["0x8", 8]', "must be an integer or a C identifier"),  # hex: not a define value
     ('["09"]', "not a C integer"),
@@ -136,7 +136,7 @@ def test_a_recording_lists_one_value_once(tmp_path, capsys, monkeypatch):
     data = _cache("time")
     data["tune_params"]["x"] = [1, 2, 3, "3"]
     path, result = _replay(tmp_path, capsys, monkeypatch, data)
-    assert_one_line_exit_2(result, "lists 3 twice")
+    assert_one_line_exit_2(result, "lists a value twice: 3")
     data["tune_params"]["x"] = ["1", "2", "3"]  # all as text: the same space as numbers
     data["cache"]["1"]["x"] = "01"
     path.write_text(json.dumps(data))

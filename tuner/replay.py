@@ -131,7 +131,7 @@ def _axis_values(values: list, where: str) -> list[Value]:
     for raw in values:
         value = _value(raw, where)
         if value in out:
-            raise UserError(f"{where} lists {value!r} twice" + (f" ({raw!r} is {value!r})" if raw != value else ""))
+            raise UserError(f"{where} lists a value twice: {value!r}" + (f" ({raw!r} is {value!r})" if raw != value else ""))
         out.append(value)
     return out
 
@@ -236,7 +236,7 @@ def _field(data: dict, key: str, kind: type | tuple[type, ...], where: str, defa
     value = data[key]
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        names = " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
+        names = " or ".join(dict.fromkeys(_KIND_NAMES.get(k, k.__name__) for k in kinds))
         raise UserError(f"{where}: field {key!r} must be {names}, got {type(value).__name__} {_short(value)}")
     return value
 
@@ -298,12 +298,12 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
         key = _config_key(entry, keys, at)
         if objective not in entry:
             raise UserError(f"{at} has no {objective!r}")
-        recorded = _field(entry, objective, (int, float, str), at)
+        recorded = entry[objective]
         if isinstance(recorded, str):
             records[key] = Record(KT_FAILURES.get(recorded, "launch_error"), attrs={"reason": recorded})
         else:
             times = _field(entry, "times", list, at, [])
-            records[key] = Record("ok", _time(recorded, at), [_time(t, f"{at}: 'times'") for t in times])
+            records[key] = Record("ok", _time(recorded, f"{at}: {objective!r}"), [_time(t, f"{at}: 'times'") for t in times])
     return Recording(path, "kernel_tuner", axes, records, device, kernel)
 
 

@@ -167,7 +167,7 @@ def _axes(table: Any, prefix: str, fail) -> dict[str, list[Value]]:
             if v in converted[:i]:
                 first = values[converted.index(v)]
                 same = f" ({values[i]!r} is {v})" if values[i] != v or first != v else ""
-                raise UserError(f"{where} lists {v!r} twice{same}: give each value once")
+                raise UserError(f"{where} lists a value twice: {v!r}{same}; give each value once")
         axes[key] = converted
     return axes
 
