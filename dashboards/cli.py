@@ -18,9 +18,15 @@ from tuner.storage import DEFAULT_URL, open_storage, redact, resolve_url
 
 def _check_exists(url: str) -> None:
     """Viewing must not create an empty database: a missing file is a clear error."""
+    from tuner.storage_url import sqlite_file
+
     path = None
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):]
+    if url.startswith("sqlite"):
+        try:
+            found = sqlite_file(url)  # ?mode=ro and other query keys are not part of the file name
+        except Exception:  # not a valid URL: opening it says so
+            found = None
+        path = str(found) if found else None
     elif url.startswith("journal:"):
         path = url[len("journal:"):]
     elif "://" not in url:
@@ -36,8 +42,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     url = resolve_url(args.storage)
     _check_exists(url)
     names = args.studies if args.studies else None
-    paths = write_report(url, args.out, study_names=names)
-    print(f"wrote {len(paths)} pages to {args.out}/ from {redact(url)}; open {paths[0]}")
+    updating = (Path(args.out) / "index.html").exists()
+    paths = write_report(url, args.out, study_names=names, force=args.force)
+    print(f"{'updated' if updating else 'wrote'} {len(paths)} pages in {args.out}/ from {redact(url)}; open {paths[0]}")
     return 0
 
 
@@ -73,6 +80,8 @@ def register(subparsers: Any) -> None:
                        help="report this study (repeatable); default: all studies")
     which.add_argument("--all", action="store_true", help="report every study (the default)")
     rep.add_argument("-o", "--out", metavar="DIR", required=True, help="output folder (created)")
+    rep.add_argument("--force", action="store_true",
+                     help="replace the report of another storage in DIR (a report of the same storage is updated)")
     rep.set_defaults(func=cmd_report)
 
     dash = subparsers.add_parser(
@@ -97,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except UserError as exc:
-        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        from tuner.table import printable
+
+        print(f"error: {printable(redact(str(exc)))}", file=sys.stderr)
         return exc.exit_code
 
 

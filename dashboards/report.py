@@ -691,20 +691,28 @@ def study_filename(name: str) -> str:
     return f"study-{slug}-{hashlib.sha1(name.encode()).hexdigest()[:6]}.html"
 
 
+#: beside index.html: which storage the folder's report shows (a report of another is not replaced unasked)
+REPORT_MARK = ".tuner-report.json"
+
+
 def write_report(storage: str | BaseStorage, out_dir: str | Path,
-                 study_names: list[str] | None = None) -> list[Path]:
+                 study_names: list[str] | None = None, force: bool = False) -> list[Path]:
     """Write ``index.html`` and one page per study into ``out_dir``; return the paths written.
 
     ``storage`` is an Optuna storage object or a URL (``sqlite:///…``, ``postgresql+psycopg://…``,
     or a journal ``.log`` path). ``study_names=None`` reports every study; the index always
     lists every study in the storage and links those that have a page in ``out_dir``.
+    A folder holds the report of one storage: writing again from it updates the report (the
+    storage holds everything the pages show); a report of another storage there, or an
+    ``index.html`` of unknown origin, is replaced only with ``force``.
     """
     from tuner.errors import UserError
 
     started = time.perf_counter()
     label = redact(storage) if not isinstance(storage, BaseStorage) else describe_storage(storage)
-    storage = storage if isinstance(storage, BaseStorage) else open_storage(storage)
     out = Path(out_dir)
+    _check_report_folder(out, label, force)
+    storage = storage if isinstance(storage, BaseStorage) else open_storage(storage)
     out.mkdir(parents=True, exist_ok=True)
     studies = {name: optuna.load_study(study_name=name, storage=storage) for name in optuna.get_all_study_names(storage)}
     if study_names is not None:
@@ -733,8 +741,26 @@ def write_report(storage: str | BaseStorage, out_dir: str | Path,
     index_html, _ = render_index(list(loaded.values()), links, plotly_js, footer)
     index_path = out / "index.html"
     _write(index_path, index_html)
+    _write(out / REPORT_MARK, json.dumps({"storage": label, "built": stamp}))
     log.info("report: %d pages in %.1f s", len(written) + 1, time.perf_counter() - started)
     return [index_path] + written
+
+
+def _check_report_folder(out: Path, label: str, force: bool) -> None:
+    """Refuse to replace the report of another storage (or an index.html not ours) unless ``force``."""
+    from tuner.errors import UserError
+    from tuner.table import printable
+
+    if force or not (out / "index.html").exists():
+        return
+    try:
+        previous = json.loads((out / REPORT_MARK).read_text(encoding="utf-8")).get("storage")
+    except (OSError, ValueError, AttributeError):
+        previous = None
+    if previous == label:
+        return
+    what = f"the report of {printable(previous)}" if isinstance(previous, str) else "an index.html the tuner did not write"
+    raise UserError(f"-o {out} holds {what}: give another folder, or --force to replace it")
 
 
 def _write(path: Path, text: str) -> None:

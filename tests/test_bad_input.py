@@ -496,7 +496,7 @@ REPLAY_CASES = [
     ("kt tune_params empty", _kt(lambda d, e: d.update(tune_params={})), "tune_params"),
     ("kt tune_params value not a list", _kt(lambda d, e: d["tune_params"].update({d["tune_params_keys"][0]: 3})), "non-empty list"),
     ("kt keys unknown", _kt(lambda d, e: d.update(tune_params_keys=["nope"])), "tune_params_keys"),
-    ("kt cache a list", _kt(lambda d, e: d.update(cache=[])), "must be objects"),
+    ("kt cache a list", _kt(lambda d, e: d.update(cache=[])), "'cache' must be an object"),
     ("t4 no results", _t4([]), "no results"),
     ("t4 without configuration", _t4([{"invalidity": "correct"}]), "no 'configuration'"),
     ("t4 later entry without configuration", _t4([_t4_ok(), {"invalidity": "correct"}]), "result 1 has no 'configuration'"),

@@ -71,8 +71,9 @@ def main(argv: list[str] | None = None, worker: Supervisor | None = None) -> int
 def _error(message: str) -> None:
     """The one line of a failed command, passwords hidden."""
     from tuner.storage import redact
+    from tuner.table import printable
 
-    print(f"tuner: error: {' '.join(redact(message).split())}", file=sys.stderr)
+    print(f"tuner: error: {printable(' '.join(redact(message).split()))}", file=sys.stderr)
 
 
 def _interrupted() -> int:
@@ -192,6 +193,10 @@ def _load(args):
         missing = [a for a in space.axes if a not in recording.axes]
         if missing:
             raise UserError(f"replay file {recording.path} has no column for {', '.join(missing)}: record it from this study")
+        extra = [a for a in recording.axes if a not in space.axes]
+        if extra:  # a config of the study would not name a recorded row
+            raise UserError(f"replay file {recording.path} has define columns {', '.join(extra)} that are not axes of "
+                            f"{cfg.path.name}: replay it with the study file it was recorded from")
     return cfg, space, recording
 
 
@@ -226,21 +231,28 @@ def _settings(args, cfg, space, attrs, name):
     )
 
 
+def _study_name(args, cfg, recording) -> str:
+    """The study's name: --study-name, else the study file's, else the recording's ``NAME.replay``."""
+    from tuner.storage import check_study_name
+
+    if args.run.study_name is not None:
+        return check_study_name(args.run.study_name)
+    if cfg is None:
+        return check_study_name(f"{recording.path.name.split('.')[0]}.replay", f"replay file {recording.path}")
+    return f"{cfg.name}.replay" if recording is not None else cfg.name
+
+
 def _evaluator(args, cfg, space, recording, supervisor=None):
     """(evaluator, study attrs, study name, closer)."""
     from tuner.runner import study_attrs
 
     measure = cfg.measure if cfg else options.MeasureSettings()
-    from tuner.storage import check_study_name
-
-    if args.run.study_name is not None:
-        check_study_name(args.run.study_name)
-    base_name = args.run.study_name or (cfg.name if cfg else recording.path.name.split(".")[0])
-    shape = cfg.shape if cfg else (recording.kernel or base_name)
+    base_name = _study_name(args, cfg, recording)
+    shape = cfg.shape if cfg else (recording.kernel or recording.path.name.split(".")[0])
     if recording is not None:
         from tuner.replay import ReplayEvaluator
 
-        name = args.run.study_name or f"{base_name}.replay"
+        name = base_name
         device = {"name": f"replay of {recording.device or recording.path.name}"}
         attrs = study_attrs("replay", space, cfg.arch if cfg else "", device, "", shape,
                             {"replay_file": str(recording.path), "replay_format": recording.format,
@@ -279,6 +291,15 @@ def _reference(cfg, space):
     return space.full_config(space.valid[0])
 
 
+def _file_named(name: str, suffix: str) -> Path:
+    """``NAME{suffix}`` in the working folder; one line if the name cannot be a file name."""
+    path = Path(f"{name}{suffix}")
+    if len(path.name.encode()) > 255:  # NAME_MAX of Linux file systems
+        raise UserError(f"study name of {len(name)} characters is too long for the file {name[:40]}...{suffix}: "
+                        "give --csv FILE, or a shorter --study-name")
+    return path
+
+
 def _check_output(path: Path | None, flag: str) -> None:
     """Refuse an output path that cannot be written, before any work is done for it."""
     if path is None:
@@ -311,7 +332,9 @@ def _print_summary(summary: dict, as_json: bool) -> None:
         print(json.dumps(summary))
         return
     statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary["statuses"].items()))
-    print(f"study {summary['study']} in {summary['storage']}: {summary['trials']} trials ({statuses})")
+    from tuner.table import printable
+
+    print(f"study {printable(summary['study'])} in {printable(summary['storage'])}: {summary['trials']} trials ({statuses})")
     best = summary.get("best")
     if best and "ratio" in best:
         print(f"best: {best['ratio']:.4f} x the reference, {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}")
@@ -468,9 +491,13 @@ def cmd_grid(args) -> int:
 
     _check_output(args.csv, "--csv")
     cfg, space, recording = _load(args)
-    evaluator, attrs, name, close = _evaluator(args, cfg, space, recording)
+    grid_name = _study_name(args, cfg, recording)
     if args.run.study_name is None and recording is None:
-        name = f"{name}.grid"
+        grid_name = f"{grid_name}.grid"
+    if args.csv is None:  # the default NAME.csv must be writable before the grid runs, not after
+        _check_output(_file_named(grid_name, ".csv"), "the grid's CSV (name it with --csv)")
+    evaluator, attrs, name, close = _evaluator(args, cfg, space, recording)
+    name = grid_name
     try:
         if recording is None:  # compile every config up front, in parallel, into the cache
             _precompile(cfg, space, args)
@@ -481,7 +508,7 @@ def cmd_grid(args) -> int:
     finally:
         close()
     table = ranked(trials_frame(runner.study.get_trials(deepcopy=False), space.axis_names))
-    csv_path = args.csv or Path(f"{name}.csv")
+    csv_path = args.csv or _file_named(name, ".csv")
     write_table(table, csv_path, device=attrs.get("device_name", ""), date=dt.date.today().isoformat())
     if args.json:
         _print_summary(summary, True)
@@ -583,6 +610,7 @@ def _open_study(args):
 
 def cmd_best(args) -> int:
     from tuner.confirm import confirmed_best, describe
+    from tuner.table import printable
 
     _check_output(args.header, "--header")
     study, _ = _open_study(args)
@@ -590,8 +618,8 @@ def cmd_best(args) -> int:
     flags = best.user_attrs.get("flags", "")
     metric = (study.metric_names or ["ms"])[0]
     if args.header:
-        lines = [f"// Best configuration of study {study.study_name}: {best.value:.4g} {metric} (trial {best.number})",
-                 f"// device: {study.user_attrs.get('device_name', '')}; kernel source {study.user_attrs.get('source_hash', '')}",
+        lines = [f"// Best configuration of study {printable(study.study_name)}: {best.value:.4g} {metric} (trial {best.number})",
+                 f"// device: {printable(study.user_attrs.get('device_name', ''))}; kernel source {study.user_attrs.get('source_hash', '')}",
                  "#pragma once"]
         for flag in flags.split():
             name, _, value = flag[2:].partition("=")
@@ -653,6 +681,7 @@ def cmd_status(args) -> int:
 
 def cmd_export(args) -> int:
     from tuner.results import trials_frame, write_table
+    from tuner.table import printable
 
     _check_output(args.output, "--output")
     study, _ = _open_study(args)
@@ -667,11 +696,11 @@ def cmd_export(args) -> int:
         cache = kernel_tuner_cache(trials, names, device=device, kernel=str(study.user_attrs.get("kernel", "")),
                                    problem=problem if isinstance(problem, dict) else {})
         args.output.write_text(json.dumps(cache, indent=1))
-        print(f"{len(cache['cache'])} configs of {study.study_name} written to {args.output} (Kernel Tuner cache)")
+        print(f"{len(cache['cache'])} configs of {printable(study.study_name)} written to {args.output} (Kernel Tuner cache)")
         return 0
     frame = trials_frame(trials, axes if isinstance(axes, list) else None)
     write_table(frame, args.output, device=device)
-    print(f"{len(frame)} trials of {study.study_name} written to {args.output}")
+    print(f"{len(frame)} trials of {printable(study.study_name)} written to {args.output}")
     return 0
 
 

@@ -18,6 +18,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import optuna_private
+from tuner.distributions import suggest
 from tuner.paired import SlowerTest
 from tuner.record import COMPLETE_STATUSES, Measurement
 from tuner.space import Space
@@ -70,7 +71,7 @@ class Objective:
         flight from here on (its runner was stored as it was created). An evaluator that can
         work ahead (compile) is told."""
         # one of the axis' own values (Optuna's return type is wider)
-        params = {a: cast(Value, trial.suggest_categorical(a, v)) for a, v in self.space.axes.items()}
+        params = {a: cast(Value, suggest(trial, a, d)) for a, d in self.space.distributions.items()}
         trial.set_user_attr("phase", self.phase)
         begun = Begun(params, self.space.full_config(params))
         if self.space.check(params) is None and hasattr(self.evaluator, "prefetch"):

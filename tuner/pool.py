@@ -82,7 +82,10 @@ class Pool:
         self.levels = [len(v) for v in space.axes.values()]
         self._level_of = [{value: i for i, value in enumerate(values)} for values in space.axes.values()]
         self._values = [list(values) for values in space.axes.values()]
-        self.codes = np.array([self.encode(c) for c in candidates], dtype=np.int32).reshape(len(candidates), len(self.axes))
+        # one column per axis: a million candidates encode in a second, not one encode() call each
+        self.codes = np.empty((len(candidates), len(self.axes)), dtype=np.int32)
+        for j, (axis, level) in enumerate(zip(self.axes, self._level_of, strict=True)):
+            self.codes[:, j] = np.fromiter((level[c[axis]] for c in candidates), dtype=np.int32, count=len(candidates))
         self._row_of = {tuple(code): row for row, code in enumerate(self.codes.tolist())}
         self.size = len(candidates)
         self.tried = np.zeros(self.size, dtype=np.int32)  # trials holding each config (a repeat holds it twice)

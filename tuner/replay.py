@@ -31,10 +31,10 @@ from typing import Any
 import pandas as pd
 
 from tuner.errors import UserError
-from tuner.record import Measurement
+from tuner.record import EXTRA_STATUSES, STATUSES, Measurement
 from tuner.results import TableError, normalise
 from tuner.space import Space
-from tuner.spec import KernelSpec, Value
+from tuner.spec import KernelSpec, Value, as_define_value
 
 # Kernel Tuner's failure strings and T4 invalidity kinds, in our statuses.
 KT_FAILURES = {
@@ -72,11 +72,9 @@ class Recording:
         return min(r.ms for r in self.records.values() if r.status == "ok" and r.ms is not None)
 
 
-def _coerce(text: str) -> Value:
-    try:
-        return int(text)
-    except ValueError:
-        return text
+def _coerce(text: str, where: str) -> Value:
+    """A CSV cell as a define value: a number as the compiler reads it, else the name."""
+    return as_define_value(text, where)
 
 
 #: the most a replay file may hold, uncompressed (the largest recorded space, 1,184 configs
@@ -119,12 +117,23 @@ def _time(value: Any, where: str) -> float:
 
 
 def _value(value: Any, where: str) -> Value:
-    """A recorded define value: an integer or an identifier, as the study file's."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise UserError(f"{where}: value {value!r} must be an integer or a name")
-    return value
+    """A recorded define value: an integer or an identifier, as the study file's (a number
+    written as text is that number: ``"1"`` and 1 are one value)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (
+            isinstance(value, float) and not value.is_integer()):
+        raise UserError(f"{where}: value {_short(value)} must be an integer or a name")
+    return as_define_value(value, where)
+
+
+def _axis_values(values: list, where: str) -> list[Value]:
+    """An axis's recorded values, normalised; one listed twice (``1`` and ``"1"``) is an error."""
+    out: list[Value] = []
+    for raw in values:
+        value = _value(raw, where)
+        if value in out:
+            raise UserError(f"{where} lists a value twice: {value!r}" + (f" ({raw!r} is {value!r})" if raw != value else ""))
+        out.append(value)
+    return out
 
 
 def load_recording(path: str | Path) -> Recording:
@@ -156,6 +165,9 @@ def _from_csv(path: Path, text: str) -> Recording:
     except csv.Error as exc:
         raise UserError(f"replay file {path}: not a CSV table ({exc})") from None
     header = rows[0] if rows else []
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:  # pandas would rename the second to "NAME.1" and take it for another define
+        raise UserError(f"replay file {path}: column {', '.join(map(repr, twice))} appears twice in the header")
     for line, row in enumerate(rows[1:], start=2):  # pandas would take surplus fields for an index
         if row and len(row) != len(header):
             raise UserError(f"replay file {path}, line {line}: {len(row)} fields, the header has {len(header)}")
@@ -171,12 +183,16 @@ def _from_csv(path: Path, text: str) -> Recording:
         where = f"replay file {path}, line {line}"
         if any(row.get(a) in (None, "") for a in axis_names):  # a short (ragged) row
             raise UserError(f"{where}: no value for {', '.join(a for a in axis_names if row.get(a) in (None, ''))}")
-        key = tuple(_coerce(row[a]) for a in axis_names)
+        key = tuple(_coerce(row[a], f"{where}: {a}") for a in axis_names)
         for a, v in zip(axis_names, key, strict=True):
             if v not in axes[a]:
                 axes[a].append(v)
         status = row["status"] or "ok"
+        if status not in RECORDED_STATUSES:
+            raise UserError(f"{where}: status {status!r} is unknown; expected one of {', '.join(RECORDED_STATUSES)}")
         ms = _time(row["ms"], where) if row.get("ms") not in (None, "", "-") and status in ("ok", "duplicate") else None
+        if status == "ok" and ms is None:
+            raise UserError(f"{where}: status ok needs its time in 'ms'")
         if status == "duplicate" and ms is not None:  # a repeat: its stored result is the config's
             status = "ok"
         attrs = {}
@@ -195,6 +211,11 @@ def _from_csv(path: Path, text: str) -> Recording:
     return Recording(path, "csv", axes, records, device=device)
 
 
+#: the statuses a results table holds: a trial record's, and those of trials without one
+#: (:func:`tuner.results.status_of`)
+RECORDED_STATUSES = (*STATUSES, *EXTRA_STATUSES, "pruned", "failed", "running", "waiting")
+
+
 def _rank(record: Record) -> tuple[int, float]:
     """A config recorded several times (a study's repeats): a measured result wins, the fastest."""
     return (record.status != "ok" or record.ms is None, record.ms if record.ms is not None else 0.0)
@@ -205,45 +226,90 @@ def _config_key(entry: dict, keys: list[str], at: str) -> tuple:
     missing = [k for k in keys if k not in entry]
     if missing:
         raise UserError(f"{at} has no {', '.join(missing)}")
-    return tuple(_value(entry[k], at) for k in keys)
+    return tuple(_value(entry[k], f"{at}: {k!r}") for k in keys)
+
+
+def _field(data: dict, key: str, kind: type | tuple[type, ...], where: str, default: Any = None) -> Any:
+    """``data[key]`` if it is of ``kind`` (``default`` when absent); else one line naming the field."""
+    if key not in data:
+        return default
+    value = data[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        names = " or ".join(dict.fromkeys(_KIND_NAMES.get(k, k.__name__) for k in kinds))
+        raise UserError(f"{where}: field {key!r} must be {names}, got {type(value).__name__} {_short(value)}")
+    return value
+
+
+_KIND_NAMES = {str: "a string", int: "a number", float: "a number", bool: "true or false", list: "a list",
+               dict: "an object"}
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (list, dict)) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+#: Kernel Tuner's objectives and whether higher is better (its ``objective_default_map``)
+KT_OBJECTIVES = {"time": False, "energy": False, "GFLOP/s": True, "TFLOP/s": True, "GB/s": True, "TB/s": True,
+                 "GFLOPS/W": True, "TFLOPS/W": True, "GFLOP/J": True, "TFLOP/J": True}
+
+
+def _kt_objective(data: dict, where: str) -> str:
+    """The cache entry field the replay minimises: the cache's objective where lower is better;
+    ``time`` where the objective is maximised (GFLOP/s, GB/s: the fastest config is their best)."""
+    objective = _field(data, "objective", str, where, "time")
+    higher = _field(data, "objective_higher_is_better", bool, where)
+    if higher is None:
+        if objective not in KT_OBJECTIVES:
+            raise UserError(f"{where}: objective {objective!r} is not one of Kernel Tuner's "
+                            f"({', '.join(KT_OBJECTIVES)}): add \"objective_higher_is_better\": true or false")
+        higher = KT_OBJECTIVES[objective]
+    if not higher:
+        return objective
+    if objective == "energy" or objective.endswith(("/W", "/J")):
+        raise UserError(f"{where}: objective {objective!r} is maximised energy efficiency; the tuner minimises "
+                        "time: replay a recording whose objective is time")
+    return "time"
 
 
 def _from_kernel_tuner(path: Path, data: dict) -> Recording:
     where = f"replay file {path}"
-    params, cache = data["tune_params"], data["cache"]
-    if not isinstance(params, dict) or not params or not isinstance(cache, dict):
-        raise UserError(f"{where}: 'tune_params' and 'cache' must be objects, tune_params not empty")
-    keys = data.get("tune_params_keys") or list(params)
-    if not isinstance(keys, list) or any(k not in params for k in keys):
+    params = _field(data, "tune_params", dict, where)
+    cache = _field(data, "cache", dict, where)
+    if not params:
+        raise UserError(f"{where}: 'tune_params' must not be empty")
+    keys = _field(data, "tune_params_keys", list, where) or list(params)
+    if any(not isinstance(k, str) or k not in params for k in keys):
         raise UserError(f"{where}: 'tune_params_keys' must name keys of 'tune_params'")
     axes: dict[str, list[Value]] = {}
     for k in keys:
         if not isinstance(params[k], list) or not params[k]:
             raise UserError(f"{where}: tune_params {k!r} must be a non-empty list of values")
-        axes[k] = [_value(v, f"{where}: tune_params {k!r}") for v in params[k]]
-    objective = data.get("objective", "time")
+        axes[k] = _axis_values(params[k], f"{where}: tune_params {k!r}")
+    objective = _kt_objective(data, where)
+    device = _field(data, "device_name", str, where, "")
+    kernel = _field(data, "kernel_name", str, where, "")
     records: dict[tuple, Record] = {}
     for name, entry in cache.items():
         at = f"{where}: cache entry {name!r}"
         if not isinstance(entry, dict):
             raise UserError(f"{at} is not an object")
         key = _config_key(entry, keys, at)
-        recorded = entry.get(objective, entry.get("time"))
+        if objective not in entry:
+            raise UserError(f"{at} has no {objective!r}")
+        recorded = entry[objective]
         if isinstance(recorded, str):
             records[key] = Record(KT_FAILURES.get(recorded, "launch_error"), attrs={"reason": recorded})
         else:
-            times = entry.get("times", [])
-            if not isinstance(times, list):
-                raise UserError(f"{at}: 'times' must be a list")
-            records[key] = Record("ok", _time(recorded, at), [_time(t, at) for t in times])
-    return Recording(path, "kernel_tuner", axes, records, str(data.get("device_name", "")), str(data.get("kernel_name", "")))
+            times = _field(entry, "times", list, at, [])
+            records[key] = Record("ok", _time(recorded, f"{at}: {objective!r}"), [_time(t, f"{at}: 'times'") for t in times])
+    return Recording(path, "kernel_tuner", axes, records, device, kernel)
 
 
 def _from_t4(path: Path, data: dict) -> Recording:
     where = f"replay file {path}"
-    results = data["results"]
-    if not isinstance(results, list):
-        raise UserError(f"{where}: 'results' must be a list")
+    results = _field(data, "results", list, where)
     if not results:
         raise UserError(f"{where}: T4 file with no results")
     first = results[0].get("configuration") if isinstance(results[0], dict) else None
@@ -254,27 +320,29 @@ def _from_t4(path: Path, data: dict) -> Recording:
     records: dict[tuple, Record] = {}
     for i, entry in enumerate(results):
         at = f"{where}: result {i}"
-        config = entry.get("configuration") if isinstance(entry, dict) else None
-        if not isinstance(config, dict):
+        if not isinstance(entry, dict):
+            raise UserError(f"{at} is not an object")
+        config = _field(entry, "configuration", dict, at)
+        if config is None:
             raise UserError(f"{at} has no 'configuration'")
         key = _config_key(config, keys, f"{at}: configuration")
         for k, v in zip(keys, key, strict=True):
             if v not in axes[k]:
                 axes[k].append(v)
-        invalidity = entry.get("invalidity", "correct")
-        measurements = entry.get("measurements", [])
-        if not isinstance(measurements, list):
-            raise UserError(f"{at}: 'measurements' must be a list")
-        value = next((m.get("value") for m in measurements if isinstance(m, dict) and m.get("name") == "time"), None)
+        invalidity = _field(entry, "invalidity", str, at, "correct")
+        measurements = _field(entry, "measurements", list, at, [])
+        for m in measurements:
+            if not isinstance(m, dict):
+                raise UserError(f"{at}: 'measurements' must hold objects, got {_short(m)}")
+            _field(m, "name", str, f"{at}: measurement")
+        value = next((m.get("value") for m in measurements if m.get("name") == "time"), None)
         if invalidity != "correct":
             records[key] = Record(T4_INVALIDITY.get(invalidity, "launch_error"), attrs={"reason": str(value)})
         elif value is None:
             raise UserError(f"{at}: a correct result with no 'time' measurement")
         else:
-            times = entry.get("times", {}).get("runtimes", []) if isinstance(entry.get("times", {}), dict) else None
-            if not isinstance(times, list):
-                raise UserError(f"{at}: 'times.runtimes' must be a list")
-            records[key] = Record("ok", _time(value, at), [_time(t, at) for t in times])
+            times = _field(_field(entry, "times", dict, at, {}), "runtimes", list, f"{at}: 'times'", [])
+            records[key] = Record("ok", _time(value, at), [_time(t, f"{at}: 'times.runtimes'") for t in times])
     for k in axes:
         axes[k] = sorted(axes[k], key=lambda v: (isinstance(v, str), v))
     return Recording(path, "t4", axes, records)
@@ -311,6 +379,7 @@ def ask_seconds(space: Space, recording: Recording, trials: int) -> list[float]:
     """Seconds of each ``study.ask()`` of the default sampler over ``trials`` replayed trials (in memory)."""
     import optuna
 
+    from tuner.distributions import suggest
     from tuner.sampler import ValidOnlySampler, make_base_sampler
 
     study = optuna.create_study(sampler=ValidOnlySampler(space, make_base_sampler("tpe", 0), seed=0))
@@ -318,8 +387,8 @@ def ask_seconds(space: Space, recording: Recording, trials: int) -> list[float]:
     for _ in range(trials):
         started = time.perf_counter()
         trial = study.ask()
-        for axis, values in space.axes.items():
-            trial.suggest_categorical(axis, values)
+        for axis, distribution in space.distributions.items():
+            suggest(trial, axis, distribution)
         costs.append(time.perf_counter() - started)
         record = recording.lookup(trial.params)
         if record is not None and record.ms is not None:

@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner import __version__
+from tuner.distributions import store_axes, stored_axes
 from tuner.errors import UserError
 from tuner.objective import Evaluator, Objective
 from tuner.paired import SlowerTest
@@ -117,19 +118,18 @@ def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool
 
 
 def check_same_choices(study: optuna.Study, space: Space) -> None:
-    """Each define keeps the values it had in the study's trials (Optuna refuses to change a
-    parameter's distribution within a study)."""
-    for trial in study.get_trials(deepcopy=False):
-        for name, values in space.axes.items():
-            distribution = trial.distributions.get(name)
-            choices = list(getattr(distribution, "choices", values))
-            if distribution is not None and choices != list(values):
-                raise UserError(
-                    f"study {study.study_name!r} searched {name} over {choices}, this run over "
-                    f"{list(values)}: keep the values, or start a new study with --study-name NEW"
-                )
-        if trial.distributions:
-            return
+    """Each define keeps the values it had in the study (stored once on it, or on the trials
+    of a study stored before that: :func:`tuner.distributions.stored_axes`)."""
+    stored = stored_axes(study) or {}
+    for name, values in space.axes.items():
+        choices = stored.get(name)
+        if choices is not None and list(choices) != list(values):
+            shown = choices if len(choices) <= 20 else [*choices[:10], "...", *choices[-3:]]
+            now = list(values) if len(values) <= 20 else [*values[:10], "...", *values[-3:]]
+            raise UserError(
+                f"study {study.study_name!r} searched {name} over {shown}, this run over "
+                f"{now}: keep the values, or start a new study with --study-name NEW"
+            )
 
 
 def _now() -> str:
@@ -185,6 +185,8 @@ class Runner:
         )
         bind_study(self.study, settings.study_attrs, settings.accept_mismatch)
         check_same_choices(self.study, space)
+        space.adopt_stored(self.study)  # a study stored before compact axes keeps its kinds
+        store_axes(self.study, space.axes)
         if hasattr(evaluator, "bind"):
             evaluator.bind(self.study)
         self.lock = ProposalLock(self.storage, self.storage_url, settings.study_name)
@@ -222,7 +224,7 @@ class Runner:
 
     def _optimize(self, phase: str, candidates: list, target: int, retries: int = 3) -> None:
         self.sampler.set_candidates(candidates)
-        keys = {self.space.key(c) for c in candidates}
+        keys = self.space.valid_keys if candidates is self.space.valid else {self.space.key(c) for c in candidates}
         done = [t for t in self.study.get_trials(deepcopy=False, states=FINISHED) if self._counts(t, phase, keys)]
         tried = {self.space.key(t.params) for t in done}
         todo = min(target - len(done), len(keys - tried))

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, GPSampler, RandomSampler
 from optuna.trial import FrozenTrial
 
@@ -118,7 +118,7 @@ class ValidOnlySampler(BaseSampler):
         return self._pool
 
     def infer_relative_search_space(self, study, trial) -> dict[str, BaseDistribution]:
-        return {a: CategoricalDistribution(v) for a, v in self.space.axes.items()}
+        return dict(self.space.distributions)
 
     def sample_relative(self, study, trial: FrozenTrial, search_space) -> dict[str, Any]:
         if trial.system_attrs.get("fixed_params"):  # an enqueued trial: keep its params
@@ -147,7 +147,18 @@ class ValidOnlySampler(BaseSampler):
         pool.update(study, exclude=trial.number)  # other workers started trials while the base sampler thought
         if len(proposal) != len(search_space) or pool.untried == 0:  # base sampler still in its random start-up
             return _first(pool.random_untried(1, self._rng))
-        return self.nearest(pool.encode(proposal))
+        return self.nearest(pool.encode(self._snap(proposal)))
+
+    def _snap(self, proposal: dict[str, Any]) -> dict[str, Any]:
+        """An Optuna sampler's proposal on the axes' own values: a long integer axis is an
+        integer range to it (:mod:`tuner.distributions`), so its value may fall between two."""
+        snapped = {}
+        for axis, value in proposal.items():
+            values = self.space.axes[axis]
+            if value not in values and isinstance(value, (int, float)):
+                value = min((v for v in values if isinstance(v, (int, float))), key=lambda v: abs(v - value))
+            snapped[axis] = value
+        return snapped
 
     def prior_observations(self) -> Observations | None:
         if self._prior is None and self._prior_trials:

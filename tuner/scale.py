@@ -22,6 +22,7 @@ import optuna
 from tuner import options
 from tuner.errors import UserError
 from tuner.storage import open_storage, redact, resolve_url
+from tuner.table import printable
 
 #: the pid of the ``tuner run --workers N`` process, in its workers' environment
 PARENT_ENV = "TUNER_PARENT_PID"
@@ -108,7 +109,7 @@ def run_workers(args) -> int:
             except (ValueError, KeyError):
                 pass
         for line in errs[i].read().splitlines():
-            line = redact(line)
+            line = printable(redact(line))
             if line.strip() and line not in messages:
                 messages.append(line)
         outs[i].close()
@@ -128,7 +129,7 @@ def run_workers(args) -> int:
         print(json.dumps(summary))
     else:
         statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary["statuses"].items()))
-        print(f"study {summary['study']} in {summary['storage']}: {summary['trials']} trials ({statuses}) "
+        print(f"study {printable(summary['study'])} in {summary['storage']}: {summary['trials']} trials ({statuses}) "
               f"by {n} workers in {elapsed:.1f} s")
         best = summary.get("best")
         print(f"best: {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}" if best else "best: none yet (no trial completed)")

@@ -53,6 +53,7 @@ class Space:
         self.total = total
         self._enumeration: Enumeration | None = None
         self._enumerating = threading.Lock()
+        self._distributions: dict | None = None
 
     # -- the valid set, enumerated on first use (so a GPU worker can start meanwhile) ------------
     def enumerate(self) -> Enumeration:
@@ -90,6 +91,22 @@ class Space:
         return cls(spec, dict(study.problem), study.axes, list(study.tier1), list(study.tier2), dict(study.fixed))
 
     @property
+    def distributions(self) -> dict:
+        """How each axis is stored on Optuna trials (:mod:`tuner.distributions`): compact for
+        a long axis; a resumed study's own kinds once :meth:`adopt_stored` has read it."""
+        if self._distributions is None:
+            from tuner.distributions import space_distributions
+
+            self._distributions = space_distributions(self.axes)
+        return self._distributions
+
+    def adopt_stored(self, study) -> None:
+        """Store trials as ``study`` stored them so far (a study from before compact axes)."""
+        from tuner.distributions import space_distributions
+
+        self._distributions = space_distributions(self.axes, study)
+
+    @property
     def axis_names(self) -> list[str]:
         return list(self.axes)
 
@@ -99,6 +116,12 @@ class Space:
     def full_config(self, params: dict[str, Value]) -> Config:
         """Spec defaults, then fixed values, then the sampled axes."""
         return {**self.spec.params, **self.fixed, **params}
+
+    @property
+    def valid_keys(self) -> set[tuple]:
+        """The keys of :attr:`valid` (built once with it)."""
+        self.enumerate()
+        return self._valid_keys
 
     def is_valid(self, params: dict[str, Value]) -> bool:
         self.enumerate()

@@ -313,8 +313,23 @@ def load_spec(path: str | Path) -> KernelSpec:
     return spec
 
 
-def as_define_value(value: Any) -> Value:
-    """TOML gives ints, strings and booleans; defines take ints and identifiers."""
+#: a C integer literal, as the compiler reads ``-DNAME=VALUE``: a leading 0 makes it octal
+_C_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_C_OCTAL = re.compile(r"-?0[0-7]+")
+
+
+def as_define_value(value: Any, where: str = "value") -> Value:
+    """TOML gives ints, strings and booleans; defines take ints and identifiers. A number
+    written as text is the number the compiler reads (``"1"`` is 1, ``"010"`` is 8), so one
+    axis value has one spelling and one config one kernel."""
     if isinstance(value, bool):
         return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.lstrip("-").isdigit() and value.isascii():
+        if _C_DECIMAL.fullmatch(value):
+            return int(value)
+        if _C_OCTAL.fullmatch(value):
+            return int(value, 8)
+        raise UserError(f"{where}: {value!r} is not a C integer (a leading 0 makes it octal): write it without the 0")
     return value

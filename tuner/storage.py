@@ -28,53 +28,19 @@ from optuna.trial import TrialState
 
 from tuner.errors import UserError
 from tuner.optuna_private import fail_trial
+from tuner.storage_url import hidden, optuna_template, raw_password, redact, remember, sqlite_file, sqlite_url
+
+__all__ = ["redact"]  # the one redaction lives in tuner.storage_url; importers of it here keep working
 
 DEFAULT_URL = "sqlite:///tuner.db"
 HEARTBEAT_S = 20
 GRACE_S = 60
 MAX_RETRY = 2
 
-#: a URL in free text (an error message, a label): scheme, "://", then up to a space or a quote
-#: (a closing bracket or full stop after it is the sentence's)
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]*[^\s'\"<>.,;:)\]}]")
-#: ``password=...`` in a URL's query string or a libpq key/value connection string
-_PASSWORD_PARAM = re.compile(r"(?i)(\bpassword\s*=\s*)('[^']*'|[^&\s'\",;]+)")
-
-
-def redact(text: object) -> str:
-    """``text`` with the password of every storage URL in it hidden: ``user:***@host``,
-    ``:***@host`` (no user), ``?password=***`` (and libpq's ``password=***``).
-
-    The one redaction of the project: everything printed, written to a file or stored on a
-    study goes through it.
-    """
-    return _PASSWORD_PARAM.sub(r"\1***", _URL.sub(lambda m: _redact_url(m.group(0)), str(text)))
-
-
-def _redact_url(url: str) -> str:
-    scheme, _, rest = url.partition("://")
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    authority = rest[:end]
-    if "@" in authority:
-        # the user part ends at the *last* @ of the authority: a password with an unencoded
-        # "@" would otherwise leave its tail in the host
-        userinfo, _, host = authority.rpartition("@")
-        user, has_password, _ = userinfo.partition(":")
-        if has_password:
-            url = f"{scheme}://{user}:***@{host}{rest[end:]}"
-    try:
-        from sqlalchemy.engine import make_url
-
-        parsed = make_url(url)
-    except Exception:  # not a SQLAlchemy URL (a journal path, a web address): as masked above
-        return url
-    return url if parsed.password is None else parsed.render_as_string(hide_password=True)
-
-
 def describe_storage(storage: optuna.storages.BaseStorage) -> str:
     """A password-free description of a storage object (for page footers)."""
     if isinstance(storage, RDBStorage):
-        return redact(storage.engine.url.render_as_string(hide_password=False))
+        return hidden(storage.engine.url.render_as_string(hide_password=False))
     from tuner.optuna_private import journal_file
 
     path = journal_file(storage)
@@ -90,7 +56,11 @@ def journal_path(url: str) -> Path:
 
 
 def resolve_url(url: str | None) -> str:
-    return url or os.environ.get("TUNER_STORAGE") or DEFAULT_URL
+    """The storage URL to use (``--storage``, else ``$TUNER_STORAGE``, else the default); its
+    password is hidden from every later :func:`redact`."""
+    url = url or os.environ.get("TUNER_STORAGE") or DEFAULT_URL
+    remember(url)
+    return url
 
 
 #: Optuna's RDB schema keeps study names in VARCHAR(512)
@@ -122,11 +92,11 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
         raise UserError(
             f"storage {redact(url)!r} is not a URL: use sqlite:///FILE.db, postgresql+psycopg://USER@HOST/DB, or FILE.log"
         )
-    authority = url.split("://", 1)[1].split("/", 1)[0]
-    if authority.count("@") > 1:  # the driver would take the password's tail for the host
+    if "@" in (raw_password(url) or ""):  # the driver would take the password's tail for the host
         raise UserError(f"storage {redact(url)}: the password contains '@': write it percent-encoded, as %40")
     if url.startswith("sqlite"):
         _check_sqlite_file(url, create)
+        url = sqlite_url(url)  # ?mode=ro reaches SQLite
     engine_kwargs: dict = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         engine_kwargs["connect_args"] = {"timeout": 60}
@@ -138,7 +108,7 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 storage = RDBStorage(
-                    url,
+                    optuna_template(url),
                     engine_kwargs=engine_kwargs,
                     heartbeat_interval=HEARTBEAT_S,
                     grace_period=GRACE_S,
@@ -192,15 +162,12 @@ def _open_journal(path: Path, create: bool) -> optuna.storages.BaseStorage:
 def _check_sqlite_file(url: str, create: bool) -> None:
     """Refuse an in-memory database (nothing would be kept, and every worker thread would see
     another one), a missing file when reading, and another application's database."""
-    from sqlalchemy.engine import make_url
-
     try:
-        database = make_url(url).database
+        path = sqlite_file(url)
     except Exception as exc:
         raise UserError(f"storage {redact(url)!r} is not a valid URL ({_first_line(exc)}): use sqlite:///FILE.db") from None
-    if not database or database == ":memory:" or database.startswith("file::memory:") or "mode=memory" in url:
+    if path is None or "mode=memory" in url:
         raise UserError(f"storage {redact(url)} is an in-memory database: nothing would be kept; use sqlite:///FILE.db")
-    path = Path(database)
     if not path.exists():
         if not create:
             raise UserError(f"no SQLite database {path}: give the --storage a run wrote, or run `tuner run` first")

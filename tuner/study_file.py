@@ -84,11 +84,15 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
     if not study:
         raise fail("study", "missing: give name, kernel and arch")
     name = _get(study, "name", str, f"{where}: [study.name]", required=True)
-    if not name.strip() or any(c in name for c in "/\\\n"):
-        raise fail("study.name", f"{name!r} must be non-empty without slashes or newlines")
+    from tuner.storage import check_study_name  # the rule every storage and file name needs
+
+    check_study_name(name, f"{where}: [study.name]")
     kernel_rel = _get(study, "kernel", str, f"{where}: [study.kernel]", required=True)
     base = path.parent if path else Path.cwd()
-    kernel = (base / kernel_rel).resolve()
+    try:
+        kernel = (base / kernel_rel).resolve()
+    except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+        raise fail("study.kernel", f"{kernel_rel!r}: cannot be resolved ({exc}): fix the symbolic link") from None
     if kernel.suffix != ".py" or not kernel.is_file():
         raise fail("study.kernel", f"{kernel_rel!r}: no kernel spec (.py) at {kernel}")
     arch = _get(study, "arch", str, f"{where}: [study.arch]", required=True)
@@ -99,7 +103,7 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
 
     problem: dict[str, Value] = {}
     for key, value in data.get("problem", {}).items():
-        value = as_define_value(value)
+        value = as_define_value(value, f"{where}: [problem.{key}]")
         validate_define(key, value, f"{where}: [problem.{key}]")
         problem[key] = value
 
@@ -113,7 +117,7 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
 
     fixed: dict[str, Value] = {}
     for key, value in data.get("fixed", {}).items():
-        value = as_define_value(value)
+        value = as_define_value(value, f"{where}: [fixed.{key}]")
         validate_define(key, value, f"{where}: [fixed.{key}]")
         if key in tier1 or key in tier2:
             raise fail(f"fixed.{key}", "is also a search axis; keep it in one place")
@@ -156,11 +160,14 @@ def _axes(table: Any, prefix: str, fail) -> dict[str, list[Value]]:
             raise UserError(f"{where} must be a list of values, e.g. {key} = [1, 2]")
         if not values:
             raise UserError(f"{where} is empty; give at least one value")
-        converted = [as_define_value(v) for v in values]
+        converted = [as_define_value(v, where) for v in values]
         for v in converted:
             validate_define(key, v, where)
-        if len(set(converted)) != len(converted):
-            raise UserError(f"{where} lists a value twice")
+        for i, v in enumerate(converted):
+            if v in converted[:i]:
+                first = values[converted.index(v)]
+                same = f" ({values[i]!r} is {v})" if values[i] != v or first != v else ""
+                raise UserError(f"{where} lists a value twice: {v!r}{same}; give each value once")
         axes[key] = converted
     return axes
 
@@ -184,7 +191,7 @@ def _start_configs(entries, axes: dict[str, list[Value]], fail) -> list[dict[str
             raise fail(f"search.start #{i + 1}", "must be a non-empty inline table of axis = value")
         config = {}
         for key, value in entry.items():
-            value = as_define_value(value)
+            value = as_define_value(value, f"[search.start #{i + 1}.{key}]")
             if key not in axes:
                 raise fail(f"search.start #{i + 1}.{key}", "is not a search axis of [space.tier1] / [space.tier2]")
             if value not in axes[key]:

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas only for a type: printing a line needs no pandas import
+    import pandas as pd
 
 # Short column names of the classic layout; any other define keeps its own name.
 SHORT = {
@@ -20,12 +22,21 @@ SHORT = {
 }
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: object) -> str:
+    """``text`` with control characters (escape sequences, newlines, NUL) written as ``\\xNN``:
+    a name from a storage never moves the terminal's cursor or splits a line."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", str(text))
+
+
 def _fmt(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, float):
         return f"{value:.{digits}g}" if abs(value) < 1e5 else f"{value:.1f}"
-    return str(value)
+    return printable(value)
 
 
 def render(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

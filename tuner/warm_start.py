@@ -11,7 +11,6 @@ tier-2 defines are held at their defaults as tier 1 requires.
 from __future__ import annotations
 
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import optuna_private
@@ -106,7 +105,7 @@ def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> 
     failure says something of its own config only). Values are relative to each source's best, so
     sources of different speeds mix."""
     mapper = space_map(space)
-    distributions: dict[str, BaseDistribution] = {a: CategoricalDistribution(v) for a, v in space.axes.items()}
+    distributions = dict(space.distributions)
     prior = []
     for name in source_names:
         trials = _load_source(study, name).get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))

@@ -1,0 +1,176 @@
+"""Recorded tables as inputs: the objective's direction, every field's type, one spelling per
+value, and recordings that do not belong to the study (issue 33, items 4, 6 and 10)."""
+
+import json
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.test_bad_input import GOOD, assert_one_line_exit_2, tuner_here
+from tuner.errors import UserError
+from tuner.replay import load_recording
+from tuner.study_file import parse_study
+
+# -- a Kernel Tuner cache's objective and its direction ----------------------------------------------------------
+
+#: three configs: the fastest does the most GFLOP/s
+TIMES = {1: 4.0, 2: 1.0, 3: 2.0}
+
+
+def _cache(objective, higher=None, with_time=True):
+    flops = 2e9
+    cache = {}
+    for x, ms in TIMES.items():
+        entry = {"x": x, "GFLOP/s": flops / (ms * 1e-3) / 1e9, "score": 10 - ms}
+        if with_time:
+            entry.update(time=ms, times=[ms, ms])
+        cache[str(x)] = entry
+    data = {"device_name": "GPU", "kernel_name": "k", "tune_params_keys": ["x"], "tune_params": {"x": [1, 2, 3]},
+            "objective": objective, "cache": cache}
+    if higher is not None:
+        data["objective_higher_is_better"] = higher
+    return data
+
+
+def _replay(tmp_path, capsys, monkeypatch, data, *flags):
+    path = tmp_path / "cache.json"
+    path.write_text(json.dumps(data))
+    return path, tuner_here(capsys, monkeypatch, "run", "--replay", path, "--storage", "memory", "--trials", 3,
+                            "--sampler", "grid", "--json", *flags)
+
+
+@pytest.mark.parametrize("objective,higher", [("GFLOP/s", None), ("GFLOP/s", True), ("score", True), ("time", None)])
+def test_a_maximised_objective_is_never_minimised_as_a_time(objective, higher, tmp_path, capsys, monkeypatch):
+    """GFLOP/s (Kernel Tuner: higher is better) replays the recorded time: the fastest config wins."""
+    _, result = _replay(tmp_path, capsys, monkeypatch, _cache(objective, higher))
+    assert result.returncode == 0, result.stderr
+    best = json.loads(result.stdout.strip().splitlines()[-1])["best"]
+    assert best["params"] == {"x": 2} and best["ms"] == pytest.approx(min(TIMES.values()))
+
+
+@pytest.mark.parametrize("data,fragment", [
+    (_cache("score"), "objective_higher_is_better"),  # unknown objective, direction not given
+    (_cache("GFLOP/s", with_time=False), "has no 'time'"),  # maximised, and no time to minimise
+    (_cache("GFLOPS/W"), "energy"),
+    (_cache("time", higher="yes"), "'objective_higher_is_better' must be true or false"),
+], ids=["unknown objective", "maximised without time", "energy efficiency", "direction not a bool"])
+def test_an_objective_the_replay_cannot_minimise_is_one_line(data, fragment, tmp_path, capsys, monkeypatch):
+    path, result = _replay(tmp_path, capsys, monkeypatch, data)
+    assert str(path) in assert_one_line_exit_2(result, fragment)
+
+
+# -- every field's type: a list (or an object) where a scalar belongs, and the reverse -----------------------------
+
+
+def _kt_edit(edit):
+    data = _cache("time")
+    edit(data, data["cache"]["1"])
+    return data
+
+
+def _t4(**changes):
+    entry = {"configuration": {"A": 1, "B": 2}, "invalidity": "correct", "measurements": [{"name": "time", "value": 1.0}],
+             "times": {"runtimes": [1.0, 1.1]}, "objectives": ["time"]}
+    entry.update(changes)
+    return {"schema_version": "1.0.0", "results": [entry]}
+
+
+WRONG_TYPES = [
+    ("kt objective", _kt_edit(lambda d, e: d.update(objective=["time"])), "'objective'"),
+    ("kt device_name", _kt_edit(lambda d, e: d.update(device_name=["GPU"])), "'device_name'"),
+    ("kt kernel_name", _kt_edit(lambda d, e: d.update(kernel_name={"a": 1})), "'kernel_name'"),
+    ("kt tune_params_keys", _kt_edit(lambda d, e: d.update(tune_params_keys=[["x"]])), "tune_params_keys"),
+    ("kt tune_params_keys a string", _kt_edit(lambda d, e: d.update(tune_params_keys="x")), "'tune_params_keys'"),
+    ("kt tune_params a list", _kt_edit(lambda d, e: d.update(tune_params=[["x", [1]]])), "'tune_params'"),
+    ("kt tune_params value of lists", _kt_edit(lambda d, e: d.update(tune_params={"x": [[1], [2]]})), "tune_params 'x'"),
+    ("kt entry value a list", _kt_edit(lambda d, e: e.update(x=[1])), "'x'"),
+    ("kt entry time a list", _kt_edit(lambda d, e: e.update(time=[1.0])), "'time'"),
+    ("kt entry times of lists", _kt_edit(lambda d, e: e.update(times=[[1.0]])), "'times'"),
+    ("t4 results an object", {"schema_version": "1.0.0", "results": {"a": 1}}, "'results'"),
+    ("t4 entry a list", {"schema_version": "1.0.0", "results": [_t4()["results"][0], [1]]}, "result 1"),
+    ("t4 configuration a list", _t4(configuration=[1, 2]), "configuration"),
+    ("t4 configuration value a list", _t4(configuration={"A": [1], "B": 2}), "'A'"),
+    ("t4 invalidity a list", _t4(invalidity=["correct"]), "'invalidity'"),
+    ("t4 measurement a list", _t4(measurements=[["time", 1.0]]), "'measurements'"),
+    ("t4 measurement name a list", _t4(measurements=[{"name": ["time"], "value": 1.0}]), "'name'"),
+    ("t4 measurement value a list", _t4(measurements=[{"name": "time", "value": [1.0]}]), "time"),
+    ("t4 times a list", _t4(times=[1.0]), "'times'"),
+    ("t4 runtimes an object", _t4(times={"runtimes": {"a": 1.0}}), "'runtimes'"),
+    ("t4 runtimes of lists", _t4(times={"runtimes": [[1.0]]}), "runtimes"),
+]
+
+
+@pytest.mark.parametrize("data,fragment", [c[1:] for c in WRONG_TYPES], ids=[c[0] for c in WRONG_TYPES])
+def test_a_field_of_the_wrong_type_is_one_line_naming_file_and_field(data, fragment, tmp_path, capsys, monkeypatch):
+    path, result = _replay(tmp_path, capsys, monkeypatch, data)
+    line = assert_one_line_exit_2(result, fragment)
+    assert str(path) in line and len(line) < 400
+
+
+# -- one spelling per value --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values,fragment", [
+    ('[1, "1"]', "lists a value twice: 1"),
+    ('[8, "010"]', "'010' is 8"),
+    ('["0x8", 8]', "must be an integer or a C identifier"),  # hex: not a define value
+    ('["09"]', "not a C integer"),
+], ids=["1 and '1'", "8 and '010' (octal)", "hex", "invalid octal"])
+def test_an_axis_value_has_one_spelling(values, fragment):
+    text = GOOD.replace("UNROLL_K = [0, 1]", f"UNROLL_K = {values}")
+    import tomllib
+
+    with pytest.raises(UserError, match=fragment.replace("(", r"\(")):
+        parse_study(tomllib.loads(text))
+
+
+def test_numbers_written_as_text_are_the_numbers_the_compiler_reads():
+    import tomllib
+
+    cfg = parse_study(tomllib.loads(GOOD.replace("UNROLL_K = [0, 1]", 'UNROLL_K = ["0", "010"]')
+                                    .replace("M_DIM = 1024", 'M_DIM = "1024"')))
+    assert cfg.tier2["UNROLL_K"] == [0, 8] and cfg.problem["M_DIM"] == 1024
+
+
+def test_a_recording_lists_one_value_once(tmp_path, capsys, monkeypatch):
+    data = _cache("time")
+    data["tune_params"]["x"] = [1, 2, 3, "3"]
+    path, result = _replay(tmp_path, capsys, monkeypatch, data)
+    assert_one_line_exit_2(result, "lists a value twice: 3")
+    data["tune_params"]["x"] = ["1", "2", "3"]  # all as text: the same space as numbers
+    data["cache"]["1"]["x"] = "01"
+    path.write_text(json.dumps(data))
+    recording = load_recording(path)
+    assert recording.axes == {"x": [1, 2, 3]} and recording.lookup({"x": 1}).ms == TIMES[1]
+
+
+# -- recorded CSV rows -------------------------------------------------------------------------------------------
+
+CSV = "BLOCK,THREAD_TILE,UNROLL_K,ms,status\n"
+
+
+@pytest.mark.parametrize("text,fragment", [
+    (CSV + "64,4,0,,ok\n", "status ok needs its time"),
+    (CSV + "64,4,0,,\n", "status ok needs its time"),  # no status is ok
+    (CSV + "64,4,0,1.0,fine\n", "status 'fine' is unknown"),
+    (CSV + "64,4,0,1.0,OK\n", "status 'OK' is unknown"),
+    ("BLOCK,THREAD_TILE,UNROLL_K,UNROLL_K,ms,status\n64,4,0,1,1.0,ok\n", "'UNROLL_K' appears twice"),
+    ("BLOCK,THREAD_TILE,UNROLL_K,ms,ms,status\n64,4,0,1.0,2.0,ok\n", "'ms' appears twice"),
+    ("BLOCK,THREAD_TILE,UNROLL_K,EXTRA,ms,status\n64,4,0,1,1.0,ok\n", "EXTRA"),
+], ids=["ok without time", "no status, no time", "unknown status", "status in capitals", "define column twice",
+        "ms twice", "a define the study does not have"])
+def test_bad_recorded_rows_and_columns(text, fragment, tmp_path, capsys, monkeypatch):
+    study = tmp_path / "study.toml"
+    study.write_text(GOOD)
+    path = tmp_path / "rec.csv"
+    path.write_text(text)
+    result = tuner_here(capsys, monkeypatch, "run", study, "--replay", path, "--storage", "memory", "--trials", 2)
+    assert str(path) in assert_one_line_exit_2(result, fragment)
+
+
+def test_our_own_recording_against_another_study_is_one_line(capsys, monkeypatch):
+    """The tpe40 recording (patch_embed_sm90a.toml's axes) against the Hopper grid study."""
+    recording = ROOT / "studies" / "recorded" / "patch_embed_sm90a_tpe40_h200.csv"
+    result = tuner_here(capsys, monkeypatch, "run", ROOT / "studies" / "patch_embed_sm90a_hopper_grid.toml",
+                        "--replay", recording, "--storage", "memory", "--trials", 3)
+    assert "EPI_SLOTS" in assert_one_line_exit_2(result, "not axes of patch_embed_sm90a_hopper_grid.toml")
