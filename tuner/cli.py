@@ -303,18 +303,14 @@ def _write_note(runner) -> None:
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:
+    from tuner.runner import best_line
+
     if as_json:
         print(json.dumps(summary))
         return
     statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary["statuses"].items()))
     print(f"study {summary['study']} in {summary['storage']}: {summary['trials']} trials ({statuses})")
-    best = summary.get("best")
-    if best and "ratio" in best:
-        print(f"best: {best['ratio']:.4f} x the reference, {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}")
-    elif best:
-        print(f"best: {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}")
-    else:
-        print("best: none yet (no trial completed)")
+    print(best_line(summary.get("best")))
     if summary.get("trials_run"):
         rate = summary.get("trials_per_s")
         print(f"this run: {summary['trials_run']} trials in {summary['run_s']:.1f} s, first result after "

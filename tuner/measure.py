@@ -258,21 +258,22 @@ class Measurer:
             if stop and not rule.done(summary):
                 return Measurement("pruned_slow", reason=f"slower than the best: ratio {summary.ratio:.4f} "
                                    f"[{summary.lo:.4f}, {summary.hi:.4f}] after {len(series)} pairs",
+                                   ratio=summary.ratio, reference_ms=summary.reference_ms,
                                    extra=_ratio_attrs(summary, timing))
             if rule.done(summary):
                 break
         sensed = _sensor_attrs(before, self.backend.sensors(), time.perf_counter() - started, summary.candidate_ms)
         extra = {**_ratio_attrs(summary, timing), **sensed}
-        return Measurement("ok", ms=summary.candidate_ms, extra=extra)
+        return Measurement("ok", ms=summary.candidate_ms, ratio=summary.ratio, reference_ms=summary.reference_ms,
+                           extra=extra)
 
 
 def _ratio_attrs(summary, timing: Timing) -> dict[str, Any]:
+    """The ratio's interval and how it was measured (the ratio itself is a field of the Measurement)."""
     return {
-        "ratio": summary.ratio,
         "ratio_lo": summary.lo,
         "ratio_hi": summary.hi,
         "pairs": summary.pairs,
-        "reference_ms": summary.reference_ms,
         "regime": timing.regime,
     }
 
