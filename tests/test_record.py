@@ -3,9 +3,13 @@ config's flags are built once and read back the same."""
 
 import optuna
 import pytest
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
 
 from tests.conftest import ROOT
+from tuner.confirm import confirm_study, confirmed_best
 from tuner.objective import Objective
+from tuner.paired import rank_interleaved
 from tuner.record import Measurement
 from tuner.space import Space
 from tuner.spec import load_spec, parse_flags
@@ -65,3 +69,34 @@ def test_flags_are_built_once_and_parse_back(space):
     flags = space.spec.flags(config, space.problem)
     assert flags.startswith("-DM_DIM=2048 -DN_DIM=2048 -DK_DIM=2048 ")
     assert parse_flags(flags) == {k: str(v) for k, v in space.spec.defines(config, space.problem).items()}
+
+
+class RoundRobin:
+    """Confirms configs by fixed per-config times (the first config given is the fastest)."""
+
+    def __init__(self):
+        self.configs = []
+
+    def confirm(self, configs, rounds):
+        self.configs = configs
+        times = [[1.0] + [0.9 + 0.05 * i + 0.001 * (r % 3) for i in range(len(configs))] for r in range(rounds)]
+        return rank_interleaved(times, reference=0), {}
+
+
+def test_a_run_whose_pruner_stopped_all_but_one_config_still_confirms(space):
+    """One config measured to the end, two stopped by the pruner: the confirmation re-measures
+    the winner against those two (it used to find < 2 configs and record nothing: ``confirmed``
+    was null), and ``tuner best`` names the confirmed winner."""
+    study = optuna.create_study()
+    distributions = {a: CategoricalDistribution(v) for a, v in space.axes.items()}
+    outcomes = [(TrialState.COMPLETE, 0.90, "ok"), (TrialState.PRUNED, 0.95, "pruned_slow"),
+                (TrialState.PRUNED, 0.97, "pruned_slow"), (TrialState.PRUNED, None, "spills")]
+    for params, (state, value, status) in zip(space.valid, outcomes, strict=False):
+        study.add_trial(optuna.trial.create_trial(state=state, value=value, params=params, distributions=distributions,
+                                                  user_attrs={"status": status, "flags": str(params)}))
+    evaluator = RoundRobin()
+    record = confirm_study(study, space, evaluator, {"name": "test"}, top=5, rounds=30)
+    assert record is not None and len(evaluator.configs) == 3  # the spilled config is never re-measured
+    assert [r["trial"] for r in record["standings"]] == [0, 1, 2] and record["winner"] == 0
+    best, confirmation = confirmed_best(study)
+    assert best.number == 0 and confirmation == record
