@@ -13,6 +13,7 @@ from tests.conftest import ROOT
 from tests.fake_backend import FakeBackend, base_ms
 from tuner.measure import Measurer
 from tuner.paired import SlowerTest, StopRule, median_ci, rank_interleaved, sign_test_greater
+from tuner.testing import measure_job
 
 SPEC = str(ROOT / "kernel" / "example_sgemm.py")
 PROBLEM = {"M_DIM": 64, "N_DIM": 64, "K_DIM": 64}
@@ -37,9 +38,8 @@ class Recorder:
 
 
 def job(config, **timing):
-    return {"spec_path": SPEC, "problem": PROBLEM, "config": config, "cubin_path": "c", "seed": 0,
-            "reference": {"config": REFERENCE, "cubin_path": "r"},
-            "timing": {"warmup_ms": 20, "session_warmup_ms": 50, "ci_target": 0.0025, **timing}}
+    return measure_job(SPEC, PROBLEM, config, REFERENCE, **{"warmup_ms": 20, "session_warmup_ms": 50, "ci_target": 0.0025,
+                                                           **timing})
 
 
 @pytest.fixture

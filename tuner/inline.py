@@ -140,7 +140,7 @@ def write_kernel(
     (folder / DATA).write_text(json.dumps(data, indent=1))
     (folder / "spec.py").write_text(SPEC_MODULE)
     study = folder / "study.toml"
-    study.write_text(_toml({"study": {"name": kernel_name, "kernel": "spec.py", "arch": arch},
+    study.write_text(toml_text({"study": {"name": kernel_name, "kernel": "spec.py", "arch": arch},
                             "problem": dict(problem), "space.tier1": {k: list(v) for k, v in tune_params.items()}}))
     return study
 
@@ -152,11 +152,19 @@ def _guarded(path: Path, defaults: Mapping[str, Value]) -> None:
     path.write_text("".join(added) + path.read_text())
 
 
-def _toml(tables: Mapping[str, Mapping[str, Any]]) -> str:
-    """TOML of flat tables whose values are numbers, strings or lists of them (json spells those alike)."""
+def toml_text(tables: Mapping[str, Mapping[str, Any]]) -> str:
+    """TOML of flat tables whose values are numbers, strings, booleans, inline tables or lists of them."""
     lines = []
     for table, values in tables.items():
         lines.append(f"[{table}]")
-        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
         lines.append("")
     return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)  # numbers, strings and booleans are spelled alike
