@@ -45,8 +45,8 @@ def measure(study_path: str, regime: str, pairs: int, evaluator: GpuEvaluator | 
     params = start_params(space, cfg.search.start[:1])[0] if cfg.search.start else space.defaults()
     m = evaluator.evaluate(params, space.full_config(params), lambda step, value, samples: False)
     row = {"study": cfg.name, "device": device.get("name"), "regime": regime, "status": m.status, "reason": m.reason,
-           "flags": m.flags, "ms": m.ms, **{k: m.extra.get(k) for k in ("ratio", "ratio_lo", "ratio_hi", "reference_ms",
-                                                                             "pairs", "sm_clock_mhz", "power_w")}}
+           "flags": m.flags, "ms": m.ms, "ratio": m.ratio, "reference_ms": m.reference_ms,
+           **{k: m.extra.get(k) for k in ("ratio_lo", "ratio_hi", "pairs", "sm_clock_mhz", "power_w")}}
     if m.status != "ok" and m.extra.get("traceback"):
         row["traceback"] = m.extra["traceback"]
     return row, evaluator

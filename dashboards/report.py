@@ -27,7 +27,7 @@ import re
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -242,8 +242,25 @@ def fig_importances(data: StudyData, mem: optuna.Study) -> go.Figure:
 
 
 def fig_slice(data: StudyData, mem: optuna.Study) -> go.Figure:
-    fig = optuna.visualization.plot_slice(mem, params=data.axes, target_name=data.metric)
-    return _layout(fig, f"Slices: {data.metric} against each define (colour = trial number)", 420)
+    """Each define's values against the metric, four panels a row (Optuna's ``plot_slice`` puts
+    every define in one row of fixed width: wider than the page past four or five defines)."""
+    axes = data.axes
+    cols = min(4, max(1, len(axes)))
+    rows = math.ceil(len(axes) / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=axes, vertical_spacing=0.12 if rows > 1 else 0.1)
+    done = data.complete.dropna(subset=["value"])
+    for i, axis in enumerate(axes):
+        order = [str(v) for v in _sorted_values(done["p:" + axis].unique())]
+        fig.add_trace(
+            go.Scatter(x=done["p:" + axis].astype(str), y=done["value"], mode="markers", showlegend=False,
+                       text=[f"trial {n}" for n in done["number"]], hovertemplate="%{x}: %{y:.4f}<br>%{text}<extra></extra>",
+                       marker=dict(color=done["number"], colorscale="Blues", size=6, opacity=0.8,
+                                   showscale=i == 0, colorbar=dict(title="trial"))),
+            row=i // cols + 1, col=i % cols + 1)
+        fig.update_xaxes(type="category", categoryorder="array", categoryarray=order, row=i // cols + 1, col=i % cols + 1)
+    fig.update_yaxes(title_text=data.metric, col=1)
+    return _layout(fig, f"Slices: {data.metric} against each define (colour = trial number)", 300 * rows + 80,
+                   subplots=True)
 
 
 def fig_boxes(data: StudyData) -> go.Figure:
@@ -480,23 +497,38 @@ def top_configs(data: StudyData, n: int = TOP_N) -> pd.DataFrame:
     return done[~key.duplicated()].head(n)
 
 
+def differing_axes(top: pd.DataFrame, axes: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    """(the tuned defines whose values differ among ``top``'s rows, {define: value} of the others)."""
+    differ = [a for a in axes if top["p:" + a].astype(str).nunique() > 1]
+    same = {a: top["p:" + a].iloc[0] for a in axes if a not in differ and len(top)}
+    return differ, same
+
+
 def _top_table(data: StudyData) -> str:
+    """The best configs: one column per tuned define that differs among them (the full flags in
+    each row's tooltip), the defines they share once below."""
     top = top_configs(data)
     base = speedups(data.attrs, 1.0)
-    head = ("<tr><th>#</th><th>trial</th><th>ms</th><th>TFLOPS</th>"
+    differ, same = differing_axes(top, data.axes)
+    head = (f"<tr><th>#</th><th>trial</th><th>{_e(data.metric)}</th><th>TFLOPS</th>"
             + "".join(f"<th>× {_e(n)}</th>" for n, _, _ in base)
-            + "<th>regs</th><th>spills</th><th>SMEM KiB</th><th>status</th><th>-D flags</th></tr>")
+            + "".join(f"<th>{_e(a)}</th>" for a in differ)
+            + "<th>regs</th><th>spills</th><th>SMEM KiB</th><th>status</th></tr>")
     rows = []
     for rank, (_, r) in enumerate(top.iterrows(), 1):
         flags = r["flags"] or " ".join(f"-D{a}={r['p:' + a]}" for a in data.axes)
         smem = r["smem_bytes"] / 1024.0 if pd.notna(r["smem_bytes"]) else None
+        kernel_ms = r["ms"] if "ms" in r and pd.notna(r["ms"]) else r["value"]  # speed-ups compare times
         rows.append(
-            f"<tr><td class=n>{rank}</td><td class=n>{int(r['number'])}</td><td class=n>{_fmt(r['value'])}</td>"
-            f"<td class=n>{_fmt(r['tflops'], 1)}</td>"
-            + "".join(f"<td class=n>{ms / r['value']:.2f}</td>" for _, ms, _ in base)
+            f"<tr title=\"{_e(flags)}\"><td class=n>{rank}</td><td class=n>{int(r['number'])}</td>"
+            f"<td class=n>{_fmt(r['value'])}</td><td class=n>{_fmt(r['tflops'], 1)}</td>"
+            + "".join(f"<td class=n>{ms / kernel_ms:.2f}</td>" for _, ms, _ in base)
+            + "".join(f"<td class=n>{_e(_fmt(r['p:' + a]))}</td>" for a in differ)
             + f"<td class=n>{_fmt(r['regs'])}</td><td class=n>{_fmt(r['spills'])}</td>"
-            f"<td class=n>{_fmt(smem, 1)}</td><td>{_e(r['status'])}</td><td><code>{_e(flags)}</code></td></tr>")
-    return f"<table>{head}{''.join(rows)}</table>"
+            f"<td class=n>{_fmt(smem, 1)}</td><td>{_e(r['status'])}</td></tr>")
+    shared = " ".join(f"{a}={_fmt(v)}" for a, v in same.items())
+    note = f"<p>Same in all of them: <code>{_e(shared)}</code> (a row's tooltip: its -D flags)</p>" if shared else ""
+    return f"<table>{head}{''.join(rows)}</table>{note}"
 
 
 def _failure_html(data: StudyData) -> str:

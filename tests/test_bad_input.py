@@ -23,6 +23,7 @@ from tuner.spec import load_spec
 from tuner.storage import open_storage
 from tuner.study_file import MeasureSettings
 from tuner.supervisor import Supervisor
+from tuner.testing import CliResult, cli
 
 GOOD = f"""
 [study]
@@ -112,25 +113,11 @@ def assert_one_line_exit_2(result, fragment: str) -> str:
     return lines[0]
 
 
-class InProcess:
+def tuner_here(capsys, monkeypatch, *args) -> CliResult:
     """``tuner.cli.main`` called in this process (same code path as the console script,
     without a Python start-up per case: keeps this file inside the CI budget)."""
-
-    def __init__(self, returncode, stdout, stderr):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-def tuner_here(capsys, monkeypatch, *args) -> InProcess:
-    from tuner.cli import main
-
     monkeypatch.setenv("TUNER_WORKER_BACKEND", FAKE_BACKEND)
-    capsys.readouterr()
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as exc:  # argparse errors
-        code = exc.code
-    out, err = capsys.readouterr()
-    return InProcess(code, out, err)
+    return cli(*args)
 
 
 @pytest.mark.parametrize("case,old,new,fragment", STUDY_FILE_CASES, ids=[c[0] for c in STUDY_FILE_CASES])

@@ -123,6 +123,7 @@ def test_every_figure_builds_from_a_replayed_study(journal):
 
     sl = rep.fig_slice(data, mem)
     assert sum(len(t.x) for t in sl.data if t.x is not None) == n_complete * len(demo.AXES)
+    assert sl.layout.width is None  # fits the page's width (Optuna's plot_slice: 300 px per define)
 
     boxes = rep.fig_boxes(data)
     assert sum(len(t.y) for t in boxes.data) == n_complete * len(demo.AXES)
@@ -147,6 +148,13 @@ def test_invalid_configs_are_never_best_or_in_the_top_table(journal):
     top = rep.top_configs(data)
     assert set(top["status"]) <= {"ok", "duplicate"}
     assert list(top["value"]) == sorted(top["value"]) and top["flags"].is_unique
+    differ, same = rep.differing_axes(top, data.axes)  # the top table's columns: only the defines that differ
+    assert differ and set(differ) | set(same) == set(data.axes) and not set(differ) & set(same)
+    for axis in differ:
+        assert top["p:" + axis].nunique() > 1
+    table = rep._top_table(data)
+    assert table.count("<th>") == 8 + len(differ) + len(rep.speedups(data.attrs, 1.0))
+    assert f'title="{top["flags"].iloc[0]}"' in table  # the full flags stay at hand
 
 
 def test_failure_table_groups_reasons_by_shape():
@@ -346,6 +354,8 @@ def test_browser_renders_index_and_study_page(browser, report_dir):
     _check_rendered(browser.plots(), {f"fig-{n}" for n in
                                       ("history", "parallel", "importances", "slice", "boxes", "resources", "failures")})
     assert browser.errors() == []
+    # the page fits its width: no horizontal scrollbar (the slices of every define included)
+    assert browser.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
     study_png = browser.screenshot(SCREENSHOT_DIR / "report-study.png", max_height=2400)
     for png in (index_png, study_png):
         data = png.read_bytes()

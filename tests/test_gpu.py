@@ -92,7 +92,7 @@ def test_sm90a_winners_pass_the_full_check(study, tmp_path):
     assert m.status == "ok", m.reason
     assert m.extra["checked_fraction"] == 1.0 and m.extra["n_bad"] == 0 and m.extra["race"] == 0
     assert 0.0 < m.max_err <= 1.0
-    pair_ms = m.ms + m.extra["reference_ms"]   # paired timing: the candidate and the reference alternate
+    pair_ms = m.ms + m.reference_ms   # paired timing: the candidate and the reference alternate
     trial_ms = m.ms + max(settings.warmup_ms, settings.warmup * pair_ms) + m.extra["pairs"] * pair_ms
     print(f"{study}: {m.ms:.4f} ms per launch, max_err {m.max_err:.4f}, check {m.extra['check_ms']:.2f} ms "
           f"= {100 * m.extra['check_ms'] / trial_ms:.2f} % of the trial's {trial_ms:.1f} ms of launches "

@@ -14,6 +14,8 @@ from optuna.trial import TrialState
 from tests.conftest import FAKE_BACKEND, ROOT
 from tuner.storage import open_storage
 
+pytestmark = pytest.mark.slow  # processes killed at each point of a run: minutes
+
 STUDY = ROOT / "studies" / "example_sgemm.toml"
 BUDGET = 6
 POINTS = ["ask", "sample", "admit", "compile", "measure", "record", "tell"]

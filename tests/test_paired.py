@@ -13,6 +13,7 @@ from tests.conftest import ROOT
 from tests.fake_backend import FakeBackend, base_ms
 from tuner.measure import Measurer
 from tuner.paired import SlowerTest, StopRule, median_ci, rank_interleaved, sign_test_greater
+from tuner.testing import measure_job
 
 SPEC = str(ROOT / "kernel" / "example_sgemm.py")
 PROBLEM = {"M_DIM": 64, "N_DIM": 64, "K_DIM": 64}
@@ -37,9 +38,8 @@ class Recorder:
 
 
 def job(config, **timing):
-    return {"spec_path": SPEC, "problem": PROBLEM, "config": config, "cubin_path": "c", "seed": 0,
-            "reference": {"config": REFERENCE, "cubin_path": "r"},
-            "timing": {"warmup_ms": 20, "session_warmup_ms": 50, "ci_target": 0.0025, **timing}}
+    return measure_job(SPEC, PROBLEM, config, REFERENCE, **{"warmup_ms": 20, "session_warmup_ms": 50, "ci_target": 0.0025,
+                                                           **timing})
 
 
 @pytest.fixture
@@ -78,11 +78,11 @@ def test_ratio_holds_still_while_raw_times_drift(drifting):
     for _ in range(6):
         m, restart = drifting.measure(job(config), Recorder())
         assert m.status == "ok" and not restart
-        ratios.append(m.extra["ratio"])
+        ratios.append(m.ratio)
         raw.append(m.ms)
         drifting.backend.launches += 500  # the next measurement meets the clock elsewhere in its cycle
-        assert m.extra["ratio_lo"] <= m.extra["ratio"] <= m.extra["ratio_hi"]
-        assert m.extra["pairs"] >= 20 and m.extra["reference_ms"] > 0 and "sm_clock_mhz" in m.extra
+        assert m.extra["ratio_lo"] <= m.ratio <= m.extra["ratio_hi"]
+        assert m.extra["pairs"] >= 20 and m.reference_ms > 0 and "sm_clock_mhz" in m.extra
     assert (max(raw) - min(raw)) / min(raw) > 0.03  # the drift is real ...
     assert all(abs(r / truth - 1) < 0.003 for r in ratios)  # ... and cancelled
 
@@ -92,7 +92,7 @@ def test_measuring_stops_at_the_interval_target_or_the_cap(drifting):
     assert quiet.extra["pairs"] == 20  # the minimum already meets +-1 %
     capped, _ = drifting.measure(job({"X": 110}, ci_target=1e-6, max_pairs=60), Recorder())
     assert capped.extra["pairs"] == 60
-    assert (capped.extra["ratio_hi"] - capped.extra["ratio_lo"]) / 2 / capped.extra["ratio"] > 1e-6
+    assert (capped.extra["ratio_hi"] - capped.extra["ratio_lo"]) / 2 / capped.ratio > 1e-6
 
 
 def test_sign_test_prunes_planted_slow_configs_never_the_winner(drifting):

@@ -7,43 +7,22 @@ the example study's best config is known in advance.
 
 import json
 
-from tests.conftest import FAKE_BACKEND, ROOT, tuner
+from tests.conftest import FAKE_BACKEND, tuner
 from tests.fake_backend import base_ms
+from tuner.testing import run_summary, write_study
 
 FAKE = {"TUNER_WORKER_BACKEND": FAKE_BACKEND}
 
 
-def study_file(tmp_path, measure_extra=""):
-    path = tmp_path / "paired.toml"
-    path.write_text(f"""
-[study]
-name = "paired"
-kernel = "{ROOT}/kernel/example_sgemm.py"
-arch = "sm_90a"
-[problem]
-M_DIM = 256
-N_DIM = 256
-K_DIM = 256
-[space.tier1]
-BLOCK = [32, 64]
-THREAD_TILE = [1, 2, 4]
-[search]
-sampler = "grid"
-trials = 6
-confirm_top = 3
-confirm_rounds = 60
-pruner = false
-[measure]
-timeout_s = 20
-{measure_extra}
-""")
-    return path
+def study_file(tmp_path, **measure):
+    return write_study(tmp_path, "paired", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
+                       tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]},
+                       search={"sampler": "grid", "trials": 6, "confirm_top": 3, "confirm_rounds": 60, "pruner": False},
+                       measure={"timeout_s": 20, **measure})
 
 
 def run_json(*args):
-    result = tuner(*args, env=FAKE)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_summary(tuner(*args, env=FAKE))
 
 
 def test_run_stores_ratios_and_a_confirmed_winner(tmp_path, cache_dir):
@@ -86,14 +65,14 @@ def test_run_stores_ratios_and_a_confirmed_winner(tmp_path, cache_dir):
 def test_resume_with_another_reference_is_refused(tmp_path, cache_dir):
     url = f"sqlite:///{tmp_path / 's.db'}"
     run_json("run", study_file(tmp_path), "--storage", url, "--json", "--cache-dir", cache_dir, "--trials", 2)
-    other = study_file(tmp_path, "reference = {BLOCK = 32, THREAD_TILE = 2}")
+    other = study_file(tmp_path, reference={"BLOCK": 32, "THREAD_TILE": 2})
     refused = tuner("run", other, "--storage", url, "--cache-dir", cache_dir, env=FAKE)
     assert refused.returncode == 2 and "objective" in refused.stderr and "--study-name" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
 
 
 def test_bad_reference_is_a_one_line_error(tmp_path, cache_dir):
-    bad = study_file(tmp_path, "reference = {BLOCK = 48}")
+    bad = study_file(tmp_path, reference={"BLOCK": 48})
     result = tuner("run", bad, "--storage", f"sqlite:///{tmp_path / 's.db'}", env=FAKE)
     assert result.returncode == 2 and "measure.reference" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

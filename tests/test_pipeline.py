@@ -8,7 +8,6 @@ both with fixed delays, so the timing claims are about the loop, not about this 
 from __future__ import annotations
 
 import collections
-import json
 import os
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from optuna.trial import TrialState
 
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
 from tuner.storage import open_storage
+from tuner.testing import run_summary
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"
 FAKE_COMPILER = f"{ROOT / 'tests' / 'fake_backend.py'}:fake_nvrtc"
@@ -35,9 +35,7 @@ def fake_env(**delays: float) -> dict[str, str]:
 
 
 def run_json(*args, env) -> dict:
-    result = tuner("run", *args, "--json", env=env)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_summary(tuner("run", *args, "--json", env=env))
 
 
 def loop_costs(db: str, name: str) -> tuple[float, float]:

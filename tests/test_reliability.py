@@ -22,6 +22,9 @@ from optuna.trial import TrialState
 
 from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
 from tuner.storage import open_storage
+from tuner.testing import run_summary as summary_of
+
+pytestmark = pytest.mark.slow  # faults, restarts and kills end to end: minutes
 
 MARKING_BACKEND = f"{ROOT / 'tests' / 'fault_backend.py'}:MarkingBackend"
 PG_RESTART = "pg_ctlcluster --skip-systemctl-redirect {version} main restart"
@@ -91,11 +94,6 @@ block = 5
 def sgemm_study(folder: Path, name: str = "rel", trials: int = 6) -> Path:
     return write_study(folder, name, ROOT / "kernel" / "example_sgemm.py",
                        "BLOCK = [64, 128]\nBLOCK_K = [16, 32]\nTHREAD_TILE = [4, 8]", search=f"trials = {trials}")
-
-
-def summary_of(result) -> dict:
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def load(url: str, name: str) -> optuna.Study:

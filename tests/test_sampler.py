@@ -6,16 +6,18 @@ from pathlib import Path
 
 import numpy as np
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import KERNEL_TUNER_CACHES
 from tuner import parzen
 from tuner.parzen import ParzenSearch, choose_kernels
 from tuner.pool import Observations
-from tuner.replay import Record, Recording, ReplayEvaluator, ask_seconds, load_recording, recording_space
+from tuner.replay import Record, Recording, ReplayEvaluator, ask_seconds, recording_space
 from tuner.runner import Runner, RunSettings
 from tuner.sampler import ValidOnlySampler, make_base_sampler
 from tuner.space import Space
+from tuner.testing import replay_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -29,11 +31,6 @@ def recorded_space(axes: dict, outcome) -> tuple[Recording, Space]:
             records[values] = record
     recording = Recording(Path("synthetic"), "csv", {a: list(v) for a, v in axes.items()}, records)
     recording.digest = lambda: "synthetic"  # no file behind it
-    return recording, recording_space(recording)
-
-
-def replay_space(path):
-    recording = load_recording(path)
     return recording, recording_space(recording)
 
 
@@ -170,6 +167,7 @@ def test_an_ordered_axis_is_counted_same_or_different_where_its_good_values_alte
     assert choose_kernels(observed(40), [8, 6], [True, True]) == [True, True]  # 4 good of 40: too few to choose
 
 
+@pytest.mark.slow  # sampler quality: 40 runs of 100 trials
 def test_a_block_size_fast_at_multiples_of_a_wavefront_is_found(monkeypatch):
     """block_size_x in steps of 16 runs 10 % faster at multiples of 64 (an AMD wavefront): its good
     values alternate with slower ones, and the ordinal kernel spreads their weight onto the slower

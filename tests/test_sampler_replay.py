@@ -9,15 +9,11 @@ import pytest
 
 from tests.conftest import KERNEL_TUNER_CACHES, ROOT, tuner
 from tuner.errors import UserError
-from tuner.replay import ReplayEvaluator, load_recording, recording_space
+from tuner.replay import ReplayEvaluator, load_recording
 from tuner.runner import Runner, RunSettings
+from tuner.testing import replay_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def replay_space(path):
-    recording = load_recording(path)
-    return recording, recording_space(recording)
 
 
 def best_ratio(recording, space, sampler, seed, trials=100):
@@ -31,6 +27,7 @@ def best_ratio(recording, space, sampler, seed, trials=100):
     return recording.optimum() / study.best_value
 
 
+@pytest.mark.slow  # sampler quality: many seeded runs
 def test_pnpoly_default_sampler_beats_095_and_random(pnpoly):
     recording, space = replay_space(pnpoly)
     assert space.total == 4092 and len(space.valid) == 4092
@@ -42,6 +39,7 @@ def test_pnpoly_default_sampler_beats_095_and_random(pnpoly):
     assert statistics.mean(tpe) > statistics.mean(rnd)
 
 
+@pytest.mark.slow  # sampler quality: many seeded runs
 def test_no_seed_stays_on_a_plateau_of_the_hopper_grid():
     """Our own kernel's recorded grid (1,184 valid configs, 101 within 0.9 of the optimum): every
     one of 20 seeds is within 0.95 of the optimum after 100 trials. With nothing but one-axis moves

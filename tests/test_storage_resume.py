@@ -15,17 +15,13 @@ from optuna.trial import TrialState
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
 from tuner.errors import UserError
 from tuner.storage import open_storage, redact
+from tuner.testing import run_summary as summary_of
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"
 
 
 def run_replay(pnpoly, storage, trials, *extra):
     return tuner("run", "--replay", pnpoly, "--storage", storage, "--trials", trials, "--seed", 1, "--json", *extra)
-
-
-def summary_of(result):
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal", "postgres"])

@@ -6,15 +6,14 @@ import pytest
 
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
 from tuner.supervisor import Supervisor
+from tuner.testing import measure_job
 
 EXAMPLE_SPEC = str(ROOT / "kernel" / "example_sgemm.py")
 
 
 def job(config, **timing):
     """A measure job as the GPU evaluator sends it; the fake backend never opens the cubins."""
-    return {"spec_path": EXAMPLE_SPEC, "problem": {"M_DIM": 64, "N_DIM": 64, "K_DIM": 64}, "config": config,
-            "cubin_path": "candidate.cubin", "reference": {"config": {}, "cubin_path": "reference.cubin"},
-            "timing": {"session_warmup_ms": 10, "warmup_ms": 5, **timing}}
+    return measure_job(EXAMPLE_SPEC, {"M_DIM": 64, "N_DIM": 64, "K_DIM": 64}, config, **timing)
 
 
 def never(step, value, samples):

@@ -20,7 +20,6 @@ import importlib.metadata
 import json
 import os
 import sys
-import time
 import typing
 import warnings
 from pathlib import Path
@@ -32,6 +31,7 @@ from tuner.errors import UserError, as_user_error, interrupted
 from tuner.storage import DEFAULT_URL
 
 if typing.TYPE_CHECKING:
+    from tuner.session import Session
     from tuner.supervisor import Supervisor
 
 #: entry points in this group add subcommands: each is called with the subparsers object
@@ -170,125 +170,17 @@ def build_parser() -> argparse.ArgumentParser:
 # -- building blocks ------------------------------------------------------------------------
 
 
-def _load(args):
-    """Study file (or a Kernel Tuner replay file alone) -> (config or None, space, recording or None)."""
-    from tuner.replay import load_recording, recording_space
-    from tuner.space import Space
-    from tuner.spec import load_spec
-    from tuner.study_file import load_study
+def _session(args) -> Session:
+    """What this command is asked to do, for :mod:`tuner.session` (which runs every command's study)."""
+    from tuner.session import Session
 
-    recording = load_recording(args.run.replay) if args.run.replay else None
-    if not args.study_file:
-        if recording is None:
-            raise UserError("give a study file (studies/NAME.toml), or --replay FILE with a Kernel Tuner cache")
-        if recording.format == "csv":
-            raise UserError(f"replay file {recording.path} is our CSV: give the study file it was recorded from too")
-        return None, recording_space(recording), recording
-    cfg = load_study(args.study_file)
-    spec = load_spec(cfg.kernel)
-    if cfg.arch not in spec.archs and spec.archs:
-        raise UserError(f"{cfg.path}: [study.arch] {cfg.arch} is not a target of {spec.path.name} ({', '.join(spec.archs)})")
-    space = Space.from_study(cfg, spec)
-    if recording is not None:
-        missing = [a for a in space.axes if a not in recording.axes]
-        if missing:
-            raise UserError(f"replay file {recording.path} has no column for {', '.join(missing)}: record it from this study")
-        extra = [a for a in recording.axes if a not in space.axes]
-        if extra:  # a config of the study would not name a recorded row
-            raise UserError(f"replay file {recording.path} has define columns {', '.join(extra)} that are not axes of "
-                            f"{cfg.path.name}: replay it with the study file it was recorded from")
-    return cfg, space, recording
+    quiet = getattr(args, "json", False)
+    return Session(args.study_file, storage=args.storage, given=args.given, command=args.command,
+                   progress=not quiet and sys.stderr.isatty(), say=None if quiet else _say)
 
 
-def _search(args, cfg) -> options.SearchSettings:
-    """The study file's [search] settings with the flags given on top."""
-    search = options.apply(cfg.search if cfg else options.SearchSettings(), args.given)
-    if args.func is cmd_grid:  # every valid config once, in order, measured to the end
-        search = options.apply(search, {"sampler": "grid", "mode": args.given.get("mode", "joint"), "trials": None,
-                                        "timeout_min": None, "seed": 0, "pruner": False})
-    return search
-
-
-def _settings(args, cfg, space, attrs, name):
-    from tuner.pipeline import process_started
-    from tuner.runner import RunSettings
-    from tuner.scale import PEERS_ENV
-
-    search = _search(args, cfg)
-    if args.func is cmd_grid:
-        search.trials = len(space.valid)
-    return RunSettings(
-        **vars(search),
-        study_name=name,
-        accept_mismatch=args.run.accept_mismatch,
-        progress=not args.json and sys.stderr.isatty(),
-        artifact_dir=str(args.run.artifacts) if args.run.artifacts else None,
-        warm_start=args.run.warm_start,
-        warm_start_top=args.run.warm_start_top,
-        study_attrs=attrs,
-        started=process_started(),
-        peers=int(os.environ.get(PEERS_ENV, "1")) if args.func is cmd_worker else 1,
-    )
-
-
-def _study_name(args, cfg, recording) -> str:
-    """The study's name: --study-name, else the study file's, else the recording's ``NAME.replay``."""
-    from tuner.storage import check_study_name
-
-    if args.run.study_name is not None:
-        return check_study_name(args.run.study_name)
-    if cfg is None:
-        return check_study_name(f"{recording.path.name.split('.')[0]}.replay", f"replay file {recording.path}")
-    return f"{cfg.name}.replay" if recording is not None else cfg.name
-
-
-def _evaluator(args, cfg, space, recording, supervisor=None):
-    """(evaluator, study attrs, study name, closer)."""
-    from tuner.runner import study_attrs
-
-    measure = cfg.measure if cfg else options.MeasureSettings()
-    base_name = _study_name(args, cfg, recording)
-    shape = cfg.shape if cfg else (recording.kernel or recording.path.name.split(".")[0])
-    if recording is not None:
-        from tuner.replay import ReplayEvaluator
-
-        name = base_name
-        device = {"name": f"replay of {recording.device or recording.path.name}"}
-        attrs = study_attrs("replay", space, cfg.arch if cfg else "", device, "", shape,
-                            {"replay_file": str(recording.path), "replay_format": recording.format,
-                             "baseline_ms": cfg.baseline if cfg else {}})
-        return ReplayEvaluator(recording, measure.block), attrs, name, lambda: None
-    from tuner.compile import nvrtc_version
-    from tuner.gpu import GpuEvaluator
-
-    evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, supervisor=supervisor,
-                             cache_dir=args.run.cache_dir,
-                             seed=_search(args, cfg).seed or 0, reference=_reference(cfg, space),
-                             compile_jobs=_search(args, cfg).compile_ahead)
-    device = evaluator.start()
-    attrs = study_attrs("gpu", space, cfg.arch, device, nvrtc_version(), shape,
-                        {"baseline_ms": cfg.baseline, **evaluator.objective_attrs()})
-    return evaluator, attrs, base_name, evaluator.close
-
-
-def _reference(cfg, space):
-    """The config every trial is paired with: [measure] reference, else the first [search] start, else defaults."""
-    from tuner.gpu import BASELINE
-    from tuner.warm_start import start_params
-
-    chosen = cfg.measure.reference
-    if chosen == BASELINE:
-        return BASELINE
-    if chosen is not None:
-        return space.full_config(start_params(space, [chosen], what="[measure] reference")[0])
-    if cfg.search.start:
-        return space.full_config(start_params(space, cfg.search.start[:1])[0])
-    # the spec's defaults where the model accepts them, else the first valid config: never an invalid one
-    defaults = space.defaults()
-    if space.check(defaults) is None:
-        return space.full_config(defaults)  # no enumeration needed: the worker's start overlaps it
-    space.require_valid()
-    return space.full_config(space.valid[0])
+def _say(text: str) -> None:
+    print(text, file=sys.stderr)
 
 
 def _file_named(name: str, suffix: str) -> Path:
@@ -319,29 +211,16 @@ def _check_output(path: Path | None, flag: str) -> None:
         raise UserError(f"{flag} {path}: folder {folder} is not writable; give a path you can write")
 
 
-def _write_note(runner) -> None:
-    """The study's Markdown note for optuna-dashboard (problem, device, best flags, how to reproduce)."""
-    from tuner.notes import write_study_note
-    from tuner.storage import redact
-
-    write_study_note(runner.study, redact(runner.storage_url))
-
-
 def _print_summary(summary: dict, as_json: bool) -> None:
+    from tuner.runner import best_line
+    from tuner.table import printable
+
     if as_json:
         print(json.dumps(summary))
         return
     statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary["statuses"].items()))
-    from tuner.table import printable
-
     print(f"study {printable(summary['study'])} in {printable(summary['storage'])}: {summary['trials']} trials ({statuses})")
-    best = summary.get("best")
-    if best and "ratio" in best:
-        print(f"best: {best['ratio']:.4f} x the reference, {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}")
-    elif best:
-        print(f"best: {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}")
-    else:
-        print("best: none yet (no trial completed)")
+    print(best_line(summary.get("best")))
     if summary.get("trials_run"):
         rate = summary.get("trials_per_s")
         print(f"this run: {summary['trials_run']} trials in {summary['run_s']:.1f} s, first result after "
@@ -352,7 +231,7 @@ def _print_summary(summary: dict, as_json: bool) -> None:
 
 
 def cmd_run(args) -> int:
-    from tuner.runner import Runner
+    from tuner.session import StartupClock
     from tuner.storage import check_workers
 
     if args.run.workers > 1:
@@ -362,97 +241,15 @@ def cmd_run(args) -> int:
         return run_workers(args)
     startup = StartupClock()
     startup.mark("command_started")  # the command line's imports are done
-    supervisor = None
-    if not args.run.replay:  # the worker's CUDA start-up overlaps loading the study
-        supervisor = args.gpu_worker  # already spawned by tuner.launch, before those imports
-        if supervisor is None:
-            from tuner.supervisor import Supervisor
-
-            supervisor = Supervisor.from_env()
-            supervisor.start_soon()
-        startup.mark("worker_spawned", supervisor.spawned)
-    try:
-        cfg, space, recording = _load(args)
-        startup.mark("study_loaded")
-        space.enumerate_soon()  # overlaps the worker's CUDA start and its inputs
-        evaluator, attrs, name, close = _evaluator(args, cfg, space, recording, supervisor)
-        startup.mark("worker_ready")
-    except BaseException:
-        if supervisor is not None:
-            supervisor.discard()
-        raise
-    try:
-        runner = Runner(space, evaluator, _settings(args, cfg, space, attrs, name), args.storage)
-        startup.mark("storage_and_space_ready")
-        if runner.requeued and not args.json:
-            print(f"re-queued {len(runner.requeued)} trial(s) left RUNNING by a dead process: {runner.requeued}", file=sys.stderr)
-        if runner.transfer and not args.json:
-            print(runner.transfer, file=sys.stderr)
-        if runner.start_queued and not args.json:
-            print(f"start: {len(runner.start_queued)} config(s) from [search] start queued first", file=sys.stderr)
-        summary = runner.run()
-        summary["startup_s"] = dict(sorted(startup.marks.items(), key=lambda mark: mark[1]))
-        _confirm_after_run(args, cfg, space, evaluator, runner.study, recording, summary)
-        _write_note(runner)
-    finally:
-        close()
+    # the worker spawned by tuner.launch before those imports: its CUDA start overlaps loading the study
+    summary, _ = _session(args).run(None if args.run.replay else args.gpu_worker, startup)
     _print_summary(summary, args.json)
     return 0
 
 
-class StartupClock:
-    """Seconds from the process's start to each step of a run's start (``--json``: ``startup_s``),
-    beside ``first_trial_s``: where a slow start goes."""
-
-    def __init__(self) -> None:
-        from tuner.pipeline import process_started
-
-        self.started = process_started()
-        self.marks: dict[str, float] = {}
-
-    def mark(self, step: str, at: float | None = None) -> None:
-        """``step`` happened now, or at ``at`` (``time.monotonic()``)."""
-        self.marks[step] = round((time.monotonic() if at is None else at) - self.started, 3)
-
-
-def _confirm_after_run(args, cfg, space, evaluator, study, recording, summary: dict) -> None:
-    search = _search(args, cfg) if cfg else None
-    if recording is None and search is not None and search.confirm_top >= 2:
-        summary["confirmed"] = _confirm(study, space, evaluator, search.confirm_top, search.confirm_rounds, args.json)
-
-
-def _confirm(study, space, evaluator, top: int, rounds: int, quiet: bool) -> dict | None:
-    from tuner.confirm import confirm_study, describe
-
-    if not quiet:
-        print(f"confirming the top {top} configs ({rounds} rounds, round-robin)...", file=sys.stderr)
-    record = confirm_study(study, space, evaluator, evaluator.supervisor.device, top, rounds)
-    if record is None:
-        return None
-    if not quiet:
-        print(describe(record), file=sys.stderr)
-    return {"winner": record["winner"], "tied": record["tied"], "standings": record["standings"]}
-
-
 def cmd_confirm(args) -> int:
     """Re-measure a stored study's top configs in this session (a later one, or another GPU of the model)."""
-    from tuner.runner import bind_study
-    from tuner.storage import open_storage
-
-    cfg, space, _ = _load(args)
-    search = _search(args, cfg)
-    if search.confirm_top < 2:
-        raise UserError("--top must be >= 2: a confirmation compares configs")
-    evaluator, attrs, name, close = _evaluator(args, cfg, space, None)
-    try:
-        try:
-            study = optuna.load_study(study_name=name, storage=open_storage(args.storage, create=False))
-        except KeyError:
-            raise UserError(f"no study {name!r} in this storage: run it first (tuner run {args.study_file})") from None
-        bind_study(study, attrs, args.run.accept_mismatch)
-        confirmed = _confirm(study, space, evaluator, search.confirm_top, search.confirm_rounds, args.json)
-    finally:
-        close()
+    name, confirmed = _session(args).confirm_stored()
     if confirmed is None:
         raise UserError(f"study {name!r} has fewer than 2 completed configs: nothing to confirm yet")
     if args.json:
@@ -486,51 +283,26 @@ def cmd_grid(args) -> int:
     import datetime as dt
 
     from tuner.results import ranked, trials_frame, write_table
-    from tuner.runner import Runner
     from tuner.table import seed_table
 
     _check_output(args.csv, "--csv")
-    cfg, space, recording = _load(args)
-    grid_name = _study_name(args, cfg, recording)
-    if args.run.study_name is None and recording is None:
-        grid_name = f"{grid_name}.grid"
-    if args.csv is None:  # the default NAME.csv must be writable before the grid runs, not after
-        _check_output(_file_named(grid_name, ".csv"), "the grid's CSV (name it with --csv)")
-    evaluator, attrs, name, close = _evaluator(args, cfg, space, recording)
-    name = grid_name
-    try:
-        if recording is None:  # compile every config up front, in parallel, into the cache
-            _precompile(cfg, space, args)
-        runner = Runner(space, evaluator, _settings(args, cfg, space, attrs, name), args.storage)
-        summary = runner.run()
-        _confirm_after_run(args, cfg, space, evaluator, runner.study, recording, summary)
-        _write_note(runner)
-    finally:
-        close()
-    table = ranked(trials_frame(runner.study.get_trials(deepcopy=False), space.axis_names))
-    csv_path = args.csv or _file_named(name, ".csv")
-    write_table(table, csv_path, device=attrs.get("device_name", ""), date=dt.date.today().isoformat())
+
+    def default_csv_writable(name: str) -> None:  # NAME.csv must be writable before the grid runs, not after
+        if args.csv is None:
+            _check_output(_file_named(name, ".csv"), "the grid's CSV (name it with --csv)")
+
+    summary, runner = _session(args).run(named=default_csv_writable)
+    axes = runner.space.axis_names
+    table = ranked(trials_frame(runner.study.get_trials(deepcopy=False), axes))
+    csv_path = args.csv or _file_named(runner.settings.study_name, ".csv")
+    write_table(table, csv_path, device=runner.study.user_attrs.get("device_name", ""), date=dt.date.today().isoformat())
     if args.json:
         _print_summary(summary, True)
     else:
-        print(seed_table(table, space.axis_names))
+        print(seed_table(table, axes))
         print(f"\n{len(table)} configs; CSV written to {csv_path}")
         _print_summary(summary, False)
     return 0
-
-
-def _precompile(cfg, space, args) -> None:
-    from tuner.compile import CompileLimits, compile_many
-
-    progress = None
-    if not args.json and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(space.valid), desc="compiling", unit="config", file=sys.stderr)
-        progress = lambda: bar.update(1)  # noqa: E731
-    full = [space.full_config(p) for p in space.valid]
-    compile_many(space.spec, full, space.problem, cfg.arch, args.run.cache_dir,
-                 CompileLimits(cfg.measure.max_regs, cfg.measure.reject_spills), None, progress)
 
 
 def cmd_check(args) -> int:
@@ -587,44 +359,23 @@ def cmd_check(args) -> int:
 
 
 def _open_study(args):
-    from tuner.storage import check_study_name, open_storage, redact, resolve_url
+    from tuner.session import open_study
 
-    name = args.study
-    if name is None:
-        if not args.study_file:
-            raise UserError("give a study file or --study NAME")
-        from tuner.study_file import load_study
-
-        name = load_study(args.study_file).name
-    else:
-        check_study_name(name, "--study")
-    storage = open_storage(args.storage, create=False)
-    try:
-        return optuna.load_study(study_name=name, storage=storage), storage
-    except KeyError:
-        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
-        raise UserError(
-            f"no study {name!r} in {redact(resolve_url(args.storage))}; studies there: {', '.join(names) or 'none'}"
-        ) from None
+    return open_study(args.storage, args.study_file, args.study)
 
 
 def cmd_best(args) -> int:
     from tuner.confirm import confirmed_best, describe
-    from tuner.table import printable
+    from tuner.header import write_header
+    from tuner.results import metric_of
 
     _check_output(args.header, "--header")
-    study, _ = _open_study(args)
+    study = _open_study(args)
     best, confirmation = confirmed_best(study)
     flags = best.user_attrs.get("flags", "")
-    metric = (study.metric_names or ["ms"])[0]
+    metric = metric_of(study)
     if args.header:
-        lines = [f"// Best configuration of study {printable(study.study_name)}: {best.value:.4g} {metric} (trial {best.number})",
-                 f"// device: {printable(study.user_attrs.get('device_name', ''))}; kernel source {study.user_attrs.get('source_hash', '')}",
-                 "#pragma once"]
-        for flag in flags.split():
-            name, _, value = flag[2:].partition("=")
-            lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
-        args.header.write_text("\n".join(lines) + "\n")
+        write_header(args.header, study, best)
     tied = confirmation["tied"] if confirmation else None
     if args.json:
         print(json.dumps({"study": study.study_name, metric: best.value, "params": best.params, "flags": flags,
@@ -684,7 +435,7 @@ def cmd_export(args) -> int:
     from tuner.table import printable
 
     _check_output(args.output, "--output")
-    study, _ = _open_study(args)
+    study = _open_study(args)
     axes = study.user_attrs.get("axes")
     trials = study.get_trials(deepcopy=False)
     device = study.user_attrs.get("device_name", "")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from tuner.lifetime import exit_with
-from tuner.spec import Config, KernelSpec, Problem, define_flags, load_spec
+from tuner.spec import Config, KernelSpec, Problem, load_spec
 
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120a")
 
@@ -141,8 +141,7 @@ def parse_ptxas(log: str) -> PtxasStats:
 
 
 def compile_options(spec: KernelSpec, config: Config, problem: Problem, arch: str) -> list[str]:
-    flags = define_flags(spec.defines(config, problem))
-    return [f"--gpu-architecture={arch}", "--ptxas-options=-v", *spec.compile_options, *flags]
+    return [f"--gpu-architecture={arch}", "--ptxas-options=-v", *spec.compile_options, *spec.flags(config, problem).split()]
 
 
 def compile_kernel(
@@ -156,7 +155,7 @@ def compile_kernel(
     """Compile ``config`` for ``arch``; return stats, the CUBIN's path and a status."""
     limits = limits or CompileLimits()
     options = compile_options(spec, config, problem, arch)
-    flags = " ".join(o for o in options if o.startswith("-D"))
+    flags = spec.flags(config, problem)
     bundle = SourceBundle.load(spec.source_path)
     version = nvrtc_version()
     key = hashlib.sha256(

@@ -35,11 +35,23 @@ class Confirms(Protocol):
     def confirm(self, configs: list[dict[str, Value]], rounds: int) -> tuple[list[Standing], dict]: ...
 
 
+#: statuses of PRUNED trials whose config was measured in part: a confirmation may take them
+#: when fewer than ``k`` configs were measured to the end (the sign test stops at 95 %, not for sure)
+PARTLY_MEASURED = ("pruned_slow",)
+
+
 def top_trials(study: optuna.Study, space: Space, k: int) -> list[FrozenTrial]:
-    """The ``k`` best complete trials, one per config (a duplicate's original stands for it)."""
+    """The ``k`` best complete trials, one per config (a duplicate's original stands for it);
+    where fewer configs were complete, the best of those the pruner stopped fill the places, so
+    a short run whose pruner stopped all but one config still confirms its winner against the
+    nearest others."""
     seen: set[tuple] = set()
     chosen = []
-    for trial in sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=value_of):
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    complete = sorted((t for t in trials if t.state == TrialState.COMPLETE), key=value_of)
+    stopped = sorted((t for t in trials if t.state == TrialState.PRUNED and t.value is not None
+                      and t.user_attrs.get("status") in PARTLY_MEASURED), key=value_of)
+    for trial in [*complete, *stopped]:
         if not trial.params or not all(a in trial.params for a in space.axis_names):
             continue
         key = space.key(trial.params)
@@ -112,13 +124,13 @@ def last_confirmation(study: optuna.Study) -> dict | None:
 
 def confirmed_best(study: optuna.Study) -> tuple[FrozenTrial, dict | None]:
     """The winner of the latest confirmation, else the trial with the best value."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    best = best_trial(complete, study.direction)
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    best = best_trial(trials, study.direction)
     if best is None:
         raise UserError(f"study {study.study_name!r} has no completed trial yet: run it first")
     record = last_confirmation(study)
-    if record is not None:
-        by_number = {t.number: t for t in complete}
+    if record is not None:  # its winner may be a config the pruner had stopped (see top_trials)
+        by_number = {t.number: t for t in trials}
         if record["winner"] in by_number:
             return by_number[record["winner"]], record
     return best, None

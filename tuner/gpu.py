@@ -18,7 +18,7 @@ from tuner.errors import UserError
 from tuner.measure import Timing
 from tuner.paired import Standing, rank_interleaved
 from tuner.record import Measurement
-from tuner.spec import KernelSpec, Problem, Value, define_flags
+from tuner.spec import KernelSpec, Problem, Value
 from tuner.study_file import MeasureSettings
 from tuner.supervisor import Report, Supervisor, WorkerDied
 
@@ -76,7 +76,7 @@ class GpuEvaluator:
     def objective_attrs(self) -> dict:
         """What a study's values mean: a resumed study must have been measured the same way."""
         if isinstance(self.reference, dict):
-            reference = " ".join(define_flags(self.spec.defines(self.reference, self.problem)))
+            reference = self.spec.flags(self.reference, self.problem)
         else:
             reference = BASELINE
         metric = "ratio" if self.measure_settings.value == "ratio" else "ms"
@@ -180,8 +180,8 @@ class GpuEvaluator:
 
         m = self.supervisor.measure(self._job(config=config, cubin_path=built.cubin_path),
                                     self.measure_settings.timeout_s, scaled)
-        if m.status == "ok" and "ratio" in m.extra:
-            m.value = m.extra["ratio"] * (self._scale(m.extra.get("reference_ms")) or 1.0)
+        if m.status == "ok" and m.ratio is not None:
+            m.value = m.ratio * (self._scale(m.reference_ms) or 1.0)
         for key, value in common.items():
             if getattr(m, key) in (None, ""):
                 setattr(m, key, value)

@@ -276,6 +276,7 @@ class Measurer:
             if stop and not rule.done(summary):
                 return Measurement("pruned_slow", reason=f"slower than the best: ratio {summary.ratio:.4f} "
                                    f"[{summary.lo:.4f}, {summary.hi:.4f}] after {len(series)} pairs",
+                                   ratio=summary.ratio, reference_ms=summary.reference_ms,
                                    extra=_ratio_attrs(summary, timing))
             if rule.done(summary):
                 break
@@ -286,7 +287,8 @@ class Measurer:
         if timing.energy_s > 0:
             extra.update(self._energy(candidate, summary.candidate_ms, timing).attrs())
             extra.update(self._energy(reference, summary.reference_ms, timing).attrs("reference_"))
-        return Measurement("ok", ms=summary.candidate_ms, extra=extra)
+        return Measurement("ok", ms=summary.candidate_ms, ratio=summary.ratio, reference_ms=summary.reference_ms,
+                           extra=extra)
 
     def _energy(self, handle: Any, launch_ms: float | None, timing: Timing) -> Energy:
         """``handle`` alone for ``energy_s``, on a window from one energy counter step to another."""
@@ -297,12 +299,11 @@ class Measurer:
 
 
 def _ratio_attrs(summary, timing: Timing) -> dict[str, Any]:
+    """The ratio's interval and how it was measured (the ratio itself is a field of the Measurement)."""
     return {
-        "ratio": summary.ratio,
         "ratio_lo": summary.lo,
         "ratio_hi": summary.hi,
         "pairs": summary.pairs,
-        "reference_ms": summary.reference_ms,
         "regime": timing.regime,
     }
 

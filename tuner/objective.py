@@ -22,7 +22,7 @@ from tuner.distributions import suggest
 from tuner.paired import SlowerTest
 from tuner.record import COMPLETE_STATUSES, Measurement
 from tuner.space import Space
-from tuner.spec import Value, define_flags
+from tuner.spec import Value
 from tuner.storage import HEARTBEAT_S, runner_dead
 
 CLAIM = "tuner:measuring"  # system attr: this trial is measuring its config
@@ -102,8 +102,7 @@ class Objective:
     def record(self, trial: optuna.Trial, begun: Begun, measurement: Measurement) -> float:
         """Write the outcome on the trial (the trial-record attributes); the value, or TrialPruned."""
         if not measurement.flags:
-            defines = self.space.spec.defines(begun.config, self.space.problem)
-            measurement.flags = " ".join(define_flags(defines))
+            measurement.flags = self.space.spec.flags(begun.config, self.space.problem)
         optuna_private.set_user_attrs(trial, measurement.user_attrs(self.flops))
         if self.artifact_dir and measurement.artifacts:
             self._attach(trial, measurement.artifacts, self.artifact_dir)
@@ -181,9 +180,11 @@ class Objective:
             concurrent = twin or (started is not None and t.datetime_complete is not None and t.datetime_complete >= started)
             if status is None or (status == "pruned_slow" and not concurrent) or (status == "duplicate" and t.state != TrialState.COMPLETE):
                 continue
-            stored = Measurement.from_attrs(t.user_attrs)
+            stored = Measurement.from_attrs(t.user_attrs)  # ms, ratio, reference_ms as they were stored
             stored.status = "duplicate"
-            stored.ms = t.value if t.state == TrialState.COMPLETE else None
+            stored.value = t.value if t.state == TrialState.COMPLETE else None  # the objective: a ratio, or ms
+            if stored.value is None:
+                stored.ms = None
             stored.reason = f"repeat of trial {t.number} ({status}); stored result reused"
             return stored
         return None

@@ -1,7 +1,7 @@
 """The trial record: one measurement's outcome, as stored on every Optuna trial.
 
 Statuses (the trial-record contract of docs/ENGINE.md). ``ok`` and ``duplicate`` trials are COMPLETE
-with value = ms; every other status is a PRUNED trial with a ``reason``, so TPE ranks
+with value = :attr:`Measurement.value` (the paired ratio, or ms); every other status is a PRUNED trial with a ``reason``, so TPE ranks
 it as worst instead of ignoring it (as it would a FAIL).
 """
 
@@ -31,10 +31,19 @@ COMPLETE_STATUSES = ("ok", "duplicate")
 
 @dataclass
 class Measurement:
+    """One config's outcome. The numbers a trial is ranked and reported by are fields of their
+    own (stored under the same user-attribute names); ``extra`` holds the rest (interval,
+    pairs, clocks, power)."""
+
     status: str
+    #: the candidate's median time per launch (raw milliseconds: they drift with the GPU's clock)
     ms: float | None = None
-    #: the trial's objective value where it is not ``ms`` (a paired measurement's ratio)
+    #: the trial's objective value where it is not ``ms`` (a paired measurement's ratio, or
+    #: that ratio scaled to milliseconds); never stored as a user attribute (it is the trial's value)
     value: float | None = None
+    #: paired timing: median candidate / reference ratio, and the reference's median time
+    ratio: float | None = None
+    reference_ms: float | None = None
     reason: str = ""
     regs: int | None = None
     spills: int | None = None
@@ -51,7 +60,7 @@ class Measurement:
     def user_attrs(self, flops: float | None) -> dict[str, Any]:
         """JSON-serializable, numeric where sortable; absent rather than null."""
         attrs: dict[str, Any] = {"status": self.status, "reason": self.reason, "flags": self.flags}
-        for key in ("ms", "regs", "spills", "smem_bytes", "compile_s", "checksum", "max_err"):
+        for key in ("ms", "ratio", "reference_ms", "regs", "spills", "smem_bytes", "compile_s", "checksum", "max_err"):
             value = getattr(self, key)
             if value is not None:
                 attrs[key] = value

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
+
+if TYPE_CHECKING:
+    import optuna
 
 #: the columns after the defines, in order
 COLUMNS = (
@@ -37,6 +40,16 @@ def status_of(trial: FrozenTrial) -> str:
     if isinstance(status, str) and status:
         return status
     return _STATE_STATUS.get(trial.state, trial.state.name.lower())
+
+
+def metric_of(study: optuna.Study) -> str:
+    """What a study's values are: ``ratio`` (candidate / reference, paired timing) or ``ms``."""
+    return (study.metric_names or ["ms"])[0]
+
+
+def value_text(value: float, metric: str) -> str:
+    """A trial's value with its unit."""
+    return f"{value:.4f} x the reference" if metric == "ratio" else f"{value:.4g} ms"
 
 
 def value_of(trial: FrozenTrial) -> float:

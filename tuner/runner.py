@@ -27,7 +27,7 @@ from tuner.paired import SlowerTest
 from tuner.pipeline import Pipeline, ProposalLock, Timeline
 from tuner.pruner import MarginPruner
 from tuner.record import Measurement
-from tuner.results import best_trial
+from tuner.results import best_trial, metric_of, value_text
 from tuner.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
 from tuner.space import Space
 from tuner.storage import open_storage, recover_stale_trials, redact, resolve_url
@@ -321,7 +321,7 @@ class Runner:
         if self._bar is None:
             return
         try:
-            best = f"{self.study.best_value:.4g} ms"
+            best = value_text(self.study.best_value, metric_of(self.study))
         except ValueError:
             best = "-"
         self._bar.set_postfix_str(f"last={m.status} best={best}", refresh=False)
@@ -342,7 +342,7 @@ def summarize(study: optuna.Study, storage_url: str) -> dict:
     best = None
     b = best_trial(trials, study.direction)
     if b is not None:
-        metric = (study.metric_names or ["ms"])[0]
+        metric = metric_of(study)
         best = {"params": b.params, "ms": b.user_attrs.get("ms", b.value), metric: b.value,
                 "flags": b.user_attrs.get("flags", ""), "trial": b.number}
     return {
@@ -352,3 +352,12 @@ def summarize(study: optuna.Study, storage_url: str) -> dict:
         "statuses": dict(statuses),
         "best": best,
     }
+
+
+def best_line(best: dict | None) -> str:
+    """The summary's best trial in one line, with its unit (``best`` as :func:`summarize` gives it)."""
+    if not best:
+        return "best: none yet (no trial completed)"
+    if "ratio" in best:
+        return f"best: {value_text(best['ratio'], 'ratio')}, {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}"
+    return f"best: {value_text(best['ms'], 'ms')} (trial {best['trial']})  {best['flags']}"

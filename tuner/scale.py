@@ -123,6 +123,8 @@ def run_workers(args) -> int:
         if not any(m.startswith("tuner: error") for m in messages):
             print(f"tuner: error: none of the {n} workers finished (exit codes {codes})", file=sys.stderr)
         return code
+    from tuner.runner import best_line
+
     summary = aggregate(names[0], url)
     summary.update(workers=n, worker_exit_codes=codes, elapsed_s=round(elapsed, 2))
     if args.json:
@@ -131,8 +133,7 @@ def run_workers(args) -> int:
         statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary["statuses"].items()))
         print(f"study {printable(summary['study'])} in {summary['storage']}: {summary['trials']} trials ({statuses}) "
               f"by {n} workers in {elapsed:.1f} s")
-        best = summary.get("best")
-        print(f"best: {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}" if best else "best: none yet (no trial completed)")
+        print(best_line(summary.get("best")))
         if failed:
             print(f"{len(failed)} worker(s) failed: exit codes {codes}", file=sys.stderr)
     return failed[0] if failed else 0

@@ -215,6 +215,11 @@ class KernelSpec:
         merged.update(config)
         return merged
 
+    def flags(self, config: Config, problem: Problem) -> str:
+        """The build's ``-D`` options as one string: what NVRTC gets (split on spaces), what a
+        trial stores as ``flags`` and ``tuner best`` prints (:func:`parse_flags` reads it back)."""
+        return " ".join(define_flags(self.defines(config, problem)))
+
     # -- run --------------------------------------------------------------------------
     def launch(self, config: Config, problem: Problem, device: DeviceInfo) -> Launch:
         raise NotImplementedError
@@ -278,6 +283,15 @@ def define_flags(defines: Mapping[str, Value]) -> list[str]:
         validate_define(name, value, "define")
         flags.append(f"-D{name}={value}")
     return flags
+
+
+def parse_flags(flags: str) -> dict[str, str]:
+    """``{NAME: VALUE}`` of a :meth:`KernelSpec.flags` string (values stay text, as in a header)."""
+    defines = {}
+    for flag in flags.split():
+        name, _, value = flag.removeprefix("-D").partition("=")
+        defines[name] = value
+    return defines
 
 
 _loaded: dict[Path, KernelSpec] = {}

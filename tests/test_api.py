@@ -1,0 +1,110 @@
+"""The Python API on the session the CLI uses: tune, load, Result, and tune_kernel for a kernel
+given as data (compiled here with NVRTC; run on a GPU by the gpu-marked test)."""
+
+import itertools
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tuner
+from tests.conftest import ROOT
+from tuner.compile import compile_many
+from tuner.errors import UserError
+from tuner.space import Space
+from tuner.spec import load_spec
+from tuner.study_file import load_study
+
+HOPPER = ROOT / "studies" / "patch_embed_sm90a_hopper_grid.toml"
+HOPPER_REPLAY = ROOT / "studies" / "recorded" / "patch_embed_sm90a_hopper_grid_h200.json"
+AXPY_SOURCE = (ROOT / "kernel" / "axpy.cu").read_text()
+TUNE_PARAMS = {"BLOCK_SIZE": [32, 48, 64, 128, 256], "ITEMS": [1, 2, 4]}
+
+
+def axpy(folder, **kwargs):
+    """The README's axpy kernel, given as data in the manner of Kernel Tuner's tune_kernel."""
+    args = [tuner.In("x", ("ROWS", "COLS")), tuner.In("y", ("ROWS", "COLS")), tuner.Out("out", ("ROWS", "COLS")),
+            tuner.Scalar("float32", 2.0)]
+    return dict(kernel_name="axpy", kernel_source=AXPY_SOURCE, problem={"ROWS": 1024, "COLS": 1024}, arguments=args,
+                tune_params=TUNE_PARAMS, grid=("ceil_div(ROWS * COLS, BLOCK_SIZE * ITEMS)", 1, 1),
+                block=("BLOCK_SIZE", 1, 1), reference="2.0 * x[rows] + y[rows]",
+                restrictions=[("BLOCK_SIZE % 32 == 0", "BLOCK_SIZE={BLOCK_SIZE} is not whole warps")],
+                flops="2 * ROWS * COLS", folder=folder, **kwargs)
+
+
+def test_tune_then_load_give_the_same_winner(tmp_path):
+    db = f"sqlite:///{tmp_path / 'api.db'}"
+    result = tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=db, trials=25, seed=2)
+    assert result.summary["trials"] == 25 and result.study.study_name == "patch_embed_sm90a_hopper_grid.replay"
+    loaded = tuner.load(HOPPER, storage=db)  # the study file finds its replay, as `tuner best` does
+    assert loaded.best_params == result.best_params and loaded.best_flags == result.best_flags
+    frame = result.trials
+    assert isinstance(frame, pd.DataFrame) and len(frame) == 25
+    ok = frame[frame["status"] == "ok"]
+    assert result.best_value == ok["value"].min() and result.metric == "ms" and result.tied == []
+    assert set(result.best_params) <= set(frame.columns)
+    header = result.to_header(tmp_path / "out" / "best.h").read_text()
+    for name, value in result.best_params.items():
+        assert f"#define {name} {value}\n" in header
+    assert tuner.load("patch_embed_sm90a_hopper_grid.replay", storage=db).best_params == result.best_params
+
+
+def test_bad_settings_are_one_line_user_errors(tmp_path):
+    with pytest.raises(UserError, match="unknown setting 'trails'"):
+        tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=f"sqlite:///{tmp_path / 'a.db'}", trails=3)
+    with pytest.raises(UserError, match="sampler 'nope' unknown"):
+        tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=f"sqlite:///{tmp_path / 'a.db'}", sampler="nope")
+    with pytest.raises(UserError, match="no SQLite database"):
+        tuner.load(HOPPER, storage=f"sqlite:///{tmp_path / 'a.db'}")
+
+
+def test_kernel_given_as_data_compiles_here(tmp_path):
+    """tune_kernel's study: the spec built from the call's data passes the restrictions and
+    compiles every valid config with NVRTC (no GPU)."""
+    study = tuner.kernel_study(**axpy(tmp_path / "axpy"))
+    cfg = load_study(study)
+    spec = load_spec(cfg.kernel)
+    space = Space.from_study(cfg, spec)
+    assert len(space.valid) == 12 and set(space.invalid_examples) and space.total == 15  # BLOCK_SIZE=48: not whole warps
+    config = space.full_config({"BLOCK_SIZE": 128, "ITEMS": 4})
+    launch = spec.launch(config, space.problem, {})
+    assert launch.grid == (2048, 1, 1) and launch.block == (128, 1, 1) and spec.flops(space.problem) == 2 * 1024**2
+    results = compile_many(spec, [space.full_config(p) for p in space.valid], space.problem, cfg.arch,
+                           tmp_path / "cache", None, 1, None)
+    assert [r.status for r in results] == ["ok"] * 12 and all(r.regs for r in results)
+    assert results[0].flags.startswith("-DROWS=1024 -DCOLS=1024 -DBLOCK_SIZE=")
+    x, y = np.ones(8), np.arange(8.0)
+    assert spec.reference({"x": x, "y": y}, space.problem, np.array([0, 5])).tolist() == [2.0, 7.0]
+
+
+def test_tune_kernel_adds_guards_and_tunes_on_a_replay(tmp_path):
+    """A Kernel Tuner style source (no #ifndef guards): the guards are added with the first
+    values as defaults; the kernel is tuned against a recorded table."""
+    recording = tmp_path / "axpy.csv"
+    rows = [{"BLOCK_SIZE": b, "ITEMS": i, "ms": 1.0 + abs(b - 128) / 1000 + abs(i - 2) / 100, "status": "ok"}
+            for b, i in itertools.product(*TUNE_PARAMS.values())]
+    pd.DataFrame(rows).to_csv(recording, index=False)
+    kwargs = axpy(tmp_path / "kt")
+    kwargs["kernel_source"] = "extern \"C\" __global__ void axpy(const float* x, const float* y, float* out, float a)\n" \
+                              "{ long i = (long)blockIdx.x * BLOCK_SIZE * ITEMS + threadIdx.x;\n" \
+                              "  for (int k = 0; k < ITEMS; ++k) if (i + k * BLOCK_SIZE < (long)ROWS * COLS)\n" \
+                              "    out[i + k * BLOCK_SIZE] = a * x[i + k * BLOCK_SIZE] + y[i + k * BLOCK_SIZE]; }\n"
+    result = tuner.tune_kernel(**kwargs, replay=recording, storage=f"sqlite:///{tmp_path / 'k.db'}", trials=12,
+                               sampler="grid")
+    assert result.best_params == {"BLOCK_SIZE": 128, "ITEMS": 2}
+    cu = (tmp_path / "kt" / "axpy.cu").read_text()
+    assert cu.startswith("#ifndef BLOCK_SIZE\n#define BLOCK_SIZE 32\n#endif\n#ifndef ITEMS\n#define ITEMS 1\n#endif\n")
+    assert json.loads((tmp_path / "kt" / "kernel.json").read_text())["reference"] == "2.0 * x[rows] + y[rows]"
+
+
+@pytest.mark.gpu
+def test_tune_kernel_on_the_gpu(tmp_path):
+    """tune_kernel end to end on this host's GPU: every trial's output checked, a winner confirmed."""
+    result = tuner.tune_kernel(**axpy(tmp_path / "axpy"), storage=f"sqlite:///{tmp_path / 'gpu.db'}", trials=8,
+                               cache_dir=tmp_path / "cache")
+    statuses = set(result.trials["status"])
+    assert statuses <= {"ok", "pruned_slow", "duplicate", "invalid"} and "ok" in statuses, statuses
+    assert result.metric == "ratio" and result.best_flags.startswith("-DROWS=1024 -DCOLS=1024")
+    assert result.confirmation is not None and result.tied and result.tied[0] == result.best_params
+    assert tuner.load(result.study.study_name, storage=f"sqlite:///{tmp_path / 'gpu.db'}").best_params == result.best_params

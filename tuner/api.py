@@ -1,0 +1,190 @@
+"""The Python API: tune a study, or a kernel given as data, and read the result, in a notebook.
+
+    result = tuner.tune("studies/example_sgemm.toml", trials=40)
+    result.best_flags, result.best_params, result.tied, result.trials  # a pandas DataFrame
+    result.to_header("best.h")
+    tuner.load("studies/example_sgemm.toml").best_params                # a later session
+
+Both run on :class:`tuner.session.Session`, as ``tuner run`` and ``tuner best`` do: the same
+settings, storage, resume and confirmation. Bad input raises :class:`tuner.errors.UserError`
+with the line the command would print.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+from optuna.trial import FrozenTrial
+
+from tuner import options
+from tuner.errors import UserError
+from tuner.light import In, Out
+from tuner.spec import Scalar, Value
+
+
+@dataclass
+class Result:
+    """A stored study's outcome: the confirmed winner (else the best trial) and every trial."""
+
+    study: optuna.Study
+    best_trial: FrozenTrial
+    #: the latest confirmation's record (standings, tied trials, device), or None
+    confirmation: dict[str, Any] | None
+    #: what the run printed as ``--json`` (None for :func:`load`)
+    summary: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, study: optuna.Study, summary: dict[str, Any] | None = None) -> Result:
+        from tuner.confirm import confirmed_best
+
+        best, confirmation = confirmed_best(study)
+        return cls(study, best, confirmation, summary)
+
+    @property
+    def best_params(self) -> dict[str, Value]:
+        """The winner's tuned defines."""
+        return dict(self.best_trial.params)
+
+    @property
+    def best_flags(self) -> str:
+        """The winner's ``-D`` flags, problem keys included (what ``tuner best`` prints)."""
+        return str(self.best_trial.user_attrs.get("flags", ""))
+
+    @property
+    def best_value(self) -> float | None:
+        """The winner's value, in :attr:`metric` units."""
+        return self.best_trial.value
+
+    @property
+    def metric(self) -> str:
+        """``ratio`` (to the reference config, paired timing) or ``ms``."""
+        from tuner.results import metric_of
+
+        return metric_of(self.study)
+
+    @property
+    def tied(self) -> list[dict[str, Value]]:
+        """The configs statistically tied with the winner in its confirmation (the winner first);
+        empty without a confirmation (replays, or fewer than two configs measured)."""
+        if self.confirmation is None:
+            return []
+        by_number = {t.number: t for t in self.study.get_trials(deepcopy=False)}
+        order = [self.confirmation["winner"], *(n for n in self.confirmation["tied"] if n != self.confirmation["winner"])]
+        return [dict(by_number[n].params) for n in order if n in by_number]
+
+    @property
+    def trials(self) -> pd.DataFrame:
+        """Every trial in the results schema (:mod:`tuner.results`): the defines, then value, ms, status, ..."""
+        from tuner.results import trials_frame
+
+        axes = self.study.user_attrs.get("axes")
+        return trials_frame(self.study.get_trials(deepcopy=False), axes if isinstance(axes, list) else None)
+
+    def to_header(self, path: str | Path) -> Path:
+        """Write the winner's defines as ``#ifndef`` / ``#define`` guards; the path written."""
+        from tuner.header import write_header
+
+        return write_header(Path(path), self.study, self.best_trial)
+
+
+def _given(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword settings by the option table's names, checked as the study file's keys are."""
+    given = {}
+    for name, value in settings.items():
+        opt = options.BY_NAME.get(name)
+        if opt is None:
+            raise UserError(f"unknown setting {name!r}; expected one of {', '.join(sorted(options.BY_NAME))}")
+        structured = opt.toml and opt.kind in (list, dict)  # start, reference: checked against the space later
+        given[name] = value if structured else opt.check(value, name)
+    if given.get("workers", 1) > 1:
+        raise UserError("workers: several GPUs on one study run from the command line (tuner run --workers N)")
+    return given
+
+
+@contextlib.contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """Optuna's per-trial log lines repeat what the trials record (the CLI silences them too)."""
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
+def tune(study: str | Path | None, *, trials: int | None = None, storage: str | None = None,
+         replay: str | Path | None = None, progress: bool = False, **settings: Any) -> Result:
+    """Run (or resume) a study as ``tuner run`` does; its result.
+
+    ``study``: a study file (None with a Kernel Tuner ``replay`` file alone); ``trials``: the
+    study's total to reach (default: the file's); ``storage``: as ``--storage`` (default
+    ``sqlite:///tuner.db``); ``replay``: a recorded table instead of the GPU (stored as
+    ``NAME.replay``); ``settings``: any [search] / [measure] key or run option by name
+    (``sampler="random"``, ``seed=3``, ``repeats=100``, ``study_name="x"``, ...).
+    """
+    from tuner.session import Session
+
+    given = _given({**settings, **({"trials": trials} if trials is not None else {}),
+                    **({"replay": replay} if replay is not None else {})})
+    with _quiet_optuna():
+        summary, runner = Session(study, storage=storage, given=given, command="run", progress=progress).run()
+        return Result.of(runner.study, summary)
+
+
+def load(study: str | Path, *, storage: str | None = None) -> Result:
+    """A stored study's result, as ``tuner best`` reads it: ``study`` is a study file (its GPU
+    run, else its grid, else its replay) or a study's name in the storage."""
+    from tuner.session import open_study
+
+    path = Path(study)
+    with _quiet_optuna():
+        if path.suffix == ".toml" or path.is_file():
+            return Result.of(open_study(storage, study_file=path))
+        return Result.of(open_study(storage, name=str(study)))
+
+
+def tune_kernel(kernel_name: str, kernel_source: str, problem: Mapping[str, Value], arguments: Sequence[In | Out | Scalar],
+                tune_params: Mapping[str, Sequence[Value]], *, grid: Sequence[int | str], block: Sequence[int | str],
+                reference: str, restrictions: Sequence[str | tuple[str, str]] = (), derived: Mapping[str, str] | None = None,
+                flops: str | None = None, arch: str = "sm_90a", folder: str | Path | None = None,
+                trials: int | None = None, storage: str | None = None, replay: str | Path | None = None,
+                **settings: Any) -> Result:
+    """Tune a simple kernel given as data, as Kernel Tuner's ``tune_kernel`` does; its result.
+
+    ``kernel_source``: CUDA text with an ``extern "C" __global__`` entry ``kernel_name``;
+    ``problem``: sizes passed as ``-D`` defines too; ``arguments``: :class:`tuner.In`,
+    :class:`tuner.Out` (shapes by numbers or names) and :class:`tuner.Scalar`, in order;
+    ``tune_params``: ``{DEFINE: [values]}`` (the first value is the default);
+    ``grid``/``block``: three numbers or expressions over problem, defines and ``derived``;
+    ``reference``: an expression for the first output's ``rows`` (inputs by name, ``np``),
+    e.g. ``"2 * x[rows] + y[rows]"``; ``restrictions``: expressions that must hold (or
+    ``(expression, message)``); ``flops``: an expression over the problem. The kernel is
+    written to ``folder`` (default: under the compile cache, named by its content) and
+    tuned as :func:`tune` tunes a study file (:func:`kernel_study` gives that file).
+    """
+    study = kernel_study(kernel_name, kernel_source, problem, arguments, tune_params, grid=grid, block=block,
+                         reference=reference, restrictions=restrictions, derived=derived, flops=flops, arch=arch,
+                         folder=folder)
+    return tune(study, trials=trials, storage=storage, replay=replay, **settings)
+
+
+def kernel_study(kernel_name: str, kernel_source: str, problem: Mapping[str, Value], arguments: Sequence[In | Out | Scalar],
+                 tune_params: Mapping[str, Sequence[Value]], *, grid: Sequence[int | str], block: Sequence[int | str],
+                 reference: str, restrictions: Sequence[str | tuple[str, str]] = (), derived: Mapping[str, str] | None = None,
+                 flops: str | None = None, arch: str = "sm_90a", folder: str | Path | None = None) -> Path:
+    """:func:`tune_kernel`'s kernel written as a study: the study file's path (for ``tuner check
+    --compile``, ``tuner run``, or :func:`tune` with settings of its own)."""
+    from tuner.inline import write_kernel
+    from tuner.study_file import load_study
+
+    path = write_kernel(kernel_name, kernel_source, problem, arguments, tune_params, grid=grid, block=block,
+                        reference=reference, restrictions=restrictions, derived=derived, flops=flops, arch=arch,
+                        folder=folder)
+    load_study(path)  # bad input is said now, in the caller's terms
+    return path

@@ -1,0 +1,80 @@
+"""Test helpers shared by the suite (and by anyone testing a kernel spec of their own): the
+CLI's JSON summary, a recording's space, a worker's measure job, a study file builder and an
+in-process CLI runner. Nothing here touches a GPU."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.inline import toml_text
+
+#: the repository's example kernel spec (a small FP32 GEMM), for study files written by tests
+EXAMPLE_SGEMM = Path(__file__).resolve().parents[2] / "kernel" / "example_sgemm.py"
+
+
+def run_summary(result: subprocess.CompletedProcess) -> dict:
+    """The last line of a successful ``tuner run/grid --json``: its summary."""
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def replay_space(path: str | Path):
+    """(the recording, its space) of a recorded table or Kernel Tuner cache."""
+    from tuner.replay import load_recording, recording_space
+
+    recording = load_recording(path)
+    return recording, recording_space(recording)
+
+
+def measure_job(spec_path: str | Path, problem: Mapping[str, Any], config: Mapping[str, Any],
+                reference: Mapping[str, Any] | None = None, **timing: Any) -> dict:
+    """A measure job as the GPU evaluator sends it to the worker (a fake backend never opens the cubins)."""
+    return {"spec_path": str(spec_path), "problem": dict(problem), "config": dict(config), "cubin_path": "candidate.cubin",
+            "seed": 0, "reference": {"config": dict(reference or {}), "cubin_path": "reference.cubin"},
+            "timing": {"session_warmup_ms": 10, "warmup_ms": 5, **timing}}
+
+
+def write_study(folder: str | Path, name: str, *, tier1: Mapping[str, list], tier2: Mapping[str, list] | None = None,
+                problem: Mapping[str, Any] | None = None, search: Mapping[str, Any] | None = None,
+                measure: Mapping[str, Any] | None = None, kernel: str | Path = EXAMPLE_SGEMM, arch: str = "sm_90a") -> Path:
+    """``folder/NAME.toml``: a study of ``kernel`` (default: the example GEMM on a 1024 cube)."""
+    tables: dict[str, Mapping[str, Any]] = {
+        "study": {"name": name, "kernel": str(kernel), "arch": arch},
+        "problem": problem if problem is not None else {"M_DIM": 1024, "N_DIM": 1024, "K_DIM": 1024},
+        "space.tier1": tier1,
+    }
+    for table, values in (("space.tier2", tier2), ("search", search), ("measure", measure)):
+        if values:
+            tables[table] = values
+    path = Path(folder) / f"{name}.toml"
+    path.write_text(toml_text(tables))
+    return path
+
+
+@dataclass
+class CliResult:
+    """What :func:`cli` saw: the exit code and the two streams."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args: Any) -> CliResult:
+    """``tuner ARGS`` in this process (the console script's code path, less the early worker spawn)."""
+    from tuner.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse's errors and --help
+            code = exc.code if isinstance(exc.code, int) else 1
+    return CliResult(code, out.getvalue(), err.getvalue())
