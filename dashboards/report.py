@@ -381,8 +381,8 @@ header{background:#263238;color:#fff;padding:14px 28px}
 header a{color:#b3e5fc} header h1{margin:0;font-size:22px} header p{margin:4px 0 0;color:#cfd8dc}
 main{padding:10px 28px 40px} section{background:#fff;border:1px solid #e0e0e0;border-radius:6px;
 margin:14px 0;padding:10px 16px} h2{font-size:17px;margin:6px 0 10px}
-table{border-collapse:collapse;font-size:13px} th,td{border-bottom:1px solid #e6e6e6;padding:4px 8px;
-text-align:left;vertical-align:top} th{background:#f0f3f5} td.n{text-align:right;font-variant-numeric:tabular-nums}
+table{border-collapse:collapse;font-size:13px;max-width:100%} th,td{border-bottom:1px solid #e6e6e6;padding:4px 8px;
+text-align:left;vertical-align:top} th{background:#f0f3f5} section{overflow-x:auto} td.n{text-align:right;font-variant-numeric:tabular-nums}
 code{font-family:SFMono-Regular,Consolas,monospace;font-size:12px}
 .msg{padding:12px 14px;border-left:4px solid #ff9800;background:#fff8e1;margin:10px 0}
 .err{border-left-color:#d62728;background:#fdecea}
@@ -504,6 +504,11 @@ def differing_axes(top: pd.DataFrame, axes: Sequence[str]) -> tuple[list[str], d
     return differ, same
 
 
+def _breakable(name: str) -> str:
+    """A define's name that may wrap after its underscores: twenty of them fit the page's width."""
+    return _e(name).replace("_", "_<wbr>")
+
+
 def _top_table(data: StudyData) -> str:
     """The best configs: one column per tuned define that differs among them (the full flags in
     each row's tooltip), the defines they share once below."""
@@ -511,8 +516,8 @@ def _top_table(data: StudyData) -> str:
     base = speedups(data.attrs, 1.0)
     differ, same = differing_axes(top, data.axes)
     head = (f"<tr><th>#</th><th>trial</th><th>{_e(data.metric)}</th><th>TFLOPS</th>"
-            + "".join(f"<th>× {_e(n)}</th>" for n, _, _ in base)
-            + "".join(f"<th>{_e(a)}</th>" for a in differ)
+            + "".join(f"<th>× {_breakable(n)}</th>" for n, _, _ in base)
+            + "".join(f"<th>{_breakable(a)}</th>" for a in differ)
             + "<th>regs</th><th>spills</th><th>SMEM KiB</th><th>status</th></tr>")
     rows = []
     for rank, (_, r) in enumerate(top.iterrows(), 1):
