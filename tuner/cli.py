@@ -244,11 +244,13 @@ def _evaluator(args, cfg, space, recording, supervisor=None):
         return ReplayEvaluator(recording, measure.block), attrs, name, lambda: None
     from tuner.compile import nvrtc_version
     from tuner.gpu import GpuEvaluator
+    from tuner.precision import tolerance
 
     evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, supervisor=supervisor,
                              cache_dir=args.run.cache_dir,
                              seed=_search(args, cfg).seed or 0, reference=_reference(cfg, space),
-                             compile_jobs=_search(args, cfg).compile_ahead)
+                             compile_jobs=_search(args, cfg).compile_ahead,
+                             tolerance=tolerance(cfg.precision, space.spec))
     device = evaluator.start()
     attrs = study_attrs("gpu", space, cfg.arch, device, nvrtc_version(), shape,
                         {"baseline_ms": cfg.baseline, **evaluator.objective_attrs()})
