@@ -378,7 +378,9 @@ class Spec(KernelSpec):
         """cuBLAS FP8 GEMM-only on the same A and W (torch._scaled_mm, unit scales, BF16 out).
 
         The epilogue is left out: the fused kernel is compared with the bare GEMM it replaces
-        plus more. Needs PyTorch with CUDA in the GPU worker; None without it.
+        plus more. ``problem["BASELINE_FAST_ACCUM"] = 1`` (not a define) times cuBLAS's fast
+        accumulation (``use_fast_accum=True``: the numerics of PROMOTE_EVERY=0), else the precise
+        mode. Needs PyTorch with CUDA in the GPU worker; None without it.
         """
         try:
             import torch
@@ -394,10 +396,11 @@ class Spec(KernelSpec):
         a, w = device_array("A", (M, K)), device_array("W", (N, K))
         one = torch.ones((), device="cuda", dtype=torch.float32)
         on_stream = torch.cuda.ExternalStream(stream)
+        fast = bool(int(problem.get("BASELINE_FAST_ACCUM", 0)))
 
         def gemm():
             with torch.cuda.stream(on_stream):
-                torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+                torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fast)
 
         return gemm
 
