@@ -111,7 +111,8 @@ RULES = (
     Rule(lambda v: not (v.operand_from_global and v.acc_regs >= 192 and not v.PINGPONG and v.MMA_INFLIGHT == 2),
          "192 accumulators, MMA_INFLIGHT=2, operand read from global in the epilogue: ptxas spills 36 B"),
     # -- precision: promotion keeps a second, FP32 accumulator beside the wgmma one. ptxas (every valid config of
-    # the three precise studies, 2026-11-26): 96 accumulators promoted fit CONSUMER_REGS=232, 128 spill 672-1004 B
+    # the three precise studies, 2026-11-26): 96 accumulators promoted fit CONSUMER_REGS=232, 128 spill 672-1004 B;
+    # EPI_DIRECT's 48 prefetched words beside 2 x 96 spill 156 B, EPI_SLOTS' epilogue-time words do not spill
     Rule(lambda v: 0 <= v.PROMOTE_EVERY <= v.k_iters,
          "PROMOTE_EVERY={PROMOTE_EVERY}: 0 (no promotion) or k-blocks per promotion window, at most K/BLOCK_K={k_iters}"),
     Rule(lambda v: not v.PROMOTE_EVERY or 2 * v.acc_regs + v.held_regs <= v.CONSUMER_REGS - ACC_REG_HEADROOM,
@@ -264,9 +265,9 @@ class Spec(KernelSpec):
             "direct_held_regs": (wg_m // 64) * 2 * (bn // 8),
             # registers the EPI_SLOTS ring holds the next slab's operand words (2 slabs x rows x 8) and bias words in
             "ring_held_regs": 2 * (wg_m // 64) * 2 * 8 * carries_operand + 16 * (epi != "BIAS_POS"),
-            # operand registers the epilogue paths above hold beside the accumulators
-            "held_regs": ((wg_m // 64) * 2 * (bn // 8) * carries_operand if c["EPI_DIRECT"] else 0)
-                         + ((2 * (wg_m // 64) * 2 * 8 * carries_operand + 16 * (epi != "BIAS_POS")) if slots else 0),
+            # operand registers held through the main loop, beside both accumulators when promoted (EPI_DIRECT's
+            # prefetch; EPI_SLOTS' words are loaded in the epilogue, after the promoted sum is folded back)
+            "held_regs": (wg_m // 64) * 2 * (bn // 8) * carries_operand if c["EPI_DIRECT"] else 0,
             # fragment column groups of a row that go through the staging tile
             "staged_groups": (bn // EPI_SLAB_COLS) * 8,
         }

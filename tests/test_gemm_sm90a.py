@@ -258,6 +258,9 @@ PROMOTED_BUILDS = [
              "MMA_INFLIGHT": 2, "SHARED_STAGING": 1, "PROMOTE_EVERY": 4}),
     ("fc2", {"BLOCK_N": 160, "N_STAGES": 5, "EXTRA_TMA": 1, "BIAS_ACC": 1, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1,
              "PROMOTE_EVERY": 24}),
+    # the staging ring's operand words are loaded in the epilogue, after the promoted sum is folded back
+    ("patch_embed", {"BLOCK_N": 192, "N_STAGES": 3, "EPI_SLOTS": 2, "PROMOTE_EVERY": 1}),
+    ("fc2", {"BLOCK_N": 128, "N_STAGES": 4, "EPI_DIRECT": 1, "STORE_TMA": 0, "BIAS_ACC": 1, "PROMOTE_EVERY": 1}),
 ]
 
 
@@ -280,6 +283,11 @@ def test_promotion_register_rule_agrees_with_ptxas():
     reason = SPEC.check({**cfg, "PROMOTE_EVERY": 1}, P)
     assert reason and "PROMOTE_EVERY" in reason and "2 x 192 accumulators" in reason
     ok, log, _, stats = nvrtc_build({**cfg, "PROMOTE_EVERY": 1}, P)
+    assert ok and (stats["spills"] or 0) > 0
+    # EPI_DIRECT holds the next tile's operand words through the main loop: 2 x 96 + 48 registers do not fit
+    direct = {"BLOCK_N": 192, "N_STAGES": 3, "EPI_DIRECT": 1, "STORE_TMA": 0, "BIAS_ACC": 1, "PROMOTE_EVERY": 1}
+    assert "48 held operand registers" in SPEC.check(direct, P)
+    ok, log, _, stats = nvrtc_build(direct, P)
     assert ok and (stats["spills"] or 0) > 0
 
 
