@@ -12,7 +12,7 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 TUNER_CACHE_DIR=${TUNER_CACHE_DIR:-/tmp/tuner-cache}
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 echo "== device correctness (tests/test_gemm_sm90a.py, promoted configs included)"
-timeout 240 python3 -m pytest -q -m gpu tests/test_gemm_sm90a.py -k device_correctness -p no:cacheprovider \
+timeout 240 python3 -m pytest -q -m gpu tests/test_precision.py tests/test_gemm_sm90a.py -k "device_correctness or device_comparison" -p no:cacheprovider \
   > "$out/device_correctness.log" 2>&1
 echo "pytest exit $?" >> "$out/device_correctness.log"
 tail -3 "$out/device_correctness.log"

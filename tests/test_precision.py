@@ -113,3 +113,33 @@ def test_the_studys_precision_reaches_the_workers_check(tmp_path, cache_dir):
     assert result.returncode == 0, result.stderr
     seen = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(seen) >= 2 and all(s["precision"] == "precise" and s["rms_floor"] is False for s in seen)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fast", "precise"])
+def test_device_comparison_applies_the_class_tolerance_as_the_host_check_does(precision):
+    """The comparison kernel's row-RMS floor follows the class: near-zero outputs off by 0.05 pass fast, fail precise."""
+    from tuner.numerics import bf16_to_f32, f32_to_bf16
+    from tuner.spec import OutputSpec
+    from tuner.verify import DeviceVerifier, device_arch
+    from tuner.worker import CudaBackend
+
+    backend = CudaBackend()
+    device = backend.hello()
+    cu = backend.cu
+    verifier = DeviceVerifier(cu, backend.stream, device_arch(device["cc"]), device["sm_count"])
+    rows, cols = 64, 256
+    out = OutputSpec((rows, cols), "uint16", "bfloat16")
+    verifier.prepare_hashes(out)
+    expected = (np.random.default_rng(2).standard_normal((rows, cols)) * 3).astype(np.float32)
+    expected[::7, 5] = 0.001                         # near-zero outputs ...
+    got = f32_to_bf16(expected)
+    got[::7, 5] = f32_to_bf16(np.full(len(expected[::7, 5]), 0.051, np.float32))   # ... off by 0.05
+    verifier.load_expected(expected)
+    buf = cu.cuMemAlloc(got.nbytes)[1]
+    cu.cuMemcpyHtoD(buf, got.ctypes.data, got.nbytes)
+    tol = tolerance(precision, SM90A)
+    on_device = verifier.compare(buf, out, tol)
+    on_host = host_check(bf16_to_f32(got), expected, np.arange(rows), rows * cols, tol)
+    assert on_device.n_over == on_host.n_over
+    assert on_device.n_over == (0 if precision == "fast" else len(expected[::7, 5]))
