@@ -17,7 +17,7 @@ timeout 240 python3 -m pytest -q -m gpu tests/test_precision.py tests/test_gemm_
 echo "pytest exit $?" >> "$out/device_correctness.log"
 tail -3 "$out/device_correctness.log"
 echo "== like-for-like timing + error counts"
-timeout 300 python3 bench/bench_vs_cublas.py \
+timeout 330 python3 bench/bench_vs_cublas.py \
   studies/patch_embed_sm90a.toml studies/fc1_sm90a.toml studies/fc2_sm90a.toml \
   studies/patch_embed_sm90a_precise.toml studies/fc1_sm90a_precise.toml studies/fc2_sm90a_precise.toml \
   --pairs "$pairs" --errors --out "$out/bench.json" > "$out/bench.log" 2>&1
