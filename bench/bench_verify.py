@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tuner.compile import compile_kernel
 from tuner.driver import check as ck
 from tuner.driver import kernel_params, launch_config
+from tuner.precision import fast
 from tuner.spec import DeviceInfo, load_spec
 from tuner.study_file import load_study
 from tuner.worker import CudaBackend
@@ -71,7 +72,7 @@ def bench_study(backend: CudaBackend, dev: dict, name: str) -> None:
     for _ in range(20):  # clocks up
         run()
     kernel = timed(backend, run, 20)
-    compare = timed(backend, lambda: v.compare(backend.buffers["C"], out, spec.atol, spec.rtol))
+    compare = timed(backend, lambda: v.compare(backend.buffers["C"], out, fast(spec)))
     poison = timed(backend, backend._poison)
     hashing = timed(backend, lambda: v.relaunch_differs(backend.buffers["C"]))
     walls = []

@@ -27,6 +27,7 @@ from tuner.compile import compile_kernel
 from tuner.driver import check as ck
 from tuner.driver import kernel_params, launch_config
 from tuner.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32
+from tuner.precision import fast
 from tuner.spec import DeviceInfo, load_spec
 from tuner.worker import CudaBackend
 
@@ -91,7 +92,7 @@ def main(names: list[str]) -> None:
             backend._poison()
             ck("cuLaunchKernelEx", cu.cuLaunchKernelEx(launch_config(launch, backend.stream, func), func, params, 0))
             ck("cuStreamSynchronize", cu.cuStreamSynchronize(backend.stream))
-            check = backend.verifier.compare(backend.buffers["C"], out, spec.atol, spec.rtol)
+            check = backend.verifier.compare(backend.buffers["C"], out, fast(spec))
             got = np.empty((M, N), np.uint16)
             ck("cuMemcpyDtoH", cu.cuMemcpyDtoH(got.ctypes.data, backend.buffers["C"], got.nbytes))
             cu.cuModuleUnload(module)

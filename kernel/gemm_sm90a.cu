@@ -151,6 +151,13 @@ typedef unsigned short uint16_t;
                            // the CTAs that read the row block next do not all wait for HBM in their main loops
 #endif
 
+#ifndef PROMOTE_EVERY
+#define PROMOTE_EVERY 0    // precision: 0 = the wgmma accumulator holds the whole K sum (FP8 wgmma adds with reduced
+                           // precision: cuBLAS's "fast accumulation" numerics); P > 0 = every P k-blocks (P x 128 of K)
+                           // the wgmma partial sum is added into a second, FP32 accumulator and the wgmma one restarts
+                           // (DeepGEMM / CUTLASS promotion: cuBLAS's precise mode). Costs ACC registers twice.
+#endif
+
 #ifndef EPI_DIRECT
 #define EPI_DIRECT 0       // 1 = no staging at all (needs STORE_TMA=0, EXTRA_TMA=0, EPI_SLOTS=0): the epilogue operand
                            // (combined rows / bias + residual / bias) is the accumulator start, its words loaded
@@ -253,6 +260,7 @@ static_assert(SHARED_STAGING == 0 || (SHARED_STAGING == 1 && PINGPONG && STORE_T
 static_assert(BIAS_ACC == 0 || (BIAS_ACC == 1 && EPILOGUE != BIAS_POS), "BIAS_ACC is 0 or 1, not for BIAS_POS");
 static_assert(GELU_H2 == 0 || (GELU_H2 == 1 && EPILOGUE == BIAS_GELU && !GELU_F16X2), "GELU_H2: BIAS_GELU, not with GELU_F16X2");
 static_assert(EPI_DIRECT == 0 || (EPI_DIRECT == 1 && !STORE_TMA && !EXTRA_TMA && !EPI_SLOTS), "EPI_DIRECT needs STORE_TMA=0, EXTRA_TMA=0, EPI_SLOTS=0");
+static_assert(PROMOTE_EVERY >= 0 && PROMOTE_EVERY <= K_ITERS, "PROMOTE_EVERY: 0 (off) .. K / BLOCK_K k-blocks");
 static_assert(CONSUMER_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * NUM_CONSUMERS <= 65536, "register file");
 static_assert(SMEM_BYTES <= 232448, "dynamic shared memory limit of sm_90");
@@ -332,6 +340,13 @@ template <int Pending> static __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(Pending) : "memory");
 }
 // SM90 shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row core groups 1024 B apart.
+// Pins a register between asm statements: reads of the wgmma accumulator stay after wgmma.wait_group
+// (the wait names no registers, so plain FADDs could otherwise be scheduled above it; CUTLASS'
+// warpgroup_fence_operand)
+template <int NR> static __device__ __forceinline__ __attribute__((unused)) void fence_regs(float (&r)[NR]) {
+#pragma unroll
+  for (int i = 0; i < NR; ++i) asm volatile("" : "+f"(r[i]) :: "memory");
+}
 static __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
   return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
@@ -825,6 +840,9 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
     uint32_t order_phase = 0;
 #endif
     float acc[WG_M_TILES][ACC_N];
+#if PROMOTE_EVERY
+    float acc_fp32[WG_M_TILES][ACC_N];   // the promoted sums: full FP32 adds, once per PROMOTE_EVERY k-blocks
+#endif
 #if EPI_DIRECT
     // operand words of this consumer's next tile, fragment layout: opnd[(mi * 2 + h) * (BLOCK_N / 8) + j]
     uint32_t opnd[OPND_WORDS];
@@ -924,6 +942,13 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
         }
       }
 #endif
+#if PROMOTE_EVERY
+      // the start value (bias / operand, or 0) goes to the FP32 sum; each window's first wgmma overwrites acc
+#pragma unroll
+      for (int mi = 0; mi < WG_M_TILES; ++mi)
+#pragma unroll
+        for (int i = 0; i < ACC_N; ++i) acc_fp32[mi][i] = (BIAS_ACC || EPI_DIRECT) ? acc[mi][i] : 0.f;
+#endif
       const uint32_t pos = (uint32_t)it * K_ITERS;
       uint32_t s = pos % N_STAGES, ph = (pos / N_STAGES) & 1, prev_s = 0;
       (void)prev_s;
@@ -941,7 +966,9 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
           for (int mi = 0; mi < WG_M_TILES; ++mi)
             if (DIAG != 2)
               Wgmma<BLOCK_N>::mma(acc[mi], smem_desc(a + mi * 64 * BLOCK_K + kk * MMA_K),
-                                  smem_desc(b + kk * MMA_K), (BIAS_ACC || EPI_DIRECT || k > 0 || kk > 0) ? 1u : 0u);
+                                  smem_desc(b + kk * MMA_K),
+                                  PROMOTE_EVERY ? ((k % (PROMOTE_EVERY ? PROMOTE_EVERY : 1) > 0 || kk > 0) ? 1u : 0u)
+                                                : ((BIAS_ACC || EPI_DIRECT || k > 0 || kk > 0) ? 1u : 0u));
 #if MMA_INFLIGHT == 2
           if (kk == SPLIT_K32 - 1) {
             // this block's first k32 step(s) are queued on the tensor pipe: wait for everything before them
@@ -965,6 +992,25 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
 #else
         wgmma_wait<0>();
         release_stage_wg(EMPTY_BAR(s), tid);
+#endif
+#if PROMOTE_EVERY
+        if ((k + 1) % PROMOTE_EVERY == 0 || k == K_ITERS - 1) {
+          // every wgmma of the window has completed before its registers are read; the next window's
+          // first wgmma (scale-d 0) is issued after the next k-block's wgmma.fence
+          wgmma_wait<0>();
+#pragma unroll
+          for (int mi = 0; mi < WG_M_TILES; ++mi) {
+            fence_regs(acc[mi]);
+            if (k == K_ITERS - 1) {   // the last window: the sum lands in acc, where the epilogue reads it
+#pragma unroll
+              for (int i = 0; i < ACC_N; ++i) acc[mi][i] += acc_fp32[mi][i];
+            } else {
+#pragma unroll
+              for (int i = 0; i < ACC_N; ++i) acc_fp32[mi][i] += acc[mi][i];
+            }
+            fence_regs(acc[mi]);
+          }
+        }
 #endif
         prev_s = s;
         if (++s == N_STAGES) { s = 0; ph ^= 1; }

@@ -110,6 +110,15 @@ RULES = (
          "global spill (ptxas): needs EXTRA_TMA=1"),
     Rule(lambda v: not (v.operand_from_global and v.acc_regs >= 192 and not v.PINGPONG and v.MMA_INFLIGHT == 2),
          "192 accumulators, MMA_INFLIGHT=2, operand read from global in the epilogue: ptxas spills 36 B"),
+    # -- precision: promotion keeps a second, FP32 accumulator beside the wgmma one. ptxas (every valid config of
+    # the three precise studies, 2026-11-26): 96 accumulators promoted fit CONSUMER_REGS=232, 128 spill 672-1004 B;
+    # EPI_DIRECT's 48 prefetched words beside 2 x 96 spill 156 B, EPI_SLOTS' epilogue-time words do not spill
+    Rule(lambda v: 0 <= v.PROMOTE_EVERY <= v.k_iters,
+         "PROMOTE_EVERY={PROMOTE_EVERY}: 0 (no promotion) or k-blocks per promotion window, at most K/BLOCK_K={k_iters}"),
+    Rule(lambda v: not v.PROMOTE_EVERY or 2 * v.acc_regs + v.held_regs <= v.CONSUMER_REGS - ACC_REG_HEADROOM,
+         "PROMOTE_EVERY: 2 x {acc_regs} accumulators (wgmma + promoted FP32) + {held_regs} held operand registers "
+         "leave less than {ACC_REG_HEADROOM} of CONSUMER_REGS={CONSUMER_REGS} (ptxas spills): "
+         "a smaller consumer tile (BLOCK_N, or 64 rows per consumer)"),
     # -- epilogue staging
     Rule(lambda v: not v.STORE_TMA or v.BLOCK_N % EPI_SLAB_COLS in (0, 32),
          "STORE_TMA=1 needs BLOCK_N % {EPI_SLAB_COLS} in (0, 32) (store boxes + a 32-column register tail)"),
@@ -190,6 +199,7 @@ class Spec(KernelSpec):
         "EPI_DIRECT": 0,
         "SHARED_STAGING": 0,
         "PREFETCH_A": 0,
+        "PROMOTE_EVERY": 0,
         # test hook and benchmark diagnostics (never in a study's space)
         "BUG_POS_OFF_BY_ONE": 0,
         "DIAG": 0,
@@ -255,6 +265,9 @@ class Spec(KernelSpec):
             "direct_held_regs": (wg_m // 64) * 2 * (bn // 8),
             # registers the EPI_SLOTS ring holds the next slab's operand words (2 slabs x rows x 8) and bias words in
             "ring_held_regs": 2 * (wg_m // 64) * 2 * 8 * carries_operand + 16 * (epi != "BIAS_POS"),
+            # operand registers held through the main loop, beside both accumulators when promoted (EPI_DIRECT's
+            # prefetch; EPI_SLOTS' words are loaded in the epilogue, after the promoted sum is folded back)
+            "held_regs": (wg_m // 64) * 2 * (bn // 8) * carries_operand if c["EPI_DIRECT"] else 0,
             # fragment column groups of a row that go through the staging tile
             "staged_groups": (bn // EPI_SLAB_COLS) * 8,
         }
@@ -366,7 +379,9 @@ class Spec(KernelSpec):
         """cuBLAS FP8 GEMM-only on the same A and W (torch._scaled_mm, unit scales, BF16 out).
 
         The epilogue is left out: the fused kernel is compared with the bare GEMM it replaces
-        plus more. Needs PyTorch with CUDA in the GPU worker; None without it.
+        plus more. ``problem["BASELINE_FAST_ACCUM"] = 1`` (not a define) times cuBLAS's fast
+        accumulation (``use_fast_accum=True``: the numerics of PROMOTE_EVERY=0), else the precise
+        mode. Needs PyTorch with CUDA in the GPU worker; None without it.
         """
         try:
             import torch
@@ -382,10 +397,11 @@ class Spec(KernelSpec):
         a, w = device_array("A", (M, K)), device_array("W", (N, K))
         one = torch.ones((), device="cuda", dtype=torch.float32)
         on_stream = torch.cuda.ExternalStream(stream)
+        fast = bool(int(problem.get("BASELINE_FAST_ACCUM", 0)))
 
         def gemm():
             with torch.cuda.stream(on_stream):
-                torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+                torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fast)
 
         return gemm
 

@@ -22,6 +22,7 @@ CUDA initialisation), ``FAKE_PREPARE_DELAY_S`` (a problem's inputs), ``FAKE_TRIA
 that must never reach the worker).
 """
 
+import json
 import math
 import os
 import time
@@ -92,7 +93,7 @@ class FakeBackend:
     def unload(self, handle):
         pass
 
-    def check(self, handle, spec, problem, check_rows, seed):
+    def check(self, handle, spec, problem, check_rows, seed, tolerance=None):
         if handle.get("PLANT_HANG"):
             while True:  # a kernel that never finishes
                 time.sleep(0.01)
@@ -101,6 +102,9 @@ class FakeBackend:
         if handle.get("STICKY"):
             raise LaunchFailed("CUDA_ERROR_ILLEGAL_ADDRESS", restart=True)
         time.sleep(float(os.environ.get("FAKE_TRIAL_DELAY_S", "0")))
+        if os.environ.get("FAKE_TOLERANCE_LOG"):  # what reached the check: the study's precision class
+            with open(os.environ["FAKE_TOLERANCE_LOG"], "a") as log:
+                log.write(json.dumps(tolerance) + "\n")
         if handle.get("PLANT_BUG"):
             return Measurement("mismatch", reason="row 0 col 1: got 2, expected 1")
         return Measurement("ok", checksum=1.0, max_err=0.01)

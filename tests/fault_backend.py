@@ -10,10 +10,10 @@ from fake_backend import FakeBackend
 
 
 class MarkingBackend(FakeBackend):
-    def check(self, handle, spec, problem, check_rows, seed):
+    def check(self, handle, spec, problem, check_rows, seed, tolerance=None):
         mark = Path(os.environ["FAULT_MARK_DIR"]) / str(os.getpid())
         mark.write_text(str(handle))
         try:
-            return super().check(handle, spec, problem, check_rows, seed)
+            return super().check(handle, spec, problem, check_rows, seed, tolerance)
         finally:
             mark.unlink(missing_ok=True)

@@ -251,6 +251,86 @@ def test_model_and_ptxas_agree_on_192_accumulator_epilogues():
     assert ok and (stats["spills"] or 0) == 0, log
 
 
+PROMOTED_BUILDS = [
+    ("patch_embed", {"BLOCK_N": 192, "N_STAGES": 4, "EXTRA_TMA": 1, "EPI_BATCH": 8, "MMA_INFLIGHT": 2, "PROMOTE_EVERY": 1}),
+    ("fc1", {"BLOCK_N": 192, "N_STAGES": 4, "BIAS_ACC": 1, "GELU_H2": 1, "MMA_INFLIGHT": 1, "PROMOTE_EVERY": 2}),
+    ("fc2", {"PINGPONG": 1, "BLOCK_M": 64, "BLOCK_N": 192, "N_STAGES": 4, "EXTRA_TMA": 1, "EPI_BATCH": 8, "BIAS_ACC": 1,
+             "MMA_INFLIGHT": 2, "SHARED_STAGING": 1, "PROMOTE_EVERY": 4}),
+    ("fc2", {"BLOCK_N": 160, "N_STAGES": 5, "EXTRA_TMA": 1, "BIAS_ACC": 1, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1,
+             "PROMOTE_EVERY": 24}),
+    # the staging ring's operand words are loaded in the epilogue, after the promoted sum is folded back
+    ("patch_embed", {"BLOCK_N": 192, "N_STAGES": 3, "EPI_SLOTS": 2, "PROMOTE_EVERY": 1}),
+    ("fc2", {"BLOCK_N": 128, "N_STAGES": 4, "EPI_DIRECT": 1, "STORE_TMA": 0, "BIAS_ACC": 1, "PROMOTE_EVERY": 1}),
+]
+
+
+@pytest.mark.parametrize("name,cfg", PROMOTED_BUILDS)
+def test_promoted_builds_fit_the_registers(name, cfg):
+    """PROMOTE_EVERY > 0 keeps a second FP32 accumulator: accepted configs build without spills."""
+    P = study(name)["problem"]
+    assert SPEC.check(cfg, P) is None
+    ok, log, _, stats = nvrtc_build(cfg, P, {"EXPECT_SMEM_BYTES": SPEC.derive(cfg, P)["smem_bytes"]})
+    assert ok and (stats["spills"] or 0) == 0, log[-2000:]
+
+
+def test_promotion_register_rule_agrees_with_ptxas():
+    """Two 192-accumulator arrays (ping-pong 128x192) do not fit: the model rejects it, and ptxas spills;
+    the same tile without promotion is accepted and does not."""
+    P = study("fc2")["problem"]
+    cfg = {"PINGPONG": 1, "BLOCK_N": 192, "N_STAGES": 4, "EXTRA_TMA": 1, "EPI_BATCH": 8, "BIAS_ACC": 1,
+           "MMA_INFLIGHT": 2, "SHARED_STAGING": 1}
+    assert SPEC.check(cfg, P) is None
+    reason = SPEC.check({**cfg, "PROMOTE_EVERY": 1}, P)
+    assert reason and "PROMOTE_EVERY" in reason and "2 x 192 accumulators" in reason
+    ok, log, _, stats = nvrtc_build({**cfg, "PROMOTE_EVERY": 1}, P)
+    assert ok and (stats["spills"] or 0) > 0
+    # EPI_DIRECT holds the next tile's operand words through the main loop: 2 x 96 + 48 registers do not fit
+    direct = {"BLOCK_N": 192, "N_STAGES": 3, "EPI_DIRECT": 1, "STORE_TMA": 0, "BIAS_ACC": 1, "PROMOTE_EVERY": 1}
+    assert "48 held operand registers" in SPEC.check(direct, P)
+    ok, log, _, stats = nvrtc_build(direct, P)
+    assert ok and (stats["spills"] or 0) > 0
+
+
+def test_promote_every_values():
+    P = study("patch_embed")["problem"]   # K = 768: 6 k-blocks
+    base = {"BLOCK_N": 128, "N_STAGES": 4}
+    assert SPEC.check({**base, "PROMOTE_EVERY": 6}, P) is None
+    assert "at most K/BLOCK_K=6" in SPEC.check({**base, "PROMOTE_EVERY": 7}, P)
+    assert "PROMOTE_EVERY=-1" in SPEC.check({**base, "PROMOTE_EVERY": -1}, P)
+
+
+def test_promotion_reads_the_accumulator_only_after_the_wgmmas_completed(tmp_path):
+    """SASS of a promoted build: every FADD that reads the wgmma accumulator registers comes after a
+    wait for all wgmma groups (WARPGROUP.DEPBAR.LE gsb0, 0x0) with no QGMMA in between, and each
+    window's first wgmma starts from zero (QGMMA ... RZ, !UPT) instead of adding to the old registers."""
+    import re
+    import subprocess
+
+    from tests.test_gemm_sm100a import _nvdisasm
+
+    P = study("patch_embed")["problem"]
+    cfg = {"BLOCK_N": 64, "N_STAGES": 4, "MMA_INFLIGHT": 2, "PROMOTE_EVERY": 1}
+    ok, log, cubin, _ = nvrtc_build(cfg, P)
+    assert ok, log[-2000:]
+    tool = _nvdisasm()
+    assert tool, "nvdisasm not found: pip install nvidia-cuda-nvdisasm (in the dev extra)"
+    (tmp_path / "k.cubin").write_bytes(cubin)
+    sass = subprocess.run([tool, "-c", str(tmp_path / "k.cubin")], capture_output=True, text=True, check=True).stdout
+    ins = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+((?:@!?U?P\w+\s+)?[A-Z][\w.]*)\s*([^;]*);", sass, re.M)
+    mma = [(i, args) for i, (op, args) in enumerate(ins) if op.startswith("QGMMA")]
+    first = int(re.match(r"R(\d+)", mma[0][1]).group(1))
+    acc = {f"R{r}" for r in range(first, first + 32)}          # m64n64: 32 FP32 registers per thread
+    assert any("RZ, !UPT" in args for _, args in mma)          # a window's first wgmma: scale-d = 0
+    reads = [i for i, (op, args) in enumerate(ins)
+             if op.endswith("FADD") and set(re.findall(r"R\d+", args)[1:]) & acc]
+    assert len(reads) >= 64                                     # the promotion adds, and the last window's
+    for i in reads:
+        j = i - 1
+        while not (ins[j][0].startswith("QGMMA") or "DEPBAR.LE" in ins[j][0] and "gsb0" in ins[j][1]):
+            j -= 1
+        assert "DEPBAR" in ins[j][0] and ins[j][1].replace(" ", "").endswith("gsb0,0x0"), (ins[j], ins[i])
+
+
 def test_cluster_release_has_no_gpu_scope_fence_in_the_loop():
     """CLUSTER_RELEASE=1: the per-stage release to the cluster emits no .release.cluster arrive (the old one
     costs a MEMBAR.ALL.GPU per arrive in SASS); checked on the PTX-visible form."""
@@ -320,6 +400,16 @@ def device_jobs(epi, n, k):
               "time": False}]
     if epi == "BIAS_POS":
         jobs.append({"config": {**pp, "BUG_POS_OFF_BY_ONE": 1}, "time": False, "expect_fail": True})
+    # FP32 promotion (PROMOTE_EVERY): cooperative 128x192 with the split release, ping-pong 64-row tiles with the
+    # shared staging, a window longer than one k-block, and one the whole K long (promoted once, at the end)
+    k_iters = k // 128
+    promoted = {"BLOCK_N": 192, "N_STAGES": 4, "MMA_INFLIGHT": 2, **({"BIAS_ACC": 1} if epi != "BIAS_POS" else {})}
+    jobs += [{"config": {**promoted, "PROMOTE_EVERY": 1}, "time": False},
+             {"config": {**pp, "BLOCK_M": 64, "PROMOTE_EVERY": 2}, "time": False},
+             {"config": {**promoted, "MMA_INFLIGHT": 0, "PROMOTE_EVERY": k_iters}, "time": False},
+             {"config": {**promoted, "MMA_INFLIGHT": 1, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1, "PROMOTE_EVERY": 4}, "time": False}]
+    if epi == "BIAS_POS":
+        jobs.append({"config": {**promoted, "PROMOTE_EVERY": 1, "BUG_POS_OFF_BY_ONE": 1}, "time": False, "expect_fail": True})
     return P, jobs
 
 

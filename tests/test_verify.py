@@ -7,6 +7,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tuner.numerics import bf16_to_f32, f32_to_bf16
+from tuner.precision import Tolerance
 from tuner.spec import EXPECTED, Buffer, Scalar, host_inputs, load_spec
 from tuner.verify import (
     VERIFY_SOURCE,
@@ -20,6 +21,7 @@ from tuner.verify import (
 )
 
 EPILOGUES = ("BIAS_POS", "BIAS_GELU", "BIAS_RESIDUAL")
+TOL = Tolerance(2e-2, 2e-2)   # the fast class: the row-RMS floor
 SPECS = {"gemm_sm90a.py": ("sm_90a", (9, 0)), "gemm_sm100a.py": ("sm_100a", (10, 0))}
 
 
@@ -120,7 +122,7 @@ def test_host_check_counts_every_kind_of_bad_value():
     rng = np.random.default_rng(0)
     expected = (rng.standard_normal((6, 50)) * 2).astype(np.float32)
     got = bf16_to_f32(f32_to_bf16(expected))     # BF16 rounding only: within tolerance
-    clean = host_check(got, expected, np.arange(10, 16), 1000, 2e-2, 2e-2)
+    clean = host_check(got, expected, np.arange(10, 16), 1000, TOL)
     assert (clean.n_nan, clean.n_over, clean.checked, clean.fraction) == (0, 0, 300, 0.3)
     assert 0.0 < clean.max_err < 0.5 and verdict(clean) == (True, "")
 
@@ -129,13 +131,13 @@ def test_host_check_counts_every_kind_of_bad_value():
     tol = 2e-2 + 2e-2 * max(abs(float(expected[2, 4])), float(rms[2]))
     got[2, 4] = expected[2, 4] + 3 * tol        # error 3: the worst
     got[5, 0] = expected[5, 0] - 1.5 * (2e-2 + 2e-2 * max(abs(float(expected[5, 0])), float(rms[5])))
-    over = host_check(got, expected, np.arange(10, 16), 1000, 2e-2, 2e-2)
+    over = host_check(got, expected, np.arange(10, 16), 1000, TOL)
     assert over.n_over == 2 and over.worst == (12, 4) and over.max_err == pytest.approx(3.0, rel=1e-3)
     ok, reason = verdict(over)
     assert not ok and reason.startswith("2 values over tolerance of 300 checked") and "row 12 col 4" in reason
 
     got[3, 7] = np.nan                           # an unwritten (poisoned) value outranks errors
-    nan = host_check(got, expected, np.arange(10, 16), 1000, 2e-2, 2e-2)
+    nan = host_check(got, expected, np.arange(10, 16), 1000, TOL)
     assert (nan.n_nan, nan.n_over, nan.n_bad, nan.worst, nan.max_err) == (1, 2, 3, (13, 7), None)
     ok, reason = verdict(nan)
     assert not ok and reason.startswith("NaN/unwritten output: 1 values") and "row 13 col 7" in reason

@@ -17,6 +17,7 @@ from tuner.enumeration import checked_reason
 from tuner.errors import UserError
 from tuner.measure import Timing
 from tuner.paired import Standing, rank_interleaved
+from tuner.precision import Tolerance
 from tuner.record import Measurement
 from tuner.spec import KernelSpec, Problem, Value
 from tuner.study_file import MeasureSettings
@@ -50,11 +51,14 @@ class GpuEvaluator:
         seed: int = 0,
         reference: dict[str, Value] | str | None = None,
         compile_jobs: int | None = None,
+        tolerance: Tolerance | None = None,
     ):
         self.spec = spec
         self.problem = problem
         self.arch = arch
         self.measure_settings = measure
+        #: the full-output check's tolerance (the study's precision class); None: the spec's own
+        self.tolerance = tolerance
         self.supervisor = supervisor or Supervisor.from_env()
         self.cache_dir = cache_dir
         self.seed = seed
@@ -161,6 +165,7 @@ class GpuEvaluator:
             "timing": vars(self.timing),
             "check_rows": self.measure_settings.check_rows or 0,  # 0: the spec's own count
             "seed": self.seed,
+            "tolerance": self.tolerance.as_job() if self.tolerance else None,
             **fields,
         }
 

@@ -61,8 +61,10 @@ class Backend(Protocol):
 
     def unload(self, handle: Any) -> None: ...
 
-    def check(self, handle: Any, spec: Any, problem: dict, check_rows: int, seed: int) -> Measurement:
-        """Launch once on poisoned outputs and compare: status ``ok`` or why not."""
+    def check(self, handle: Any, spec: Any, problem: dict, check_rows: int, seed: int,
+              tolerance: dict | None = None) -> Measurement:
+        """Launch once on poisoned outputs and compare: status ``ok`` or why not. ``tolerance``:
+        the study's (:meth:`tuner.precision.Tolerance.as_job`), None for the spec's own."""
         ...
 
     def time(self, handles: Sequence[Any], rounds: int) -> list[list[float]]:
@@ -139,7 +141,8 @@ class Measurer:
         handle = None
         try:
             handle = self.backend.load(spec, job["config"], problem, job["cubin_path"])
-            checked = self.backend.check(handle, spec, problem, job.get("check_rows", 0), job.get("seed", 0))
+            checked = self.backend.check(handle, spec, problem, job.get("check_rows", 0), job.get("seed", 0),
+                                        job.get("tolerance"))
             if checked.status != "ok":
                 return checked, False
             reference = self._reference_handle(job, spec, problem)
@@ -165,7 +168,8 @@ class Measurer:
             for kernel in job["kernels"]:
                 handle = self.backend.load(spec, kernel["config"], problem, kernel["cubin_path"])
                 handles.append(handle)
-                checked = self.backend.check(handle, spec, problem, job.get("check_rows", 0), job.get("seed", 0))
+                checked = self.backend.check(handle, spec, problem, job.get("check_rows", 0), job.get("seed", 0),
+                                        job.get("tolerance"))
                 if checked.status != "ok":
                     checked.reason = f"config {kernel['config']}: {checked.reason}"
                     return checked, False

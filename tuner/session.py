@@ -178,11 +178,13 @@ class Session:
             raise UserError("give a study file (studies/NAME.toml)")
         from tuner.compile import nvrtc_version
         from tuner.gpu import GpuEvaluator
+        from tuner.precision import tolerance
 
         search = self.search(cfg)
         evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, supervisor=supervisor,
                                  cache_dir=self.run_options.cache_dir, seed=search.seed or 0,
-                                 reference=reference_config(cfg, space), compile_jobs=search.compile_ahead)
+                                 reference=reference_config(cfg, space), compile_jobs=search.compile_ahead,
+                                 tolerance=tolerance(cfg.precision, space.spec))
         device = evaluator.start()
         attrs = study_attrs("gpu", space, cfg.arch, device, nvrtc_version(), shape,
                             {"baseline_ms": cfg.baseline, **evaluator.objective_attrs()})

@@ -15,10 +15,11 @@ from tuner import options
 from tuner.compile import SUPPORTED_ARCHS
 from tuner.errors import UserError
 from tuner.options import MeasureSettings, SearchSettings
+from tuner.precision import parse_precision
 from tuner.spec import Value, as_define_value, validate_define
 
 _SECTIONS = {
-    "study": {"name", "kernel", "arch", "shape", "description"},
+    "study": {"name", "kernel", "arch", "shape", "description", "precision"},
     "problem": None,  # free-form: the kernel's problem keys
     "space": {"tier1", "tier2"},
     "fixed": None,
@@ -44,6 +45,8 @@ class StudyConfig:
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     shape: str = ""
     baseline: dict[str, float] = field(default_factory=dict)
+    #: "fast", "precise" or an error budget (tuner.precision): the full-output check's tolerance
+    precision: str | float = "fast"
 
     @property
     def axes(self) -> dict[str, list[Value]]:
@@ -147,7 +150,8 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
             raise fail(f"baseline.{key}", "must be a positive time in ms")
         baseline[key] = float(value)
 
-    return StudyConfig(path, name, kernel, arch, problem, tier1, tier2, fixed, search, measure, shape, baseline)
+    precision = parse_precision(study.get("precision", "fast"), f"{where}: [study.precision]")
+    return StudyConfig(path, name, kernel, arch, problem, tier1, tier2, fixed, search, measure, shape, baseline, precision)
 
 
 def _axes(table: Any, prefix: str, fail) -> dict[str, list[Value]]:

@@ -2,8 +2,9 @@
 compared bitwise, and the sampled host check kept for specs without a reference kernel.
 
 The error of one value is ``|got - expected| / (atol + rtol * max(|expected|, rms(row)))``
-(``rms`` of the expected row), on the device and on the host alike; a value fails when its
-error is over 1 or it is NaN/infinite (unwritten outputs hold a NaN poison). A relaunch on
+(``rms`` of the expected row; without it for a precise study, :mod:`tuner.precision`), on the
+device and on the host alike; a value fails when its error is over 1 or it is NaN/infinite
+(unwritten outputs hold a NaN poison). A relaunch on
 re-poisoned outputs must give the same bits: a data race shows as rows whose hash differs.
 
 :func:`verdict` turns the counts into a status and a reason; it is plain Python so the
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tuner.precision import Tolerance
 from tuner.spec import EXPECTED, Buffer, KernelSpec, Launch, OutputSpec, Problem, ReferenceKernel, Scalar
 
 #: comparison kernels: one warp per output row, 16-byte loads, one set of atomics per warp
@@ -66,6 +68,7 @@ struct Tally {
   double sum;
   bool row_nan;
   __device__ __forceinline__ void add(float got, float ref, float rms, uint32_t row, float atol, float rtol) {
+    // rms is 0 where the study's precision class has no row-RMS floor
     if (!isfinite(got) || !isfinite(ref)) { ++nan; row_nan = true; return; }
     sum += got;
     const float diff = fabsf(got - ref), tol = atol + rtol * fmaxf(fabsf(ref), rms);
@@ -83,7 +86,7 @@ static __device__ __forceinline__ float value(uint32_t word, int i, bool bf16) {
 // per row. Rows of a multiple of 16 bytes go by 16-byte loads and also get their hash stored
 // (for the relaunch comparison); others go value by value, unhashed.
 template <bool BF16>
-static __device__ void compare(const void* got, const float* expected, const float* row_rms, int64_t rows,
+static __device__ void compare(const void* got, const float* expected, const float* row_rms, float rms_weight, int64_t rows,
                                int64_t cols, float atol, float rtol, uint64_t* stats, double* checksum, uint64_t* row_hash) {
   const int EPW = BF16 ? 2 : 1;   // values per 32-bit word
   const int lane = threadIdx.x % 32;
@@ -95,7 +98,7 @@ static __device__ void compare(const void* got, const float* expected, const flo
   uint64_t first_nan = ~0ull;
   for (int64_t r = warp; r < rows; r += warps) {
     const float* e = expected + r * cols;
-    const float rms = row_rms[r];
+    const float rms = row_rms[r] * rms_weight;
     t.row_nan = false;
     if (vector) {
       const uint4* g = reinterpret_cast<const uint4*>(reinterpret_cast<const uint32_t*>(got) + r * row_words);
@@ -140,12 +143,12 @@ static __device__ void compare(const void* got, const float* expected, const flo
 }
 
 extern "C" __global__ void verify_compare_bf16(const void* got, const float* expected, const float* row_rms,
-    int64_t rows, int64_t cols, float atol, float rtol, uint64_t* stats, double* checksum, uint64_t* row_hash) {
-  compare<true>(got, expected, row_rms, rows, cols, atol, rtol, stats, checksum, row_hash);
+    float rms_weight, int64_t rows, int64_t cols, float atol, float rtol, uint64_t* stats, double* checksum, uint64_t* row_hash) {
+  compare<true>(got, expected, row_rms, rms_weight, rows, cols, atol, rtol, stats, checksum, row_hash);
 }
 extern "C" __global__ void verify_compare_f32(const void* got, const float* expected, const float* row_rms,
-    int64_t rows, int64_t cols, float atol, float rtol, uint64_t* stats, double* checksum, uint64_t* row_hash) {
-  compare<false>(got, expected, row_rms, rows, cols, atol, rtol, stats, checksum, row_hash);
+    float rms_weight, int64_t rows, int64_t cols, float atol, float rtol, uint64_t* stats, double* checksum, uint64_t* row_hash) {
+  compare<false>(got, expected, row_rms, rms_weight, rows, cols, atol, rtol, stats, checksum, row_hash);
 }
 
 // Row hashes of an output whose rows are a multiple of 16 bytes (row_words 32-bit words):
@@ -206,6 +209,7 @@ class CheckResult:
     got: float | None = None  # the value there
     expected: float | None = None
     checksum: float | None = None
+    allowed_bad: int = 0  # values over tolerance the study's error budget allows (tuner.precision)
     race_rows: int | None = None  # rows whose bits changed on a relaunch; None: not compared
     first_race_row: int | None = None
     check_ms: float | None = None
@@ -235,29 +239,32 @@ def verdict(result: CheckResult) -> tuple[bool, str]:
     share = f"of {result.checked} checked ({100.0 * result.n_bad / max(1, result.checked):.3g} % bad)"
     if result.n_nan:
         return False, f"NaN/unwritten output: {result.n_nan} values {share}, first at {where}"
-    if result.n_over:
+    if result.n_over > result.allowed_bad:
+        budget = f" (budget {result.allowed_bad})" if result.allowed_bad else ""
         return False, (f"{result.n_over} values over tolerance {share}; worst {where}: got {result.got:.6g}, "
-                       f"expected {result.expected:.6g} (error {result.max_err:.3g})")
+                       f"expected {result.expected:.6g} (error {result.max_err:.3g}){budget}")
     if result.race_rows:
         return False, (f"nondeterministic output (data race?): a relaunch changed the bits of {result.race_rows} rows, "
                        f"first row {result.first_race_row}")
     return True, ""
 
 
-def errors(got: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> np.ndarray:
-    """Per-value error of 2-D arrays (rows of one output), as the device computes it."""
+def errors(got: np.ndarray, expected: np.ndarray, atol: float, rtol: float, rms_floor: bool = True) -> np.ndarray:
+    """Per-value error of 2-D arrays (rows of one output), as the device computes it; ``rms_floor``
+    False: relative to ``|expected|`` alone (a precise study)."""
     expected = expected.astype(np.float32)
     rms = np.sqrt(np.mean(expected.astype(np.float64) ** 2, axis=1, keepdims=True)).astype(np.float32)
+    rms = rms if rms_floor else np.zeros_like(rms)
     with np.errstate(invalid="ignore"):
         return np.abs(got - expected) / (atol + rtol * np.maximum(np.abs(expected), rms))
 
 
-def host_check(got: np.ndarray, expected: np.ndarray, rows: np.ndarray, total: int, atol: float, rtol: float) -> CheckResult:
+def host_check(got: np.ndarray, expected: np.ndarray, rows: np.ndarray, total: int, tolerance: Tolerance) -> CheckResult:
     """The sampled host check: ``got``/``expected`` hold the sampled ``rows`` of an output of ``total`` values."""
-    result = CheckResult(checked=int(got.size), total=total)
+    result = CheckResult(checked=int(got.size), total=total, allowed_bad=tolerance.allowed_bad(int(got.size)))
     bad = ~(np.isfinite(got) & np.isfinite(expected))
     result.n_nan = int(bad.sum())
-    err = np.where(bad, -1.0, errors(got, expected, atol, rtol))
+    err = np.where(bad, -1.0, errors(got, expected, tolerance.atol, tolerance.rtol, tolerance.rms_floor))
     result.n_over = int((err > 1.0).sum())
     result.checksum = float(np.sum(got, dtype=np.float64)) if not result.n_nan else float("nan")
     if result.n_nan:
@@ -393,19 +400,20 @@ class DeviceVerifier:
         self._ck("cuStreamSynchronize", self.cu.cuStreamSynchronize(self.stream))
 
     # -- per trial ------------------------------------------------------------------------------
-    def compare(self, got_ptr, out: OutputSpec, atol: float, rtol: float) -> CheckResult:
+    def compare(self, got_ptr, out: OutputSpec, tolerance: Tolerance) -> CheckResult:
         """Every value of the output at ``got_ptr`` against the expected output; also stores
         its row hashes for :meth:`relaunch_differs` (when rows are a multiple of 16 bytes)."""
         kind = "bf16" if out.decode == "bfloat16" else "f32"
         self._reset_stats()
         self._launch(f"verify_compare_{kind}",
-                     [Buffer("got"), Buffer(EXPECTED), Buffer("rms"), _i64(self.rows), _i64(self.cols),
-                      Scalar("float32", atol), Scalar("float32", rtol), Buffer("stats"), Buffer("sum"), Buffer("hash")],
+                     [Buffer("got"), Buffer(EXPECTED), Buffer("rms"), Scalar("float32", float(tolerance.rms_floor)),
+                      _i64(self.rows), _i64(self.cols), Scalar("float32", tolerance.atol), Scalar("float32", tolerance.rtol), Buffer("stats"), Buffer("sum"), Buffer("hash")],
                      {"got": got_ptr, EXPECTED: self.expected, "rms": self.row_rms, "stats": self.stats,
                       "sum": int(self.stats) + 8 * _S_WORDS, "hash": self.row_hash})
         stats, checksum = self._read_stats()
         total = self.rows * self.cols
-        result = CheckResult(checked=total, total=total, n_nan=int(stats[_S_NAN]), n_over=int(stats[_S_OVER]))
+        result = CheckResult(checked=total, total=total, n_nan=int(stats[_S_NAN]), n_over=int(stats[_S_OVER]),
+                             allowed_bad=tolerance.allowed_bad(total))
         result.checksum = checksum if not result.n_nan else float("nan")
         if result.n_nan:
             row = int(stats[_S_FIRST_NAN])
@@ -415,7 +423,7 @@ class DeviceVerifier:
             row = int(stats[_S_MAX]) & 0xFFFFFFFF
             result.max_err = float(np.array([int(stats[_S_MAX]) >> 32], np.uint32).view(np.float32)[0])
             got, exp = self._row(got_ptr, out, row)
-            col = int(np.argmax(np.nan_to_num(errors(got[None], exp[None], atol, rtol)[0], nan=-1.0)))
+            col = int(np.argmax(np.nan_to_num(errors(got[None], exp[None], tolerance.atol, tolerance.rtol, tolerance.rms_floor)[0], nan=-1.0)))
         result.worst, result.got, result.expected = (row, col), float(got[col]), float(exp[col])
         return result
 
