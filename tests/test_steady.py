@@ -87,7 +87,7 @@ def test_the_first_config_after_a_cold_start_repeats_like_the_others(quiet, monk
     assert "session_steady" not in again[0].extra  # told once, by the session's first trial
     for m in (first, *again):
         assert m.extra["ratio_lo"] <= TRUTH <= m.extra["ratio_hi"]
-    assert first.extra["ratio"] == pytest.approx(statistics.median(m.extra["ratio"] for m in again), rel=0.003)
+    assert first.ratio == pytest.approx(statistics.median(m.ratio for m in again), rel=0.003)
 
 
 def test_a_warm_up_cut_by_its_cap_says_so(quiet, monkeypatch):
