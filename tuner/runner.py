@@ -21,6 +21,7 @@ from optuna.trial import TrialState
 
 from tuner import __version__
 from tuner.errors import UserError
+from tuner.liveness import recover_stale_trials
 from tuner.objective import Evaluator, Objective
 from tuner.paired import SlowerTest
 from tuner.pipeline import Pipeline, ProposalLock, Timeline
@@ -29,7 +30,7 @@ from tuner.record import Measurement
 from tuner.results import best_trial
 from tuner.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
 from tuner.space import Space
-from tuner.storage import open_storage, recover_stale_trials, redact, resolve_url
+from tuner.storage import open_storage, redact, resolve_url
 from tuner.study_file import SearchSettings
 from tuner.warm_start import prior_trials, queue_start_configs, start_params, warm_start
 

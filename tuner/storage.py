@@ -14,25 +14,19 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import sys
 import time
 import warnings
-from collections.abc import Collection
 from pathlib import Path
 
 import optuna
-from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
-from optuna.trial import TrialState
 
 from tuner.errors import UserError
-from tuner.optuna_private import fail_trial
+from tuner.liveness import grace_s, heartbeat_s
 
 DEFAULT_URL = "sqlite:///tuner.db"
-HEARTBEAT_S = 20
-GRACE_S = 60
-MAX_RETRY = 2
 
 #: a URL in free text (an error message, a label): scheme, "://", then up to a space or a quote
 #: (a closing bracket or full stop after it is the sentence's)
@@ -140,9 +134,9 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
                 storage = RDBStorage(
                     url,
                     engine_kwargs=engine_kwargs,
-                    heartbeat_interval=HEARTBEAT_S,
-                    grace_period=GRACE_S,
-                    heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY),
+                    # the lease of tuner.liveness; its rule fails and re-queues stale trials
+                    heartbeat_interval=heartbeat_s(),
+                    grace_period=grace_s(),
                 )
             if url.startswith("sqlite"):
                 _sqlite_wal(storage.engine)
@@ -290,10 +284,6 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:200] if text else ""
 
 
-def supports_heartbeat(storage) -> bool:
-    return isinstance(storage, RDBStorage)
-
-
 def check_workers(url: str, workers: int) -> None:
     """SQLite serialises writers and locks under load: refuse it for several workers."""
     if workers > 1 and resolve_url(url).startswith("sqlite"):
@@ -301,102 +291,3 @@ def check_workers(url: str, workers: int) -> None:
             "SQLite cannot be shared safely by several workers (writers lock each other out): "
             "use --storage FILE.log (one host) or --storage postgresql+psycopg://USER@HOST/DB (many hosts)"
         )
-
-
-# -- who runs a trial, so that a dead runner's trial can be found -------------------------
-
-HOST_ATTR = "runner_host"
-PID_ATTR = "runner_pid"
-#: the runner's start time (clock ticks after boot): a pid reused by a later process -- as in a
-#: restarted container, where a rerun often gets the dead run's pid -- is not the runner
-STARTED_ATTR = "runner_started"
-#: a RUNNING trial with no runner recorded (killed between its creation and the record, a
-#: window of one storage write) is abandoned once this old: no live runner takes this long
-RUNNERLESS_STALE_S = float(GRACE_S)
-
-
-def _process_start(pid: int) -> int | None:
-    """Process ``pid``'s start time in clock ticks after boot (Linux), else None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def runner_attrs() -> dict[str, object]:
-    """This process, as a trial's runner (user attributes, stored as the trial is created:
-    :func:`tuner.optuna_private.ask_with_user_attrs`)."""
-    attrs: dict[str, object] = {HOST_ATTR: socket.gethostname(), PID_ATTR: os.getpid()}
-    started = _process_start(os.getpid())
-    if started is not None:
-        attrs[STARTED_ATTR] = started
-    return attrs
-
-
-def _pid_alive(pid: int, started: object = None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return not isinstance(started, int) or _process_start(pid) in (None, started)
-
-
-def _is_me(trial) -> bool:
-    attrs = trial.user_attrs
-    started = attrs.get(STARTED_ATTR)
-    return (attrs.get(HOST_ATTR) == socket.gethostname() and attrs.get(PID_ATTR) == os.getpid()
-            and (not isinstance(started, int) or started == _process_start(os.getpid())))
-
-
-def runner_dead(trial) -> bool:
-    """True when ``trial`` (RUNNING) provably has no live runner: its runner is a process on
-    this host that no longer exists, or none was recorded and the trial is older than
-    :data:`RUNNERLESS_STALE_S`. A runner on another host is judged by Optuna's heartbeat."""
-    attrs = trial.user_attrs
-    pid = attrs.get(PID_ATTR)
-    if attrs.get(HOST_ATTR) is None or not isinstance(pid, int):
-        return _older_than(trial, RUNNERLESS_STALE_S)
-    return attrs.get(HOST_ATTR) == socket.gethostname() and not _is_me(trial) and not _pid_alive(pid, attrs.get(STARTED_ATTR))
-
-
-def _older_than(trial, seconds: float) -> bool:
-    import datetime as dt
-
-    started = trial.datetime_start
-    return started is not None and (dt.datetime.now() - started).total_seconds() > seconds
-
-
-def recover_stale_trials(study: optuna.Study, axes: Collection[str], mine: bool = False,
-                         why: str = "storage connection lost mid-trial") -> list[int]:
-    """Fail the RUNNING trials no live process runs, and queue their configs again (a whole
-    config only, one with every name in ``axes``: a partial one was never chosen, and
-    completing it at random could give an invalid config).
-
-    Optuna's heartbeat does this for RDB storages after a grace period, for trials it beats;
-    this does it at once for trials we can prove dead (same host, process gone), for journal
-    storages, which have no heartbeat, and for trials killed before their runner was recorded
-    (by age, on every storage). ``mine``: this process lost the storage mid-trial, and its own
-    RUNNING trials are the stale ones.
-    """
-    requeued = []
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if mine:
-            if not _is_me(trial):
-                continue
-            reason = why
-        elif runner_dead(trial):
-            pid = trial.user_attrs.get(PID_ATTR)
-            reason = f"runner pid {pid} died mid-trial" if pid is not None else "its process died before it was marked"
-        else:
-            continue
-        try:
-            fail_trial(study, trial, {"status": "killed", "reason": reason})
-        except optuna.exceptions.UpdateFinishedTrialError:  # another process got there first
-            continue
-        if set(trial.params) == set(axes):
-            study.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number}, skip_if_exists=False)
-        requeued.append(trial.number)
-    return requeued
