@@ -703,7 +703,7 @@ def write_report(storage: str | BaseStorage, out_dir: str | Path,
 
     started = time.perf_counter()
     label = redact(storage) if not isinstance(storage, BaseStorage) else describe_storage(storage)
-    storage = storage if isinstance(storage, BaseStorage) else open_storage(storage)
+    storage = storage if isinstance(storage, BaseStorage) else open_storage(storage, create=False)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     studies = {name: optuna.load_study(study_name=name, storage=storage) for name in optuna.get_all_study_names(storage)}

@@ -23,7 +23,7 @@ import optuna
 from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
-from tuner.errors import UserError
+from tuner.errors import UserError, as_user_error
 from tuner.liveness import grace_s, heartbeat_s
 
 DEFAULT_URL = "sqlite:///tuner.db"
@@ -119,14 +119,19 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
     authority = url.split("://", 1)[1].split("/", 1)[0]
     if authority.count("@") > 1:  # the driver would take the password's tail for the host
         raise UserError(f"storage {redact(url)}: the password contains '@': write it percent-encoded, as %40")
+    read_only = False
     if url.startswith("sqlite"):
         _check_sqlite_file(url, create)
+        read_only = sqlite_read_only(url, create)
     engine_kwargs: dict = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         engine_kwargs["connect_args"] = {"timeout": 60}
+        if read_only:
+            engine_kwargs["creator"] = _sqlite_reader(url)
     else:
         # Bounded pools: N workers x (pool + overflow) must stay under max_connections.
         engine_kwargs.update(pool_size=pool_size, max_overflow=1, pool_recycle=300)
+        engine_kwargs.update(server_timeouts(url))
     for attempt in range(4):
         try:
             with warnings.catch_warnings():
@@ -138,7 +143,7 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
                     heartbeat_interval=heartbeat_s(),
                     grace_period=grace_s(),
                 )
-            if url.startswith("sqlite"):
+            if url.startswith("sqlite") and not read_only:
                 _sqlite_wal(storage.engine)
             return storage
         except Exception as exc:
@@ -148,12 +153,92 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
                 time.sleep(0.5 * (attempt + 1))
                 continue
             hint = "is the server up and the URL right?"
+            if "timeout" in str(exc).lower():
+                hint = (f"the server did not answer within {connect_timeout_s()} s: is it up and the URL right? "
+                        "(TUNER_DB_CONNECT_TIMEOUT_S sets the limit)")
             if "too many clients" in str(exc).lower() or "remaining connection slots" in str(exc).lower():
                 hint = "the server has too many clients already: close other sessions, run fewer workers, or raise its max_connections"
             elif url.startswith("sqlite"):
-                hint = "is it a SQLite file written by tuner/optuna (not corrupted)? move it aside to start afresh"
+                known = as_user_error(exc)
+                if known is not None and "storage error:" not in str(known):  # read-only, disk full, damaged
+                    raise UserError(f"cannot open storage {redact(url)}: {known}") from None
+                hint = "is it a SQLite file written by tuner/optuna (not damaged)? move it aside to start afresh"
             raise UserError(f"cannot open storage {redact(url)}: {type(exc).__name__}: {_first_line(exc)}; {hint}") from None
     raise AssertionError("unreachable")
+
+
+def connect_timeout_s() -> int:
+    """Seconds to wait for a database server to accept a session (``$TUNER_DB_CONNECT_TIMEOUT_S``)."""
+    return _env_seconds("TUNER_DB_CONNECT_TIMEOUT_S", 10)
+
+
+def statement_timeout_s() -> int:
+    """Seconds a server may spend on one statement (``$TUNER_DB_STATEMENT_TIMEOUT_S``)."""
+    return _env_seconds("TUNER_DB_STATEMENT_TIMEOUT_S", 120)
+
+
+def _env_seconds(name: str, default: int) -> int:
+    try:
+        value = int(os.environ.get(name, default))
+    except ValueError:
+        raise UserError(f"{name}={os.environ[name]!r}: give a whole number of seconds") from None
+    if value <= 0:
+        raise UserError(f"{name}={value}: give a positive number of seconds")
+    return value
+
+
+def server_timeouts(url: str) -> dict:
+    """Engine arguments that bound a Postgres session: a server that accepts and never answers
+    fails the command after the connect timeout instead of hanging it; a statement stuck on a
+    lock fails after the statement timeout. Settings the URL gives itself are kept."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        return {}
+    args: dict = {}
+    if "connect_timeout" not in parsed.query:
+        args["connect_timeout"] = max(2, connect_timeout_s())  # libpq's least
+    if "options" not in parsed.query:
+        args["options"] = f"-c statement_timeout={statement_timeout_s() * 1000}"
+    return {"connect_args": args} if args else {}
+
+
+def sqlite_read_only(url: str, create: bool) -> bool:
+    """Open an existing SQLite file for reading only? For commands that read (``create=False``)
+    when the file or its folder cannot be written (a read-only mount, an archive): such a file
+    is not damaged. A command that writes gets one line saying so. A reading command never
+    writes a schema into an existing empty file."""
+    from sqlalchemy.engine import make_url
+
+    path = Path(make_url(url).database or "")
+    if not path.is_file():
+        return False
+    if not create and path.stat().st_size == 0:
+        raise UserError(f"SQLite file {path} is empty: no studies in it yet; give the --storage a run wrote")
+    writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+    if writable:
+        return False
+    if create:
+        raise UserError(f"SQLite file {path} is read-only (or its folder is): `tuner run` stores trials in it; "
+                        "make both writable, or give another --storage (status, best, export and report read it as it is)")
+    return True
+
+
+def _sqlite_reader(url: str):
+    """A connection factory that opens the file read-only (SQLite's URI ``mode=ro``; where the
+    folder is read-only too and no write-ahead log is pending, ``immutable=1``: no lock files)."""
+    import sqlite3
+    from urllib.parse import quote
+
+    from sqlalchemy.engine import make_url
+
+    path = Path(make_url(url).database or "").resolve()
+    wal = path.with_name(path.name + "-wal")
+    pending = wal.exists() and wal.stat().st_size > 0
+    flags = "immutable=1" if not os.access(path.parent, os.W_OK) and not pending else "mode=ro"
+    target = f"file:{quote(str(path))}?{flags}"
+    return lambda: sqlite3.connect(target, uri=True, timeout=60, check_same_thread=False)
 
 
 def _open_journal(path: Path, create: bool) -> optuna.storages.BaseStorage:
