@@ -30,7 +30,6 @@ def as_user_error(exc: BaseException) -> UserError | None:
     """The one-line error for an exception that bad input or the environment causes (a file
     that cannot be written, a database that refuses, bytes that do not parse), else None: the
     places that know more (the file, the key) raise :class:`UserError` themselves first."""
-    import sqlalchemy.exc
 
     if isinstance(exc, UserError):
         return exc
@@ -86,7 +85,7 @@ def _database_message(exc: BaseException) -> str:
         return f"the storage's disk is full ({text}): free some space and rerun the same command to resume"
     if "malformed" in lower or "not a database" in lower:
         return (f"the storage is damaged ({text}): recover what is readable with "
-                "`sqlite3 FILE .recover | sqlite3 NEW.db`, or move the file aside to start afresh")
+                "`sqlite3 FILE .recover | sqlite3 NEW.db`, or move it aside to start afresh")
     if "database is locked" in lower:
         return f"the storage is locked by another process ({text}): use a journal file or Postgres for several processes"
     return f"storage error: {type(getattr(exc, 'orig', None) or exc).__name__}: {text}"

@@ -170,7 +170,8 @@ def runner_dead(trial: FrozenTrial, ages: Mapping[int, float] | None = None) -> 
     if ages is None and isinstance(pid, int):
         return False
     started = trial.datetime_start  # never beat: killed before its first beat, or an older tuner's trial
-    return started is not None and (dt.datetime.now() - started).total_seconds() > grace_s()
+    # (no start at all: a stand-in for a damaged journal record, see tuner.journal_file)
+    return started is None or (dt.datetime.now() - started).total_seconds() > grace_s()
 
 
 def recover_stale_trials(study: optuna.Study, axes: Collection[str], mine: bool = False,

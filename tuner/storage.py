@@ -24,6 +24,7 @@ from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from tuner.errors import UserError, as_user_error
+from tuner.journal_file import TolerantJournalFile
 from tuner.liveness import grace_s, heartbeat_s
 
 DEFAULT_URL = "sqlite:///tuner.db"
@@ -254,7 +255,7 @@ def _open_journal(path: Path, create: bool) -> optuna.storages.BaseStorage:
     if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.R_OK | os.W_OK)):
         raise UserError(f"journal file {path} is not writable (folder {folder}): give a path in a folder you can write")
     try:
-        backend = JournalFileBackend(str(path))
+        backend = TolerantJournalFile(str(path))  # a damaged line is skipped and reported, not fatal
         _repair_partial_tail(backend, path)
         return JournalStorage(backend)
     except UserError:
@@ -264,7 +265,7 @@ def _open_journal(path: Path, create: bool) -> optuna.storages.BaseStorage:
     except Exception as exc:  # a corrupt or foreign file
         raise UserError(
             f"journal file {path} cannot be read ({type(exc).__name__}: {_first_line(exc)}); "
-            "move it aside to start afresh, or fix its last line"
+            "move it aside to start afresh"
         ) from None
 
 
