@@ -71,8 +71,14 @@ class TolerantJournalFile(JournalFileBackend):
         #: records yielded so far -> (byte offset, line number) of the next line
         self._next_line: dict[int, tuple[int, int]] = {0: (0, 0)}
         self._reported: set[int] = set()
+        self._pending: list[str] = []  # reports not yet printed
         self._study_names: list[str] = []  # studies created so far (ids are their order; a repeated name makes none)
         self._last_study = -1  # the study of the last trial created: a damaged creation's best guess
+
+    @property
+    def foreign(self) -> bool:
+        """Damaged lines and not one record read: not a journal (another file given by mistake)."""
+        return bool(self._reported) and max(self._next_line) == 0
 
     def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
         number = max(n for n in self._next_line if n <= log_number_from)
@@ -92,6 +98,10 @@ class TolerantJournalFile(JournalFileBackend):
                     if number > log_number_from:
                         yield record
                 self._next_line[number] = (offset, line_no)
+        if not self.foreign:  # a file with no record at all is refused whole (tuner.storage), not line by line
+            for message in self._pending:
+                print(message, file=sys.stderr)
+            self._pending.clear()
 
     def _records(self, line: bytes, line_no: int) -> list[dict[str, Any]]:
         record = _parse(line)
@@ -138,5 +148,5 @@ class TolerantJournalFile(JournalFileBackend):
             what = "the whole record after the damage kept"
         if kept and kept[0].get("worker_id") == "damaged-record":
             what += "; a placeholder keeps the ids after it right"
-        print(f"tuner: journal file {self._file_path}: line {line_no} is damaged "
-              f"({len(line)} bytes: {line[:40]!r}...); {what}; every other record is read", file=sys.stderr)
+        self._pending.append(f"tuner: journal file {self._file_path}: line {line_no} is damaged "
+                             f"({len(line)} bytes: {line[:40]!r}...); {what}; every other record is read")

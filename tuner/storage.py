@@ -257,7 +257,11 @@ def _open_journal(path: Path, create: bool) -> optuna.storages.BaseStorage:
     try:
         backend = TolerantJournalFile(str(path))  # a damaged line is skipped and reported, not fatal
         _repair_partial_tail(backend, path)
-        return JournalStorage(backend)
+        storage = JournalStorage(backend)  # reads the whole file
+        if backend.foreign:
+            raise UserError(f"journal file {path} cannot be read: not one line of it is a journal record; "
+                            "is it another file? move it aside to start afresh")
+        return storage
     except UserError:
         raise
     except PermissionError as exc:
