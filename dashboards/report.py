@@ -749,7 +749,7 @@ def write_report(storage: str | BaseStorage, out_dir: str | Path,
     label = redact(storage) if not isinstance(storage, BaseStorage) else describe_storage(storage)
     out = Path(out_dir)
     _check_report_folder(out, label, force)
-    storage = storage if isinstance(storage, BaseStorage) else open_storage(storage)
+    storage = storage if isinstance(storage, BaseStorage) else open_storage(storage, create=False)
     out.mkdir(parents=True, exist_ok=True)
     studies = {name: optuna.load_study(study_name=name, storage=storage) for name in optuna.get_all_study_names(storage)}
     if study_names is not None:

@@ -4,7 +4,9 @@
 
 POINT names the step, N the how-manieth time the run reaches it; the process then sends itself
 SIGKILL (or the signal named by KILL_AT_SIGNAL: SIGINT is a Ctrl-C), as `kill` from outside
-would at that moment, without a timing race:
+would at that moment, without a timing race. With KILL_AT_PAUSE=FILE it writes FILE instead and
+waits there (its other threads, the lease's heartbeat, go on) until FILE is removed, or until a
+test kills it:
 
 - ``ask``: a trial was created (runner recorded) and nothing sampled yet;
 - ``sample``: the sampler chose some of a trial's params and is choosing the next;
@@ -21,10 +23,22 @@ import functools
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 SIGNAL = getattr(signal, os.environ.get("KILL_AT_SIGNAL", "SIGKILL"))
+PAUSE = os.environ.get("KILL_AT_PAUSE")
+
+
+def _stop_here() -> None:
+    if not PAUSE:
+        os.kill(os.getpid(), SIGNAL)
+        return
+    with open(PAUSE, "w") as f:
+        f.write(str(os.getpid()))
+    while os.path.exists(PAUSE):  # the test removes it to let this run go on
+        time.sleep(0.05)
 
 
 def _kill_on(n: int, before: bool = True) -> Callable[[Callable], Callable]:
@@ -36,12 +50,12 @@ def _kill_on(n: int, before: bool = True) -> Callable[[Callable], Callable]:
             nonlocal calls
             calls += 1
             if before and calls == n:
-                os.kill(os.getpid(), SIGNAL)
+                _stop_here()
             try:
                 return function(*args, **kwargs)
             finally:  # after the step, whether it returned or raised (a pruned trial)
                 if not before and calls == n:
-                    os.kill(os.getpid(), SIGNAL)
+                    _stop_here()
         return wrapper
     return wrap
 

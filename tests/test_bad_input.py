@@ -557,7 +557,7 @@ STORAGE_CASES = [
     ("sqlite path is a folder", lambda f: f"sqlite:///{f}", "is a folder"),
     ("sqlite of another application", _foreign_sqlite, "another application"),
     ("sqlite not a database", lambda f: (f / "junk.db").write_bytes(b"junk" * 500) and f"sqlite:///{f / 'junk.db'}",
-     "not corrupted"),
+     "is damaged"),
     ("sqlite corrupted mid-file", _corrupt_mid_file, "storage"),
     ("journal folder missing", lambda f: str(f / "no" / "j.log"), "does not exist"),
     ("journal folder not writable", lambda f: "/proc/self/j.log", "not writable"),

@@ -85,3 +85,23 @@ def test_set_user_attrs_stores_every_key_once(kind, tmp_path, request):
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):  # as Trial.set_user_attr on a finished trial
         op.set_user_attrs(trial, {"late": 1, "later": 2})
     assert "late" not in study.trials[0].user_attrs
+
+
+def test_heartbeat_ages_and_a_lease_by_trial_id(tmp_path):
+    """RDB: the age of each RUNNING trial's last heartbeat (the database's clock); journal: a
+    system attribute written by trial id (tuner.liveness's lease)."""
+    from tuner.storage import open_storage
+
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'h.db'}"))  # behind Optuna's cache
+    beating, _silent, done = study.ask(), study.ask(), study.ask()
+    op.storage_of(study).record_heartbeat(op.trial_id(beating))
+    op.storage_of(study).record_heartbeat(op.trial_id(done))
+    study.tell(done, 1.0)
+    ages = op.heartbeat_ages(op.storage_of(study), op.study_id(study))
+    assert set(ages) == {op.trial_id(beating)} and 0 <= ages[op.trial_id(beating)] < 60
+
+    journal = JournalStorage(JournalFileBackend(str(tmp_path / "j.log")))
+    jstudy = optuna.create_study(storage=journal)
+    trial = jstudy.ask()
+    op.set_trial_system_attr_by_id(journal, op.trial_id(trial), "tuner:lease", 12.5)
+    assert jstudy.trials[0].system_attrs["tuner:lease"] == 12.5

@@ -116,7 +116,7 @@ def test_bad_storage_urls_are_one_line(tmp_path):
         open_storage("postgresql+psycopg://u:secret@127.0.0.1:1/db")
     corrupt = tmp_path / "corrupt.db"
     corrupt.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(UserError, match="not corrupted"):
+    with pytest.raises(UserError, match="is damaged .*move it aside"):
         open_storage(f"sqlite:///{corrupt}")
     with pytest.raises(UserError, match="is not a URL"):
         open_storage("somewhere")

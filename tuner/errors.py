@@ -30,18 +30,35 @@ def as_user_error(exc: BaseException) -> UserError | None:
     """The one-line error for an exception that bad input or the environment causes (a file
     that cannot be written, a database that refuses, bytes that do not parse), else None: the
     places that know more (the file, the key) raise :class:`UserError` themselves first."""
-    import sqlalchemy.exc
 
     if isinstance(exc, UserError):
         return exc
-    if isinstance(exc, sqlalchemy.exc.SQLAlchemyError):
-        return UserError(_database_message(exc))
+    database = _database_cause(exc)
+    if database is not None:
+        return UserError(_database_message(database))
     if isinstance(exc, OSError) and exc.errno is not None:
         where = exc.filename or ""
         what = _OS_HINTS.get(exc.errno, "")
         return UserError(f"{where}: {exc.strerror}{what}" if where else f"{exc.strerror}{what}")
     if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError, zlib.error, EOFError)):
         return UserError(f"unreadable data ({type(exc).__name__}: {_first_line(exc)})")
+    return None
+
+
+def _database_cause(exc: BaseException) -> BaseException | None:
+    """The database's own error behind ``exc``: SQLAlchemy's, or the driver's, also where
+    Optuna wraps it (``StorageInternalError ... from e``)."""
+    import sqlite3
+
+    import sqlalchemy.exc
+
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if isinstance(seen, (sqlalchemy.exc.SQLAlchemyError, sqlite3.Error)):
+            return seen
+        if seen is None:
+            return None
+        seen = seen.__cause__
     return None
 
 
@@ -64,8 +81,11 @@ def _database_message(exc: BaseException) -> str:
                 f"or raise its max_connections ({text})")
     if "readonly database" in lower or "read-only" in lower:
         return f"the storage is read-only ({text}): make the file and its folder writable, or give another --storage"
+    if "disk is full" in lower or "no space left" in lower:
+        return f"the storage's disk is full ({text}): free some space and rerun the same command to resume"
     if "malformed" in lower or "not a database" in lower:
-        return f"the storage is corrupted ({text}): move the file aside to start afresh"
+        return (f"the storage is damaged ({text}): recover what is readable with "
+                "`sqlite3 FILE .recover | sqlite3 NEW.db`, or move it aside to start afresh")
     if "database is locked" in lower:
         return f"the storage is locked by another process ({text}): use a journal file or Postgres for several processes"
     return f"storage error: {type(getattr(exc, 'orig', None) or exc).__name__}: {text}"

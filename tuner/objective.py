@@ -19,11 +19,11 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner import optuna_private
 from tuner.distributions import suggest
+from tuner.liveness import StaleCheck, runner_dead
 from tuner.paired import SlowerTest
 from tuner.record import COMPLETE_STATUSES, Measurement
 from tuner.space import Space
 from tuner.spec import Value
-from tuner.storage import HEARTBEAT_S, runner_dead
 
 CLAIM = "tuner:measuring"  # system attr: this trial is measuring its config
 #: longest wait for a twin whose liveness cannot be checked (a runner on another host, on a
@@ -197,17 +197,15 @@ class Objective:
         duplicate, no GPU time). Both measure only if each checks before the other's
         params land -- a window of one storage write.
         If the twin dies or is pruned, this trial measures after all: a twin counts while its
-        runner lives (same host: its process; RDB storages: Optuna's heartbeat, whose stale
-        trials are failed here as ``study.optimize`` does).
+        runner lives (:mod:`tuner.liveness`: its process in this PID space, else its lease;
+        stale trials are failed and queued again here).
         """
         deadline = time.monotonic() + TWIN_WAIT_S
         pause = 0.02
         waited = False
-        next_stale_check = time.monotonic() + HEARTBEAT_S
+        stale_check = StaleCheck(trial.study, self.space.axis_names, first_now=False)
         while time.monotonic() < deadline:
-            if time.monotonic() >= next_stale_check:
-                optuna.storages.fail_stale_trials(trial.study)  # a twin on a dead host stops counting
-                next_stale_check = time.monotonic() + HEARTBEAT_S
+            stale_check()  # a twin on a dead host stops counting
             twins = [t for t in trials if t.state == TrialState.RUNNING and t.number != trial.number
                      and (t.number < trial.number or t.system_attrs.get(CLAIM))
                      and self._key_of(t) == key and not runner_dead(t)]

@@ -25,6 +25,11 @@ def storage_of(study: optuna.Study) -> BaseStorage:
     return study._storage
 
 
+def study_id(study: optuna.Study) -> int:
+    """A study's id in its storage (Study has no getter)."""
+    return study._study_id
+
+
 def trial_id(trial: optuna.Trial) -> int:
     """A trial's id in its storage (the key heartbeats are recorded under; Trial has no getter)."""
     return trial._trial_id
@@ -50,6 +55,37 @@ def set_trial_system_attr(trial: optuna.Trial, key: str, value: Any) -> None:
     """Mark a running trial for other workers without adding to its user attributes
     (``Trial.set_system_attr`` was removed in Optuna 3)."""
     trial.storage.set_trial_system_attr(trial._trial_id, key, value)
+
+
+def set_trial_system_attr_by_id(storage: BaseStorage, trial_id: int, key: str, value: Any) -> None:
+    """Write a system attribute of a running trial known by id (a lease renewed by a thread
+    that holds no ``optuna.Trial``)."""
+    storage.set_trial_system_attr(trial_id, key, value)
+
+
+def heartbeat_ages(storage: BaseStorage, study_id: int) -> dict[int, float]:
+    """Seconds since each RUNNING trial's last heartbeat in an RDB storage's ``trial_heartbeats``
+    table, on the database server's clock (workers' clocks may differ), by trial id.
+
+    Optuna's ``_get_stale_trial_ids`` gives only the ids past its grace period, and skips
+    trials that never beat; the caller judges both.
+    """
+    import sqlalchemy
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    backend = cast(RDBStorage, getattr(storage, "_backend", storage))  # behind optuna's _CachedStorage
+    beats = models.TrialHeartbeatModel
+    with _create_scoped_session(backend.scoped_session) as session:
+        now = session.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar()
+        rows = session.execute(
+            sqlalchemy.select(beats.trial_id, beats.heartbeat)
+            .join(models.TrialModel, models.TrialModel.trial_id == beats.trial_id)
+            .where(models.TrialModel.study_id == study_id, models.TrialModel.state == TrialState.RUNNING)
+        ).all()
+    assert now is not None
+    now = now.replace(tzinfo=None)  # Postgres answers with a time zone, the stored beats without
+    return {tid: (now - beat.replace(tzinfo=None)).total_seconds() for tid, beat in rows}
 
 
 def ask_with_user_attrs(study: optuna.Study, user_attrs: dict[str, Any]) -> optuna.Trial:

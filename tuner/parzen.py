@@ -81,12 +81,14 @@ class Mixture:
         uniform = float(np.exp(-np.sum(np.log(self.levels))))
         if not self.codes:
             return np.full(len(candidates), math.log(uniform))
-        obs = np.stack(self.codes)
         weights = np.asarray(self.weights, dtype=float)
         total = 1.0 + weights.sum()
-        if len(obs) > MAX_COMPONENTS:  # a uniform subsample, reweighted to the same mass
-            keep = rng.choice(len(obs), size=MAX_COMPONENTS, replace=False)
-            obs, weights = obs[keep], weights[keep] * (weights.sum() / weights[keep].sum())
+        if len(self.codes) > MAX_COMPONENTS:  # a uniform subsample, reweighted to the same mass
+            keep = rng.choice(len(self.codes), size=MAX_COMPONENTS, replace=False)
+            # only the kept rows are stacked: the cost stays flat as observations grow
+            obs, weights = np.stack([self.codes[i] for i in keep]), weights[keep] * (weights.sum() / weights[keep].sum())
+        else:
+            obs = np.stack(self.codes)
         # the bandwidth follows how many configs were seen, whatever their weight
         shrink = 0.0 if self.sharp else scott_shrink(len(self.codes), self.levels)
         product = np.ones((len(candidates), len(obs)))

@@ -10,8 +10,8 @@ loop with ``ahead = 0``.
 
 No trial is left RUNNING: on any exit (budget, timeout, error, Ctrl-C) the trials asked but
 not measured are failed and queued again with their params; if this process is killed,
-the next run finds them by their dead runner (:func:`tuner.storage.recover_stale_trials`),
-and RDB storages' heartbeat covers other hosts.
+any worker's next start finds them by their dead runner (:mod:`tuner.liveness`: at once in
+the same PID space, by their expired lease from another host or container).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from typing import IO, TYPE_CHECKING
 import optuna
 from optuna.trial import TrialState
 
+from tuner.liveness import StaleCheck, beat, has_lease, heartbeat_s, runner_attrs
 from tuner.objective import Begun, Objective
 from tuner.optuna_private import ask_with_user_attrs, storage_of, trial_id
 from tuner.record import Measurement
-from tuner.storage import HEARTBEAT_S, runner_attrs, supports_heartbeat
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -85,9 +85,9 @@ def process_started() -> float:
 
 
 class _Heartbeat(threading.Thread):
-    """Optuna's heartbeat for every trial in flight (``study.optimize`` beats only its one)."""
+    """The lease of every trial in flight (:mod:`tuner.liveness`; ``study.optimize`` beats only its one)."""
 
-    def __init__(self, storage, interval_s: float = HEARTBEAT_S / 2):
+    def __init__(self, storage, interval_s: float):
         super().__init__(daemon=True, name="tuner-heartbeat")
         self.storage = storage
         self.interval_s = interval_s
@@ -107,7 +107,7 @@ class _Heartbeat(threading.Thread):
     def _beat(self, ids) -> None:
         for id_ in ids:
             try:
-                self.storage.record_heartbeat(id_)
+                beat(self.storage, id_)
             except Exception:  # a finished trial, or the database away: the next beat retries
                 pass
 
@@ -227,7 +227,9 @@ class Pipeline:
         self.timeline = timeline
         self.deadline = deadline
         self._in_flight: deque[tuple[optuna.Trial, Begun]] = deque()
-        self._heartbeat = _Heartbeat(storage_of(study)) if supports_heartbeat(storage_of(study)) else None
+        storage = storage_of(study)
+        self._heartbeat = _Heartbeat(storage, heartbeat_s() / 2) if has_lease(storage) else None
+        self._stale_check = StaleCheck(study, objective.space.axis_names)
         self._to_measure: queue.Queue = queue.Queue()
         self._measured: queue.Queue = queue.Queue()
         self._halt = threading.Event()
@@ -292,7 +294,7 @@ class Pipeline:
     def _ask(self) -> bool:
         """Ask one trial if the budget has room (False: it has none)."""
         if self._heartbeat:
-            optuna.storages.fail_stale_trials(self.study)  # others' dead trials, as study.optimize does
+            self._stale_check()  # others' dead trials: failed, their configs queued again
         with self.lock or contextlib.nullcontext():  # budget check, choice and storing it: one step
             if not self.may_ask():
                 return False

@@ -13,15 +13,17 @@ import sys
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner import __version__
 from tuner.distributions import store_axes, stored_axes
 from tuner.errors import UserError
+from tuner.liveness import recover_stale_trials
 from tuner.objective import Evaluator, Objective
 from tuner.paired import SlowerTest
 from tuner.pipeline import Pipeline, ProposalLock, Timeline
@@ -30,7 +32,7 @@ from tuner.record import Measurement
 from tuner.results import best_trial, metric_of, value_text
 from tuner.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
 from tuner.space import Space
-from tuner.storage import open_storage, recover_stale_trials, redact, resolve_url
+from tuner.storage import open_storage, redact, resolve_url
 from tuner.study_file import SearchSettings
 from tuner.warm_start import prior_trials, queue_start_configs, start_params, transfer_message, warm_start
 
@@ -161,6 +163,28 @@ def study_attrs(kind: str, space: Space, arch: str, device: dict, nvrtc: str, sh
     return attrs
 
 
+@dataclass
+class _Tally:
+    """What each trial means for one phase's budget: its config key and whether it takes a
+    place. A finished trial's is computed once (it never changes), so a check costs a lookup
+    per trial instead of re-deriving every trial's config: the cost of a trial stays flat as
+    the study grows (bench/bench_trial_cost.py)."""
+
+    key_of: Callable[[FrozenTrial], tuple | None]
+    counts: Callable[[FrozenTrial], bool]
+    untried: set  # the phase's candidates no finished trial took
+    _finished: dict[int, tuple[tuple | None, bool]] = field(default_factory=dict)
+
+    def facts(self, t: FrozenTrial) -> tuple[tuple | None, bool]:
+        fact = self._finished.get(t.number)
+        if fact is None:
+            fact = (self.key_of(t), self.counts(t))
+            if t.state.is_finished():
+                self._finished[t.number] = fact
+                self.untried.discard(fact[0])
+        return fact
+
+
 class Runner:
     def __init__(self, space: Space, evaluator: Evaluator, settings: RunSettings, storage_url: str | None = None):
         space.require_valid()
@@ -276,21 +300,33 @@ class Runner:
     def _may_ask(self, phase: str, keys: set, target: int):
         """Ask another trial while candidates are left untried and the study (all workers
         together) has fewer than ``target`` trials of this phase done or in flight."""
+        tally = self._tally(phase, keys)
+
         def may_ask() -> bool:
-            trials = self.study.get_trials(deepcopy=False, states=TRIED_STATES)
-            tried = {self.sampler.trial_key(t) for t in trials}
-            return not keys <= tried and sum(self._counts(t, phase, keys) for t in trials) < target
+            in_flight: set = set()
+            used = 0
+            for t in self.study.get_trials(deepcopy=False, states=TRIED_STATES):
+                key, counts = tally.facts(t)
+                used += counts
+                if key is not None and not t.state.is_finished():
+                    in_flight.add(key)
+            return bool(tally.untried - in_flight) and used < target
 
         return may_ask
 
     def _admits(self, phase: str, keys: set, target: int):
         """After the trial's params are stored: is it within the budget, counting the trials
         numbered before it? Two workers that asked at once cannot both take the last place."""
+        tally = self._tally(phase, keys)
+
         def admits(trial) -> bool:
             trials = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, *FINISHED))
-            return sum(1 for t in trials if t.number < trial.number and self._counts(t, phase, keys)) < target
+            return sum(1 for t in trials if t.number < trial.number and tally.facts(t)[1]) < target
 
         return admits
+
+    def _tally(self, phase: str, keys: set) -> _Tally:
+        return _Tally(self.sampler.trial_key, lambda t: self._counts(t, phase, keys), set(keys))
 
     def _storage_back(self, wait_s: float = STORAGE_WAIT_S) -> bool:
         """Wait for a restarted database server (pool_pre_ping reconnects once it is up)."""

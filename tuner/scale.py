@@ -118,8 +118,12 @@ def run_workers(args) -> int:
         print(line, file=sys.stderr)
 
     failed = [c for c in codes if c != 0]
+    for i, c in enumerate(codes):
+        if c < 0:  # killed from outside (OOM killer, kill -9): its trial is re-queued by the next start
+            print(f"tuner: worker {i} was killed by {_signal_name(-c)}; finished trials are stored, "
+                  "run the same command to resume", file=sys.stderr)
     if not names:
-        code = failed[0] if failed else 1
+        code = exit_code(codes) or 1
         if not any(m.startswith("tuner: error") for m in messages):
             print(f"tuner: error: none of the {n} workers finished (exit codes {codes})", file=sys.stderr)
         return code
@@ -136,7 +140,28 @@ def run_workers(args) -> int:
         print(best_line(summary.get("best")))
         if failed:
             print(f"{len(failed)} worker(s) failed: exit codes {codes}", file=sys.stderr)
-    return failed[0] if failed else 0
+    return exit_code(codes)
+
+
+#: ``tuner run --workers N``'s exit code when a worker was killed by a signal (and none failed otherwise)
+WORKER_KILLED = 3
+
+
+def exit_code(codes: list[int]) -> int:
+    """The parent's exit code: the first worker's error code (2: bad input), else
+    :data:`WORKER_KILLED` if a worker was killed by a signal, else 0. (A killed worker's
+    returncode is minus the signal: passed on, the shell would see 256 minus it, e.g. 247.)"""
+    errors = [c for c in codes if c > 0]
+    if errors:
+        return errors[0]
+    return WORKER_KILLED if any(c < 0 for c in codes) else 0
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def aggregate(study_name: str, url: str) -> dict:

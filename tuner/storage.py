@@ -14,28 +14,23 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import sys
 import time
 import warnings
-from collections.abc import Collection
 from pathlib import Path
 
 import optuna
-from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
-from optuna.trial import TrialState
 
-from tuner.errors import UserError
-from tuner.optuna_private import fail_trial
+from tuner.errors import UserError, as_user_error
+from tuner.journal_file import TolerantJournalFile
+from tuner.liveness import grace_s, heartbeat_s
 from tuner.storage_url import hidden, optuna_template, raw_password, redact, remember, sqlite_file, sqlite_url
 
 __all__ = ["redact"]  # the one redaction lives in tuner.storage_url; importers of it here keep working
 
 DEFAULT_URL = "sqlite:///tuner.db"
-HEARTBEAT_S = 20
-GRACE_S = 60
-MAX_RETRY = 2
 
 def describe_storage(storage: optuna.storages.BaseStorage) -> str:
     """A password-free description of a storage object (for page footers)."""
@@ -94,15 +89,21 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
         )
     if "@" in (raw_password(url) or ""):  # the driver would take the password's tail for the host
         raise UserError(f"storage {redact(url)}: the password contains '@': write it percent-encoded, as %40")
+    read_only = False
     if url.startswith("sqlite"):
         _check_sqlite_file(url, create)
+        read_only = sqlite_read_only(url, create)
         url = sqlite_url(url)  # ?mode=ro reaches SQLite
+        read_only = read_only or "mode=ro" in url  # (then no write-ahead-log pragma either)
     engine_kwargs: dict = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         engine_kwargs["connect_args"] = {"timeout": 60}
+        if read_only:
+            engine_kwargs["creator"] = _sqlite_reader(url)
     else:
         # Bounded pools: N workers x (pool + overflow) must stay under max_connections.
         engine_kwargs.update(pool_size=pool_size, max_overflow=1, pool_recycle=300)
+        engine_kwargs.update(server_timeouts(url))
     for attempt in range(4):
         try:
             with warnings.catch_warnings():
@@ -110,11 +111,11 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
                 storage = RDBStorage(
                     optuna_template(url),
                     engine_kwargs=engine_kwargs,
-                    heartbeat_interval=HEARTBEAT_S,
-                    grace_period=GRACE_S,
-                    heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY),
+                    # the lease of tuner.liveness; its rule fails and re-queues stale trials
+                    heartbeat_interval=heartbeat_s(),
+                    grace_period=grace_s(),
                 )
-            if url.startswith("sqlite"):
+            if url.startswith("sqlite") and not read_only:
                 _sqlite_wal(storage.engine)
             return storage
         except Exception as exc:
@@ -124,12 +125,90 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
                 time.sleep(0.5 * (attempt + 1))
                 continue
             hint = "is the server up and the URL right?"
+            if "timeout" in str(exc).lower():
+                hint = (f"the server did not answer within {connect_timeout_s()} s: is it up and the URL right? "
+                        "(TUNER_DB_CONNECT_TIMEOUT_S sets the limit)")
             if "too many clients" in str(exc).lower() or "remaining connection slots" in str(exc).lower():
                 hint = "the server has too many clients already: close other sessions, run fewer workers, or raise its max_connections"
             elif url.startswith("sqlite"):
-                hint = "is it a SQLite file written by tuner/optuna (not corrupted)? move it aside to start afresh"
+                known = as_user_error(exc)
+                if known is not None and "storage error:" not in str(known):  # read-only, disk full, damaged
+                    raise UserError(f"cannot open storage {redact(url)}: {known}") from None
+                hint = "is it a SQLite file written by tuner/optuna (not damaged)? move it aside to start afresh"
             raise UserError(f"cannot open storage {redact(url)}: {type(exc).__name__}: {_first_line(exc)}; {hint}") from None
     raise AssertionError("unreachable")
+
+
+def connect_timeout_s() -> int:
+    """Seconds to wait for a database server to accept a session (``$TUNER_DB_CONNECT_TIMEOUT_S``)."""
+    return _env_seconds("TUNER_DB_CONNECT_TIMEOUT_S", 10)
+
+
+def statement_timeout_s() -> int:
+    """Seconds a server may spend on one statement (``$TUNER_DB_STATEMENT_TIMEOUT_S``)."""
+    return _env_seconds("TUNER_DB_STATEMENT_TIMEOUT_S", 120)
+
+
+def _env_seconds(name: str, default: int) -> int:
+    try:
+        value = int(os.environ.get(name, default))
+    except ValueError:
+        raise UserError(f"{name}={os.environ[name]!r}: give a whole number of seconds") from None
+    if value <= 0:
+        raise UserError(f"{name}={value}: give a positive number of seconds")
+    return value
+
+
+def server_timeouts(url: str) -> dict:
+    """Engine arguments that bound a Postgres session: a server that accepts and never answers
+    fails the command after the connect timeout instead of hanging it; a statement stuck on a
+    lock fails after the statement timeout. Settings the URL gives itself are kept."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        return {}
+    args: dict = {}
+    if "connect_timeout" not in parsed.query:
+        args["connect_timeout"] = max(2, connect_timeout_s())  # libpq's least
+    if "options" not in parsed.query:
+        args["options"] = f"-c statement_timeout={statement_timeout_s() * 1000}"
+    return {"connect_args": args} if args else {}
+
+
+def sqlite_read_only(url: str, create: bool) -> bool:
+    """Open an existing SQLite file for reading only? For commands that read (``create=False``)
+    when the file or its folder cannot be written (a read-only mount, an archive): such a file
+    is not damaged. A command that writes gets one line saying so. A reading command never
+    writes a schema into an existing empty file."""
+
+    path = sqlite_file(url)
+    if path is None or not path.is_file():
+        return False
+    if not create and path.stat().st_size == 0:
+        raise UserError(f"SQLite file {path} is empty: no studies in it yet; give the --storage a run wrote")
+    writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+    if writable:
+        return False
+    if create:
+        raise UserError(f"SQLite file {path} is read-only (or its folder is): `tuner run` stores trials in it; "
+                        "make both writable, or give another --storage (status, best, export and report read it as it is)")
+    return True
+
+
+def _sqlite_reader(url: str):
+    """A connection factory that opens the file read-only (SQLite's URI ``mode=ro``; where the
+    folder is read-only too and no write-ahead log is pending, ``immutable=1``: no lock files)."""
+    import sqlite3
+    from urllib.parse import quote
+
+
+    path = (sqlite_file(url) or Path()).resolve()
+    wal = path.with_name(path.name + "-wal")
+    pending = wal.exists() and wal.stat().st_size > 0
+    flags = "immutable=1" if not os.access(path.parent, os.W_OK) and not pending else "mode=ro"
+    target = f"file:{quote(str(path))}?{flags}"
+    return lambda: sqlite3.connect(target, uri=True, timeout=60, check_same_thread=False)
 
 
 def _open_journal(path: Path, create: bool) -> optuna.storages.BaseStorage:
@@ -145,9 +224,13 @@ def _open_journal(path: Path, create: bool) -> optuna.storages.BaseStorage:
     if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.R_OK | os.W_OK)):
         raise UserError(f"journal file {path} is not writable (folder {folder}): give a path in a folder you can write")
     try:
-        backend = JournalFileBackend(str(path))
+        backend = TolerantJournalFile(str(path))  # a damaged line is skipped and reported, not fatal
         _repair_partial_tail(backend, path)
-        return JournalStorage(backend)
+        storage = JournalStorage(backend)  # reads the whole file
+        if backend.foreign:
+            raise UserError(f"journal file {path} cannot be read: not one line of it is a journal record; "
+                            "is it another file? move it aside to start afresh")
+        return storage
     except UserError:
         raise
     except PermissionError as exc:
@@ -155,7 +238,7 @@ def _open_journal(path: Path, create: bool) -> optuna.storages.BaseStorage:
     except Exception as exc:  # a corrupt or foreign file
         raise UserError(
             f"journal file {path} cannot be read ({type(exc).__name__}: {_first_line(exc)}); "
-            "move it aside to start afresh, or fix its last line"
+            "move it aside to start afresh"
         ) from None
 
 
@@ -257,10 +340,6 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:200] if text else ""
 
 
-def supports_heartbeat(storage) -> bool:
-    return isinstance(storage, RDBStorage)
-
-
 def check_workers(url: str, workers: int) -> None:
     """SQLite serialises writers and locks under load: refuse it for several workers."""
     if workers > 1 and resolve_url(url).startswith("sqlite"):
@@ -268,102 +347,3 @@ def check_workers(url: str, workers: int) -> None:
             "SQLite cannot be shared safely by several workers (writers lock each other out): "
             "use --storage FILE.log (one host) or --storage postgresql+psycopg://USER@HOST/DB (many hosts)"
         )
-
-
-# -- who runs a trial, so that a dead runner's trial can be found -------------------------
-
-HOST_ATTR = "runner_host"
-PID_ATTR = "runner_pid"
-#: the runner's start time (clock ticks after boot): a pid reused by a later process -- as in a
-#: restarted container, where a rerun often gets the dead run's pid -- is not the runner
-STARTED_ATTR = "runner_started"
-#: a RUNNING trial with no runner recorded (killed between its creation and the record, a
-#: window of one storage write) is abandoned once this old: no live runner takes this long
-RUNNERLESS_STALE_S = float(GRACE_S)
-
-
-def _process_start(pid: int) -> int | None:
-    """Process ``pid``'s start time in clock ticks after boot (Linux), else None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def runner_attrs() -> dict[str, object]:
-    """This process, as a trial's runner (user attributes, stored as the trial is created:
-    :func:`tuner.optuna_private.ask_with_user_attrs`)."""
-    attrs: dict[str, object] = {HOST_ATTR: socket.gethostname(), PID_ATTR: os.getpid()}
-    started = _process_start(os.getpid())
-    if started is not None:
-        attrs[STARTED_ATTR] = started
-    return attrs
-
-
-def _pid_alive(pid: int, started: object = None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return not isinstance(started, int) or _process_start(pid) in (None, started)
-
-
-def _is_me(trial) -> bool:
-    attrs = trial.user_attrs
-    started = attrs.get(STARTED_ATTR)
-    return (attrs.get(HOST_ATTR) == socket.gethostname() and attrs.get(PID_ATTR) == os.getpid()
-            and (not isinstance(started, int) or started == _process_start(os.getpid())))
-
-
-def runner_dead(trial) -> bool:
-    """True when ``trial`` (RUNNING) provably has no live runner: its runner is a process on
-    this host that no longer exists, or none was recorded and the trial is older than
-    :data:`RUNNERLESS_STALE_S`. A runner on another host is judged by Optuna's heartbeat."""
-    attrs = trial.user_attrs
-    pid = attrs.get(PID_ATTR)
-    if attrs.get(HOST_ATTR) is None or not isinstance(pid, int):
-        return _older_than(trial, RUNNERLESS_STALE_S)
-    return attrs.get(HOST_ATTR) == socket.gethostname() and not _is_me(trial) and not _pid_alive(pid, attrs.get(STARTED_ATTR))
-
-
-def _older_than(trial, seconds: float) -> bool:
-    import datetime as dt
-
-    started = trial.datetime_start
-    return started is not None and (dt.datetime.now() - started).total_seconds() > seconds
-
-
-def recover_stale_trials(study: optuna.Study, axes: Collection[str], mine: bool = False,
-                         why: str = "storage connection lost mid-trial") -> list[int]:
-    """Fail the RUNNING trials no live process runs, and queue their configs again (a whole
-    config only, one with every name in ``axes``: a partial one was never chosen, and
-    completing it at random could give an invalid config).
-
-    Optuna's heartbeat does this for RDB storages after a grace period, for trials it beats;
-    this does it at once for trials we can prove dead (same host, process gone), for journal
-    storages, which have no heartbeat, and for trials killed before their runner was recorded
-    (by age, on every storage). ``mine``: this process lost the storage mid-trial, and its own
-    RUNNING trials are the stale ones.
-    """
-    requeued = []
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if mine:
-            if not _is_me(trial):
-                continue
-            reason = why
-        elif runner_dead(trial):
-            pid = trial.user_attrs.get(PID_ATTR)
-            reason = f"runner pid {pid} died mid-trial" if pid is not None else "its process died before it was marked"
-        else:
-            continue
-        try:
-            fail_trial(study, trial, {"status": "killed", "reason": reason})
-        except optuna.exceptions.UpdateFinishedTrialError:  # another process got there first
-            continue
-        if set(trial.params) == set(axes):
-            study.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number}, skip_if_exists=False)
-        requeued.append(trial.number)
-    return requeued

@@ -1,0 +1,30 @@
+"""A trial's bookkeeping does not grow with the study (issue 33, item 12).
+
+The timing itself is bench/bench_trial_cost.py (numbers in docs/RELIABILITY.md); this counts
+the work, which is deterministic: deciding whether a trial takes a place in the budget is
+done once per trial, not once per trial per ask (quadratic in the study's size).
+"""
+
+from __future__ import annotations
+
+from tests.conftest import PNPOLY
+from tuner import cli, runner
+
+TRIALS = 300
+
+
+def test_budget_checks_look_at_each_trial_once(monkeypatch, tmp_path):
+    calls = 0
+    counts = runner.Runner._counts
+
+    def counted(self, *args):
+        nonlocal calls
+        calls += 1
+        return counts(self, *args)
+
+    monkeypatch.setattr(runner.Runner, "_counts", counted)
+    code = cli.main(["run", "--replay", str(PNPOLY), "--storage", f"sqlite:///{tmp_path / 'c.db'}",
+                     "--trials", str(TRIALS), "--seed", "1", "--json"])
+    assert code == 0
+    # each trial: once when finished, plus a few times while in flight; quadratic was ~TRIALS**2
+    assert TRIALS <= calls <= 6 * TRIALS, calls

@@ -1,0 +1,72 @@
+"""``tuner run --workers N`` when one worker is killed (issue 33, item 11): the parent says which
+worker and by what signal, exits with the documented code 3 (not 247, minus SIGKILL seen by
+the shell), and the next start of the same command ends the study at its budget."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import optuna
+from optuna.trial import TrialState
+
+from tests.conftest import FAKE_BACKEND, ROOT
+from tests.test_reliability import wait_for
+from tuner.scale import WORKER_KILLED, exit_code
+from tuner.storage import open_storage
+
+STUDY = ROOT / "studies" / "example_sgemm.toml"
+BUDGET = 6
+
+
+def test_exit_code_rule():
+    assert exit_code([0, 0]) == 0
+    assert exit_code([0, -signal.SIGKILL]) == WORKER_KILLED == 3
+    assert exit_code([-signal.SIGKILL, 2, 1]) == 2  # a worker's own error says more
+
+
+def _running_pid(url: str, name: str, pids: set[int]) -> int | None:
+    try:
+        study = optuna.load_study(study_name=name, storage=open_storage(url, create=False))
+    except Exception:  # not created yet
+        return None
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.user_attrs.get("runner_pid") in pids and t.params:
+            return t.user_attrs["runner_pid"]
+    return None
+
+
+def _children(pid: int) -> set[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return {int(p) for p in f.read().split()}
+
+
+def test_a_worker_killed_mid_trial(tmp_path, unique_name):
+    url = str(tmp_path / "w.log")
+    args = ["run", str(STUDY), "--workers", "2", "--storage", url, "--study-name", unique_name, "--trials", str(BUDGET),
+            "--cache-dir", str(tmp_path / "cache"), "--no-pruner", "--seed", "3"]
+    env = {**os.environ, "TUNER_WORKER_BACKEND": FAKE_BACKEND, "FAKE_TRIAL_DELAY_S": "1.0"}
+    parent = subprocess.Popen([sys.executable, "-m", "tuner", *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        victim = wait_for(lambda: _running_pid(url, unique_name, _children(parent.pid)), 180, "a worker mid-trial")
+        os.kill(victim, signal.SIGKILL)
+        out, err = parent.communicate(timeout=300)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert parent.returncode == WORKER_KILLED, (parent.returncode, err[-2000:])
+    assert "was killed by SIGKILL" in err and "run the same command to resume" in err, err[-2000:]
+    assert "Traceback" not in err
+
+    env["FAKE_TRIAL_DELAY_S"] = "0"
+    rerun = subprocess.run([sys.executable, "-m", "tuner", *args], env=env, cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    trials = optuna.load_study(study_name=unique_name, storage=open_storage(url)).trials
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
+    measured = [t for t in trials if t.state.is_finished() and t.user_attrs.get("status") not in ("killed", "interrupted")]
+    assert len(measured) >= BUDGET
