@@ -295,8 +295,9 @@ def run(cfg, spec, space, supervisor, jobs: int, chunk: int = 64, timeout_s: flo
         result = supervisor.host_dry_run(job, timeout_s)
         answers = result.extra.get("results", [])
         for i, (_, case) in enumerate(part):
-            if i >= len(answers):
-                case.problems.append(f"worker: {result.status}: {result.reason}")
+            if i >= len(answers):  # a launch error that took the worker's context with it is still the launch's
+                kind = "launch" if result.status == "launch_error" else "worker"
+                case.problems.append(f"{kind}: {result.status}: {result.reason}")
                 continue
             answer = answers[i]
             if "error" in answer:
