@@ -171,6 +171,7 @@ def _load(args):
     from tuner.space import Space
     from tuner.spec import load_spec
     from tuner.study_file import load_study
+    from tuner.targets import check_supported
 
     recording = load_recording(args.run.replay) if args.run.replay else None
     if not args.study_file:
@@ -181,8 +182,7 @@ def _load(args):
         return None, recording_space(recording), recording
     cfg = load_study(args.study_file)
     spec = load_spec(cfg.kernel)
-    if cfg.arch not in spec.archs and spec.archs:
-        raise UserError(f"{cfg.path}: [study.arch] {cfg.arch} is not a target of {spec.path.name} ({', '.join(spec.archs)})")
+    check_supported(cfg.arch, spec, str(cfg.path))
     space = Space.from_study(cfg, spec)
     if recording is not None:
         missing = [a for a in space.axes if a not in recording.axes]
@@ -250,7 +250,7 @@ def _evaluator(args, cfg, space, recording, supervisor=None):
                              seed=_search(args, cfg).seed or 0, reference=_reference(cfg, space),
                              compile_jobs=_search(args, cfg).compile_ahead)
     device = evaluator.start()
-    attrs = study_attrs("gpu", space, cfg.arch, device, nvrtc_version(), shape,
+    attrs = study_attrs("gpu", space, evaluator.arch, device, nvrtc_version(), shape,
                         {"baseline_ms": cfg.baseline, **evaluator.objective_attrs()})
     return evaluator, attrs, base_name, evaluator.close
 
@@ -469,7 +469,7 @@ def cmd_grid(args) -> int:
         name = f"{name}.grid"
     try:
         if recording is None:  # compile every config up front, in parallel, into the cache
-            _precompile(cfg, space, args)
+            _precompile(cfg, space, args, evaluator.arch)
         runner = Runner(space, evaluator, _settings(args, cfg, space, attrs, name), args.storage)
         summary = runner.run()
         _confirm_after_run(args, cfg, space, evaluator, runner.study, recording, summary)
@@ -488,7 +488,7 @@ def cmd_grid(args) -> int:
     return 0
 
 
-def _precompile(cfg, space, args) -> None:
+def _precompile(cfg, space, args, arch: str) -> None:
     from tuner.compile import CompileLimits, compile_many
 
     progress = None
@@ -498,7 +498,7 @@ def _precompile(cfg, space, args) -> None:
         bar = tqdm(total=len(space.valid), desc="compiling", unit="config", file=sys.stderr)
         progress = lambda: bar.update(1)  # noqa: E731
     full = [space.full_config(p) for p in space.valid]
-    compile_many(space.spec, full, space.problem, cfg.arch, args.run.cache_dir,
+    compile_many(space.spec, full, space.problem, arch, args.run.cache_dir,
                  CompileLimits(cfg.measure.max_regs, cfg.measure.reject_spills), None, progress)
 
 
