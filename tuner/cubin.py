@@ -18,7 +18,7 @@ _EIATTR_MAX_THREADS = 0x05
 _EIATTR_PARAM_CBANK = 0x0A
 _EIATTR_KPARAM_INFO = 0x17
 _EIATTR_REGCOUNT = 0x2F
-_FORMAT_SIZES = {1: 0, 2: 2, 3: 2}  # EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL; EIFMT_SVAL (4) carries its size
+_FORMAT_SIZES = {1: 2, 2: 2, 3: 2}  # EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL (padded to 4 bytes); EIFMT_SVAL (4) carries its size
 
 
 class CubinError(ValueError):

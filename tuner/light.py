@@ -155,8 +155,12 @@ class LightSpec(KernelSpec):
 
     # -- KernelSpec ---------------------------------------------------------------------
     def check(self, config: Config, problem: Problem) -> str | None:
-        with user_code(self.path, "a restriction's message"):  # a message naming an unknown value
-            return first_violation(self._rules, Names(**self.names(config, problem)))
+        names = self.names(config, problem)
+        try:
+            return first_violation(self._rules, Names(**names))
+        except KeyError as exc:  # a message naming an unknown value
+            raise UserError(f"kernel spec {self.path.name}: a restriction's message reads {exc}, which is no define, "
+                            f"problem key or derived value; known: {', '.join(sorted(names))}") from None
 
     def derive(self, config: Config, problem: Problem) -> dict[str, int]:
         names = self.names(config, problem)
