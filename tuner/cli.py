@@ -538,6 +538,9 @@ def _check_study(args, path: Path) -> int:
         preflight = run_preflight(spec, space.problem, space.valid, space.full_config, targets,
                                   CompileLimits(cfg.measure.max_regs, cfg.measure.reject_spills), every=args.all,
                                   study=cfg.name, cache_dir=args.run.cache_dir, jobs=args.run.jobs, progress=progress)
+        skipped = [a for a in spec.archs if a not in targets] if cfg.arch == "native" and not args.arch else []
+        if skipped:
+            preflight.notes.append(f"not built for {', '.join(skipped)}: this NVRTC cannot compile for them")
         for checked in preflight.checked:
             r = checked.compiled
             smem = spec.derive(space.full_config(checked.params), space.problem).get("smem_bytes", r.smem_static)
