@@ -73,6 +73,8 @@ FAILS_PREFLIGHT = {
                                      "threads > __launch_bounds__"),
     "grid of floats": ("transpose.py", '-(-p["COLS"] // p["TILE"])', 'p["COLS"] / p["TILE"]',
                        "must be three whole numbers"),
+    "flops() that raises": ("transpose.py", "return 0.0", 'return 2.0 * problem["SIZE"]',
+                            "kernel spec transpose.py:32: flops() raised KeyError: 'SIZE'"),
     "unknown name in a shape": ("transpose.py", 'In("in", ("ROWS", "COLS"))', 'In("in", ("ROWS", "COL"))',
                                 "the shape of in reads 'COL'"),
 }
@@ -110,6 +112,8 @@ BAD_INPUT = {
                               "[problem] misses COLS needed by kernel spec transpose.py"),
     "unknown define in the study": ("transpose.toml", "PAD = [0, 1]", "PADDING = [0, 1]",
                                     "define PADDING is not a parameter of kernel spec transpose.py"),
+    "an unknown target in the spec's archs": ("transpose.py", 'archs = ("sm_80", "sm_90a")', 'archs = ("sm_80", "sm_90a", "sm91")',
+                                              "kernel spec transpose.py: archs lists 'sm91', an unknown target"),
     "a division by zero in a derived value": ("transpose.py", '"4 * TILE * (TILE + PAD)"', '"4 * TILE // (PAD - PAD)"',
                                               "kernel spec transpose.py: '4 * TILE // (PAD - PAD)' raised ZeroDivisionError"),
 }

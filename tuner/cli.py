@@ -516,13 +516,14 @@ def _check_study(args, path: Path) -> int:
     from tuner.compile import CompileLimits
     from tuner.preflight import run_preflight
     from tuner.space import Space
-    from tuner.spec import load_spec
+    from tuner.spec import load_spec, user_code
     from tuner.study_file import load_study
     from tuner.table import SHORT, render
-    from tuner.targets import check_targets
+    from tuner.targets import check_supported, check_targets
 
     cfg = load_study(path)
     spec = load_spec(cfg.kernel)
+    check_supported(cfg.arch, spec, str(path))
     space = Space.from_study(cfg, spec)
     summary = space.summary()
     configs: list[dict[str, typing.Any]] = []
@@ -543,7 +544,8 @@ def _check_study(args, path: Path) -> int:
             preflight.notes.append(f"not built for {', '.join(skipped)}: this NVRTC cannot compile for them")
         for checked in preflight.checked:
             r = checked.compiled
-            smem = spec.derive(space.full_config(checked.params), space.problem).get("smem_bytes", r.smem_static)
+            with user_code(spec.path, "derive()"):
+                smem = spec.derive(space.full_config(checked.params), space.problem).get("smem_bytes", r.smem_static)
             configs.append({"params": checked.params, "arch": checked.arch, "regs": r.regs, "spills": r.spills,
                             "smem_bytes": smem, "status": r.status, "reason": r.reason, "compile_s": round(r.compile_s, 3),
                             "preflight": checked.status, "problems": checked.reasons})

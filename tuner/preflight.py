@@ -56,7 +56,7 @@ REFERENCE_ROWS = 3
 _SCALAR_LAYOUT = {"int32": (4, 4), "uint32": (4, 4), "float32": (4, 4), "int64": (8, 8), "uint64": (8, 8)}
 _POINTER = (8, 8)
 _TENSOR_MAP = (128, 64)  # CUtensorMap: 128 bytes, __align__(64)
-_TENSOR_MAP_DTYPES = {"uint8", "bfloat16", "float32", "uint16", "float16"}
+_TENSOR_MAP_DTYPES = {"uint8": 1, "bfloat16": 2, "uint16": 2, "float16": 2, "float32": 4}  # element bytes
 
 
 @dataclass
@@ -178,6 +178,8 @@ def check_spec(spec: KernelSpec, problem: Problem, arch: str) -> tuple[dict[str,
             buffers[name] = (tuple(value.shape), str(value.dtype))
         for name, out in outputs.items():
             buffers[name] = (tuple(out.shape), out.dtype)
+        with user_code(spec.path, "flops()"):
+            float(spec.flops(problem))
         with user_code(spec.path, "reference_kernel()"):
             kernel = spec.reference_kernel(problem)
         if kernel is not None:
@@ -274,6 +276,13 @@ def _arguments(spec: KernelSpec, launch: Launch, buffers: Mapping[str, tuple[tup
         elif isinstance(arg, TensorMap):
             if arg.buffer not in buffers:
                 reasons.append(f"argument {i}: tensor map over {arg.buffer!r}, which no input or output is")
+            elif arg.dtype in _TENSOR_MAP_DTYPES:
+                shape, dtype = buffers[arg.buffer]
+                needed = int(np.prod(arg.shape)) * _TENSOR_MAP_DTYPES[arg.dtype]
+                held = int(np.prod(shape)) * np.dtype(dtype).itemsize
+                if needed > held:
+                    reasons.append(f"argument {i}: tensor map of {arg.shape} {arg.dtype} ({needed} B) over {arg.buffer!r} "
+                                   f"of {shape} {dtype} ({held} B)")
             if arg.dtype not in _TENSOR_MAP_DTYPES or any(not 1 <= b <= 256 for b in arg.box):
                 reasons.append(f"argument {i}: tensor map dtype {arg.dtype} / box {arg.box} not encodable "
                                "(box edges 1..256)")

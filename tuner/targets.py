@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from functools import cache
 
-from tuner.arch import NATIVE, limits, native_target
+from tuner.arch import ARCHS, NATIVE, limits, native_target
 from tuner.errors import UserError
 from tuner.spec import KernelSpec
 
 
 def check_supported(arch: str, spec: KernelSpec, where: str) -> None:
-    """A one-line error unless ``spec`` lists ``arch`` (a spec that lists none takes any)."""
+    """A one-line error unless ``spec`` lists ``arch`` (a spec that lists none takes any), or
+    the spec lists a target the table does not know."""
+    for listed in spec.archs:
+        if listed not in ARCHS:
+            raise UserError(f"kernel spec {spec.path.name}: archs lists {listed!r}, an unknown target; "
+                            f"known: {', '.join(ARCHS)}")
     if arch != NATIVE and spec.archs and arch not in spec.archs:
         raise UserError(f"{where}: [study.arch] {arch} is not a target of {spec.path.name} "
                         f"({', '.join(spec.archs)}): use one of them, or \"native\"")
@@ -77,10 +82,4 @@ def _nvrtc_archs() -> frozenset[int]:
             return frozenset(int(a) for a in archs)
     except Exception:  # no NVRTC here (a replay host): let the compile itself say so
         pass
-    return frozenset(a.cc[0] * 10 + a.cc[1] for a in _all())
-
-
-def _all():
-    from tuner.arch import ARCHS
-
-    return ARCHS.values()
+    return frozenset(a.cc[0] * 10 + a.cc[1] for a in ARCHS.values())
