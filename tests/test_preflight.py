@@ -75,6 +75,8 @@ FAILS_PREFLIGHT = {
                        "must be three whole numbers"),
     "flops() that raises": ("transpose.py", "return 0.0", 'return 2.0 * problem["SIZE"]',
                             "kernel spec transpose.py:32: flops() raised KeyError: 'SIZE'"),
+    "block() missing": ("transpose.py", "def block(self, p):", "def blocks(self, p):",
+                        "kernel spec transpose.py: block() is missing: define it in class Spec"),
     "unknown name in a shape": ("transpose.py", 'In("in", ("ROWS", "COLS"))', 'In("in", ("ROWS", "COL"))',
                                 "the shape of in reads 'COL'"),
 }

@@ -314,6 +314,8 @@ def user_code(spec_path: Path, what: str) -> Iterator[None]:
         where = f"{Path(spec_path).name}:{frames[-1].lineno}" if frames else Path(spec_path).name
         if isinstance(exc, UnknownName):
             raise UserError(f"kernel spec {where}: {what} {exc}") from None
+        if isinstance(exc, NotImplementedError) and not str(exc):
+            raise UserError(f"kernel spec {Path(spec_path).name}: {what} is missing: define it in class Spec") from None
         raise UserError(f"kernel spec {where}: {what} raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
 
 
