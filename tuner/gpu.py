@@ -104,9 +104,9 @@ class GpuEvaluator:
     def start(self) -> dict:
         """Start the worker and check that this GPU can run the study's arch."""
         reference = self.reference
-        if isinstance(reference, dict) and checked_reason(self.spec, reference, self.problem) is None \
-                and self.arch != NATIVE and not self.supervisor.failed_to_start:  # needed by the first trial: builds while the worker starts
-            self.compiler.submit(reference)  # (not on a host without a GPU: its error would wait for the compile)
+        buildable = reference if isinstance(reference, dict) and checked_reason(self.spec, reference, self.problem) is None else None
+        if buildable is not None and self.arch != NATIVE and not self.supervisor.failed_to_start:  # needed by the first trial: builds while the worker starts
+            self.compiler.submit(buildable)  # (not on a host without a GPU: its error would wait for the compile)
         try:
             device = self.supervisor.start()
         except WorkerDied as exc:
@@ -119,6 +119,8 @@ class GpuEvaluator:
         except UserError:
             self.supervisor.stop()
             raise
+        if buildable is not None:  # native: builds while the worker prepares the inputs (a fixed arch: already submitted)
+            self.compiler.submit(buildable)
         problem = {"spec_path": str(self.spec.path), "problem": self.problem, "seed": self.seed}
         self.supervisor.prepare(problem)
         try:  # the reference's compile finishes while the worker builds the inputs
