@@ -161,3 +161,38 @@ def test_stratified_sample_covers_every_value():
     assert len(chosen) < 60 and {c["A"] for c in chosen} == set(range(40)) and {c["B"] for c in chosen} == set(range(5))
     assert stratified(valid[:10], 16) == valid[:10]
     assert np.all(np.diff([valid.index(c) for c in chosen]) > 0)  # in the space's order
+
+
+def test_the_sm100a_launch_against_its_cubin(tmp_path, monkeypatch):
+    """The B200 megakernel's launch (two tensor maps, pointers, a scalar, a 2-CTA cluster, dynamic
+    SMEM) matches its CUBIN's parameter table; a launch that drifts from it does not."""
+    from dataclasses import replace
+
+    from tests.test_gemm_sm100a import SMALL
+    from tuner.arch import limits
+    from tuner.compile import compile_kernel
+    from tuner.preflight import check_config, check_spec
+    from tuner.spec import Scalar, load_spec
+
+    spec = load_spec(ROOT / "kernel" / "gemm_sm100a.py")
+    problem = {**SMALL, "EPILOGUE": "BIAS_POS"}
+    config = dict(spec.params)
+    buffers, failures = check_spec(spec, problem, "sm_100a")
+    assert failures == [] and {"A", "W", "C"} <= set(buffers)
+    built = compile_kernel(spec, config, problem, "sm_100a", tmp_path)
+    b200 = limits("sm_100a")
+    assert built.ok and check_config(spec, config, problem, b200, built, buffers) == []
+    real = spec.launch
+    drifts = {
+        "args": (lambda launch: replace(launch, args=[*launch.args[:4], Scalar("uint32", 0)]),
+                 "argument 4 (uint32 scalar, 4 B) where gemm_sm100a's parameter 4 takes 8 B"),
+        "count": (lambda launch: replace(launch, args=launch.args[:4]), "4 arguments for gemm_sm100a's 5 parameters"),
+        "smem": (lambda launch: replace(launch, smem_bytes=b200.max_smem_per_block + 16),
+                 f"dynamic > {b200.max_smem_per_block} B per block on sm_100a"),
+        "cluster": (lambda launch: replace(launch, cluster=(32, 1, 1)), "cluster (32, 1, 1): 32 CTAs > 16 on sm_100a"),
+        "block": (lambda launch: replace(launch, block=(384, 1, 1)), "384 threads > __launch_bounds__ 192"),
+    }
+    for name, (drift, expected) in drifts.items():
+        monkeypatch.setattr(spec, "launch", lambda *a, drift=drift: drift(real(*a)))
+        reasons = check_config(spec, config, problem, b200, built, buffers)
+        assert any(expected in r for r in reasons), (name, reasons)
