@@ -1,10 +1,13 @@
 """arch = "native": the target is the GPU the worker reports, chosen among the kernel's own targets
 (tuner.arch.native_target), before anything is compiled for it. Light specs default to it."""
 
+import json
+
+import optuna
 import pytest
 
-from tests.conftest import FAKE_BACKEND, ROOT
-from tuner.arch import NATIVE
+from tests.conftest import FAKE_BACKEND, ROOT, tuner
+from tuner.arch import NATIVE, native_target
 from tuner.errors import UserError
 from tuner.gpu import GpuEvaluator
 from tuner.spec import load_spec
@@ -68,3 +71,16 @@ def test_native_is_the_default_and_the_example_uses_it(tmp_path):
     assert check_targets(NATIVE, spec, "s.toml", "sm_86") == ["sm_86"]
     with pytest.raises(UserError, match="--arch sm_86: s.toml builds for sm_90a"):
         check_targets("sm_90a", spec, "s.toml", "sm_86")
+
+
+@pytest.mark.gpu
+def test_the_example_runs_native_on_this_gpu(tmp_path):
+    """The README's example, arch = "native", on whatever GPU this is: it builds for the target
+    the worker's device report chose, and its trials pass the output check."""
+    db = f"sqlite:///{tmp_path / 'native.db'}"
+    result = tuner("run", ROOT / "studies" / "example_sgemm.toml", "--storage", db, "--trials", 6, "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["statuses"].get("ok", 0) + summary["statuses"].get("pruned_slow", 0) >= 1, summary
+    attrs = optuna.load_study(study_name="example_sgemm", storage=db).user_attrs
+    assert attrs["arch"] == native_target(attrs["device"]["cc"], load_spec(EXAMPLE).archs)
