@@ -77,7 +77,8 @@ class FakeBackend:
 
     def hello(self):
         time.sleep(float(os.environ.get("FAKE_START_DELAY_S", "0")))
-        return {"name": "Fake GPU", "sm_count": 4, "cc": [9, 0], "max_smem_per_block": 232448, "driver": 0,
+        cc = [int(x) for x in os.environ.get("FAKE_CC", "9.0").split(".")]  # the compute capability it reports
+        return {"name": "Fake GPU", "sm_count": 4, "cc": cc, "max_smem_per_block": 232448, "driver": 0,
                 "pid": os.getpid(), "uuid": "GPU-fake"}
 
     def prepare(self, spec, problem, seed):

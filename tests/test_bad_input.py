@@ -17,8 +17,9 @@ import pytest
 
 from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
 from tuner import options
+from tuner.arch import limits
 from tuner.errors import UserError
-from tuner.gpu import GpuEvaluator, arch_matches
+from tuner.gpu import GpuEvaluator
 from tuner.spec import load_spec
 from tuner.storage import open_storage
 from tuner.study_file import MeasureSettings
@@ -175,6 +176,9 @@ def test_gpu_arch_mismatch_is_refused_with_the_way_out(tmp_path, store):
 
 
 def test_arch_matches_and_evaluator_start():
+    def arch_matches(arch, cc):
+        return limits(arch).runs_on(cc)
+
     assert arch_matches("sm_90a", (9, 0)) and arch_matches("sm_80", (8, 6)) and arch_matches("sm_100a", (10, 0))
     assert not arch_matches("sm_100a", (9, 0)) and not arch_matches("sm_90a", (10, 0)) and not arch_matches("sm_86", (8, 0))
     assert not arch_matches("sm_90", (10, 0))  # another major: no

@@ -19,14 +19,14 @@ def test_check_json_counts_and_compiles(cache_dir):
     data = json.loads(result.stdout)
     assert (data["total"], data["valid"]) == (72, 48)
     assert sum(data["invalid"].values()) == 24 and data["configs"] == []
-    compiled = json.loads(tuner("check", STUDY, "--compile", "--json", "--cache-dir", cache_dir, "--jobs", 2).stdout)
+    compiled = json.loads(tuner("check", STUDY, "--compile", "--arch", "sm_90a", "--json", "--cache-dir", cache_dir, "--jobs", 2).stdout)
     assert len(compiled["configs"]) == 48
     statuses = {c["status"] for c in compiled["configs"]}
     assert statuses <= {"ok", "spills"} and "ok" in statuses
     for c in compiled["configs"]:
         assert set(c) >= {"params", "regs", "spills", "smem_bytes", "status"}
         assert c["regs"] and c["smem_bytes"] == 4 * c["params"]["BLOCK_K"] * (2 * c["params"]["BLOCK"] + 1)
-    table = tuner("check", STUDY, "--compile", "--cache-dir", cache_dir)
+    table = tuner("check", STUDY, "--compile", "--arch", "sm_90a", "--cache-dir", cache_dir)
     assert "REGS" in table.stdout and "SMEM_KB" in table.stdout and "compiled: ok=" in table.stdout
 
 

@@ -115,15 +115,16 @@ def test_device_comparison_agrees_with_the_host_check(dtype, decode, cols):
     vector path, 200-byte rows the value-by-value one), and the relaunch hash on one changed value."""
     import numpy as np
 
+    from tuner.arch import plain_target
     from tuner.numerics import POISON_BF16, bf16_to_f32, f32_to_bf16
     from tuner.spec import OutputSpec
-    from tuner.verify import DeviceVerifier, device_arch, host_check
+    from tuner.verify import DeviceVerifier, host_check
     from tuner.worker import CudaBackend
 
     backend = CudaBackend()
     device = backend.hello()
     cu = backend.cu
-    verifier = DeviceVerifier(cu, backend.stream, device_arch(device["cc"]), device["sm_count"])
+    verifier = DeviceVerifier(cu, backend.stream, plain_target(device["cc"]), device["sm_count"])
     rows = 300
     out = OutputSpec((rows, cols), dtype, decode)
     verifier.prepare_hashes(out)

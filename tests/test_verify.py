@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
+from tuner.arch import plain_target
 from tuner.numerics import bf16_to_f32, f32_to_bf16
 from tuner.precision import Tolerance
 from tuner.spec import EXPECTED, Buffer, Scalar, host_inputs, load_spec
@@ -13,7 +14,6 @@ from tuner.verify import (
     VERIFY_SOURCE,
     CheckResult,
     compile_source,
-    device_arch,
     host_check,
     reference_source,
     rows_to_sample,
@@ -35,7 +35,7 @@ def test_reference_kernel_compiles_for_the_spec_arch_and_the_plain_device_target
     ref = spec.reference_kernel(small_problem("BIAS_RESIDUAL"))
     name, text = reference_source(spec, ref)
     arch, cc = SPECS[spec_file]
-    for target in (arch, device_arch(cc)):   # the worker builds for the GPU's plain target
+    for target in (arch, plain_target(cc)):   # the worker builds for the GPU's plain target
         assert compile_source(name, text, target)  # a CUBIN, or RuntimeError with the log
 
 

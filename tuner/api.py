@@ -152,7 +152,7 @@ def load(study: str | Path, *, storage: str | None = None) -> Result:
 def tune_kernel(kernel_name: str, kernel_source: str, problem: Mapping[str, Value], arguments: Sequence[In | Out | Scalar],
                 tune_params: Mapping[str, Sequence[Value]], *, grid: Sequence[int | str], block: Sequence[int | str],
                 reference: str, restrictions: Sequence[str | tuple[str, str]] = (), derived: Mapping[str, str] | None = None,
-                flops: str | None = None, arch: str = "sm_90a", folder: str | Path | None = None,
+                flops: str | None = None, arch: str = "native", folder: str | Path | None = None,
                 trials: int | None = None, storage: str | None = None, replay: str | Path | None = None,
                 **settings: Any) -> Result:
     """Tune a simple kernel given as data, as Kernel Tuner's ``tune_kernel`` does; its result.
@@ -177,7 +177,7 @@ def tune_kernel(kernel_name: str, kernel_source: str, problem: Mapping[str, Valu
 def kernel_study(kernel_name: str, kernel_source: str, problem: Mapping[str, Value], arguments: Sequence[In | Out | Scalar],
                  tune_params: Mapping[str, Sequence[Value]], *, grid: Sequence[int | str], block: Sequence[int | str],
                  reference: str, restrictions: Sequence[str | tuple[str, str]] = (), derived: Mapping[str, str] | None = None,
-                 flops: str | None = None, arch: str = "sm_90a", folder: str | Path | None = None) -> Path:
+                 flops: str | None = None, arch: str = "native", folder: str | Path | None = None) -> Path:
     """:func:`tune_kernel`'s kernel written as a study: the study file's path (for ``tuner check
     --compile``, ``tuner run``, or :func:`tune` with settings of its own)."""
     from tuner.inline import write_kernel

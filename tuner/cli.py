@@ -2,7 +2,7 @@
 
     tuner run STUDY.toml [--storage URL] [--replay FILE] [--json]   Bayesian search
     tuner grid STUDY.toml [--csv FILE]                              every valid config, as a table and a CSV
-    tuner check STUDY.toml [--compile] [--json]                     space summary, compile without a GPU
+    tuner check STUDY.toml... [--compile [--all] [--arch A]] [--json]  space summary; the preflight without a GPU
     tuner check STUDY.toml --host-dry-run                           a GPU not at hand: its launches into a stub here
     tuner best STUDY.toml|--study NAME [--header FILE] [--json]     the winner's -D flags
     tuner status [--storage URL] [--json]                           studies in a storage
@@ -124,9 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--json", action="store_true")
     grid.set_defaults(func=cmd_grid)
 
-    check = sub.add_parser("check", help="count valid configs; with --compile, compile them all (no GPU)")
-    check.add_argument("study_file")
-    check.add_argument("--compile", action="store_true", help="compile every valid config in parallel and print REGS/SPILL/SMEM")
+    check = sub.add_parser("check", help="count valid configs; with --compile, the preflight: compile and check them (no GPU)",
+                           description="Exit codes: 0 all checked configs pass (or are rejected by the constraint "
+                                       "model or compile limits), 1 the preflight found a config that would fail on "
+                                       "a GPU, 2 bad input.")
+    check.add_argument("study_file", nargs="+")
+    check.add_argument("--compile", action="store_true",
+                       help="compile the valid configs and check each CUBIN against its launch and the target's limits")
+    check.add_argument("--all", action="store_true", help="with --compile: every valid config, not a stratified sample")
+    check.add_argument("--arch", help="with --compile: the target of an arch = \"native\" study (default: every target of the spec)")
     check.add_argument("--host-dry-run", action="store_true",
                        help="on a GPU host: every valid config's launch into an ABI twin of a kernel for a GPU not "
                             "at hand (sm_100a on an H100), compared byte for byte with what the spec meant")
@@ -306,15 +312,21 @@ def cmd_grid(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from tuner.compile import CompileLimits, compile_many
-    from tuner.enumeration import reason_kind
+    return max(_check_study(args, Path(path)) for path in args.study_file)
+
+
+def _check_study(args, path: Path) -> int:
+    from tuner.compile import CompileLimits
+    from tuner.preflight import run_preflight
     from tuner.space import Space
-    from tuner.spec import load_spec
+    from tuner.spec import load_spec, user_code
     from tuner.study_file import load_study
     from tuner.table import SHORT, render
+    from tuner.targets import check_supported, check_targets
 
-    cfg = load_study(args.study_file)
+    cfg = load_study(path)
     spec = load_spec(cfg.kernel)
+    check_supported(cfg.arch, spec, str(path))
     space = Space.from_study(cfg, spec)
     if args.host_dry_run:
         from tuner.host_dry_run import command
@@ -322,40 +334,58 @@ def cmd_check(args) -> int:
         return command(cfg, spec, space, args.run.jobs, args.json)
     summary = space.summary()
     configs: list[dict[str, typing.Any]] = []
+    preflight = None
     if args.compile:
-        limits = CompileLimits(cfg.measure.max_regs, cfg.measure.reject_spills)
+        targets = check_targets(cfg.arch, spec, str(path), args.arch)
         progress = None
         if not args.json and sys.stderr.isatty():
             from tqdm import tqdm
 
-            bar = tqdm(total=len(space.valid), desc="compiling", unit="config", file=sys.stderr)
+            bar = tqdm(desc="compiling", unit="config", file=sys.stderr)
             progress = lambda: bar.update(1)  # noqa: E731
-        full = [space.full_config(p) for p in space.valid]
-        results = compile_many(spec, full, space.problem, cfg.arch, args.run.cache_dir, limits, args.run.jobs, progress)
-        for params, config, r in zip(space.valid, full, results, strict=True):
-            smem = spec.derive(config, space.problem).get("smem_bytes", r.smem_static)
-            configs.append({"params": params, "regs": r.regs, "spills": r.spills, "smem_bytes": smem,
-                            "status": r.status, "reason": r.reason, "compile_s": round(r.compile_s, 3)})
+        preflight = run_preflight(spec, space.problem, space.valid, space.full_config, targets,
+                                  CompileLimits(cfg.measure.max_regs, cfg.measure.reject_spills), every=args.all,
+                                  study=cfg.name, cache_dir=args.run.cache_dir, jobs=args.run.jobs, progress=progress)
+        skipped = [a for a in spec.archs if a not in targets] if cfg.arch == "native" and not args.arch else []
+        if skipped:
+            preflight.notes.append(f"not built for {', '.join(skipped)}: this NVRTC cannot compile for them")
+        for checked in preflight.checked:
+            r = checked.compiled
+            with user_code(spec.path, "derive()"):
+                smem = spec.derive(space.full_config(checked.params), space.problem).get("smem_bytes", r.smem_static)
+            configs.append({"params": checked.params, "arch": checked.arch, "regs": r.regs, "spills": r.spills,
+                            "smem_bytes": smem, "status": r.status, "reason": r.reason, "compile_s": round(r.compile_s, 3),
+                            "preflight": checked.status, "problems": checked.reasons})
         compiled: dict[str, int] = {}
         for c in configs:
             compiled[c["status"]] = compiled.get(c["status"], 0) + 1
         summary["compiled"] = compiled
+        summary["preflight"] = preflight.to_json()
+    code = preflight.exit_code if preflight else 0
     if args.json:
-        print(json.dumps({**summary, "configs": configs}))
-        return 0
+        print(json.dumps({**summary, "study": cfg.name, "configs": configs}))
+        return code
     print(f"{cfg.name}: {summary['total']} configs, {summary['valid']} valid, {summary['total'] - summary['valid']} invalid")
     for kind, count in space.invalid.most_common():
         print(f"  invalid x{count}: {space.invalid_examples[kind]}" + ("  (and like it)" if count > 1 else ""))
-    if configs:
+    if preflight is not None:
         axes = space.axis_names
-        headers = [SHORT.get(a, a) for a in axes] + ["REGS", "SPILL", "SMEM_KB", "STATUS"]
-        order = sorted(configs, key=lambda c: (c["status"] != "ok", [str(c["params"][a]) for a in axes]))
-        print(render(headers, [[c["params"][a] for a in axes] + [c["regs"], c["spills"],
-                                round(c["smem_bytes"] / 1024, 1) if c["smem_bytes"] is not None else None,
-                                c["status"] if c["status"] == "ok" else f"{c['status']}: {reason_kind(c['reason'])[:60]}"]
-                               for c in order]))
+        several = len({c["arch"] for c in configs}) > 1
+        headers = [SHORT.get(a, a) for a in axes] + (["ARCH"] if several else []) + ["REGS", "SPILL", "SMEM_KB", "STATUS"]
+        order = sorted(configs, key=lambda c: (c["preflight"] == "passed", c["status"] != "ok", [str(c["params"][a]) for a in axes]))
+        print(render(headers, [[c["params"][a] for a in axes] + ([c["arch"]] if several else []) + [
+            c["regs"], c["spills"], round(c["smem_bytes"] / 1024, 1) if c["smem_bytes"] is not None else None,
+            "ok" if c["preflight"] == "passed" else f"{c['status']}: {c['reason'][:60]}" if c["preflight"] == "rejected"
+            else f"failed: {c['problems'][0][:80]}"] for c in order]))
         print("compiled: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["compiled"].items())))
-    return 0
+        for note in preflight.notes:
+            print(f"note: {note}")
+        counts = preflight.counts()
+        print(f"preflight: {'passed' if preflight.ok else 'FAILED'}: " + ", ".join(f"{k}={counts.get(k, 0)}" for k in
+              ("passed", "rejected", "failed")) + f" ({preflight.seconds:.1f} s)")
+        for count, reason in preflight.by_reason():
+            print(f"  x{count}: {reason}")
+    return code
 
 
 def _open_study(args):

@@ -191,6 +191,9 @@ def checked_reason(spec: KernelSpec, config: Config, problem: Problem) -> str | 
     try:
         reason = spec.check(config, problem)
         _watch.calls.pop(ident, None)
+    except UserError:  # the spec said what is wrong already
+        _watch.calls.pop(ident, None)
+        raise
     except _CheckTimeout:
         raise UserError(f"kernel spec {spec.path}: check() ran longer than {CHECK_LIMIT_S:.0f} s on "
                         f"{_short(config)}: does it loop?") from None

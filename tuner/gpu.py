@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tuner.arch import NATIVE
 from tuner.compile import CompileLimits, CompilePool
 from tuner.enumeration import checked_reason
 from tuner.errors import UserError
@@ -22,20 +23,9 @@ from tuner.record import Measurement
 from tuner.spec import KernelSpec, Problem, Value
 from tuner.study_file import MeasureSettings
 from tuner.supervisor import Report, Supervisor, WorkerDied
+from tuner.targets import run_target
 
 BASELINE = "baseline"
-
-ARCH_OF_CC = {(9, 0): "sm_90a", (10, 0): "sm_100a", (8, 0): "sm_80", (8, 6): "sm_86", (8, 9): "sm_89", (12, 0): "sm_120a"}
-
-
-def arch_matches(arch: str, cc: tuple[int, int]) -> bool:
-    """Can a CUBIN for ``arch`` run on a device of compute capability ``cc``?"""
-    digits = "".join(ch for ch in arch if ch.isdigit())
-    major, minor = int(digits[:-1]), int(digits[-1])
-    if arch.endswith("a"):  # arch-specific features: exactly this chip
-        return (major, minor) == tuple(cc)
-    return (major, minor) <= tuple(cc) and major == cc[0]
-
 
 class GpuEvaluator:
     kind = "gpu"
@@ -119,9 +109,9 @@ class GpuEvaluator:
     def start(self) -> dict:
         """Start the worker and check that this GPU can run the study's arch."""
         reference = self.reference
-        if isinstance(reference, dict) and checked_reason(self.spec, reference, self.problem) is None \
-                and not self.supervisor.failed_to_start:  # needed by the first trial: builds while the worker starts
-            self.compiler.submit(reference)  # (not on a host without a GPU: its error would wait for the compile)
+        buildable = reference if isinstance(reference, dict) and checked_reason(self.spec, reference, self.problem) is None else None
+        if buildable is not None and self.arch != NATIVE and not self.supervisor.failed_to_start:  # needed by the first trial: builds while the worker starts
+            self.compiler.submit(buildable)  # (not on a host without a GPU: its error would wait for the compile)
         try:
             device = self.supervisor.start()
         except WorkerDied as exc:
@@ -129,13 +119,13 @@ class GpuEvaluator:
                 f"no usable CUDA GPU here ({exc}): replay a recording with `tuner run STUDY --replay FILE`, "
                 "or check compiles with `tuner check --compile STUDY`"
             ) from None
-        cc = tuple(device.get("cc", (0, 0)))
-        if not arch_matches(self.arch, cc):
+        try:  # "native" becomes this GPU's target here, before anything is compiled for it
+            self.arch = self.compiler.arch = run_target(self.arch, self.spec, device.get("cc", (0, 0)), device.get("name", ""))
+        except UserError:
             self.supervisor.stop()
-            raise UserError(
-                f"this GPU ({device.get('name')}, sm_{cc[0]}{cc[1]}) cannot run {self.arch} code: run the study on a matching GPU, "
-                f"or verify it here without launching: tuner check --compile STUDY"
-            )
+            raise
+        if buildable is not None:  # native: builds while the worker prepares the inputs (a fixed arch: already submitted)
+            self.compiler.submit(buildable)
         problem = {"spec_path": str(self.spec.path), "problem": self.problem, "seed": self.seed}
         self.supervisor.prepare(problem)
         try:  # the reference's compile finishes while the worker builds the inputs

@@ -105,7 +105,7 @@ def write_kernel(
     restrictions: Sequence[str | tuple[str, str]] = (),
     derived: Mapping[str, str] | None = None,
     flops: str | None = None,
-    arch: str = "sm_90a",
+    arch: str = "native",
     folder: str | Path | None = None,
 ) -> Path:
     """Write the kernel's folder (see the module documentation); the study file's path."""
@@ -122,7 +122,7 @@ def write_kernel(
         raise UserError("grid and block: give three dimensions each (numbers or expressions)")
     source = f"{kernel_name}.cu"
     data: dict[str, Any] = {
-        "kernel_name": kernel_name, "source": source, "archs": [arch], "problem_keys": list(problem),
+        "kernel_name": kernel_name, "source": source, "archs": [] if arch == "native" else [arch], "problem_keys": list(problem),
         "args": [_arg_data(a) for a in arguments], "derived": dict(derived or {}),
         "restrictions": [r if isinstance(r, str) else list(r) for r in restrictions],
         "grid": list(grid), "block": list(block), "reference": reference, "flops": flops,

@@ -98,6 +98,7 @@ class Session:
         from tuner.space import Space
         from tuner.spec import load_spec
         from tuner.study_file import load_study
+        from tuner.targets import check_supported
 
         replay = self.run_options.replay
         recording = load_recording(replay) if replay else None
@@ -110,8 +111,7 @@ class Session:
         cfg = load_study(self.study_file)
         cfg.measure = options.apply(cfg.measure, self.given)
         spec = load_spec(cfg.kernel)
-        if cfg.arch not in spec.archs and spec.archs:
-            raise UserError(f"{cfg.path}: [study.arch] {cfg.arch} is not a target of {spec.path.name} ({', '.join(spec.archs)})")
+        check_supported(cfg.arch, spec, str(cfg.path))
         space = Space.from_study(cfg, spec)
         if recording is not None:
             missing = [a for a in space.axes if a not in recording.axes]
@@ -186,7 +186,7 @@ class Session:
                                  reference=reference_config(cfg, space), compile_jobs=search.compile_ahead,
                                  tolerance=tolerance(cfg.precision, space.spec))
         device = evaluator.start()
-        attrs = study_attrs("gpu", space, cfg.arch, device, nvrtc_version(), shape,
+        attrs = study_attrs("gpu", space, evaluator.arch, device, nvrtc_version(), shape,
                             {"baseline_ms": cfg.baseline, **evaluator.objective_attrs()})
         if self.command == "grid" and study_name is None:
             base_name = f"{base_name}{GRID_SUFFIX}"
@@ -225,7 +225,7 @@ class Session:
             raise
         try:
             if self.command == "grid" and loaded.recording is None:  # every config compiled up front, in parallel
-                precompile(loaded, self.run_options.cache_dir, self.progress)
+                precompile(loaded, evaluation.evaluator.arch, self.run_options.cache_dir, self.progress)
             runner = Runner(loaded.space, evaluation.evaluator, self.settings(loaded, evaluation), self.storage)
             startup.mark("storage_and_space_ready")
             self._say_queued(runner)
@@ -305,7 +305,7 @@ def reference_config(cfg: StudyConfig, space: Space) -> dict | str:
     return space.full_config(space.valid[0])
 
 
-def precompile(loaded: Loaded, cache_dir: Path | None, progress: bool) -> None:
+def precompile(loaded: Loaded, arch: str, cache_dir: Path | None, progress: bool) -> None:
     """Compile every valid config into the cache, in parallel (``tuner grid``)."""
     from tuner.compile import CompileLimits, compile_many
 
@@ -320,7 +320,7 @@ def precompile(loaded: Loaded, cache_dir: Path | None, progress: bool) -> None:
         bar = tqdm(total=len(space.valid), desc="compiling", unit="config", file=sys.stderr)
         tick = lambda: bar.update(1)  # noqa: E731
     full = [space.full_config(p) for p in space.valid]
-    compile_many(space.spec, full, space.problem, cfg.arch, cache_dir,
+    compile_many(space.spec, full, space.problem, arch, cache_dir,
                  CompileLimits(cfg.measure.max_regs, cfg.measure.reject_spills), None, tick)
 
 

@@ -33,6 +33,7 @@ class Space:
     tier1: list[str]
     tier2: list[str]
     fixed: dict[str, Value] = field(default_factory=dict)
+    source: str = ""  # the study file, named in errors about its values
 
     def __post_init__(self) -> None:
         known = set(self.spec.params)
@@ -45,6 +46,7 @@ class Space:
         missing = [k for k in self.spec.problem_keys if k not in self.problem]
         if missing:
             raise UserError(f"[problem] misses {', '.join(missing)} needed by kernel spec {self.spec.path.name}")
+        self._check_value_types()
         total = 1
         for values in self.axes.values():
             total *= len(values)
@@ -86,9 +88,28 @@ class Space:
     def invalid_examples(self) -> dict[str, str]:
         return self.enumerate().invalid_examples
 
+    def _check_value_types(self) -> None:
+        """A number define given a word (``PAD = [0, 1, "yes"]``) is the study's mistake: say so here,
+        before the kernel's model meets it."""
+        problem_defaults = getattr(self.spec, "problem_defaults", {})
+        where = f"{self.source}: " if self.source else ""
+        for section, values, defaults in (("problem", {k: [v] for k, v in self.problem.items()}, problem_defaults),
+                                          ("space", self.axes, self.spec.params),
+                                          ("fixed", {k: [v] for k, v in self.fixed.items()}, self.spec.params)):
+            for name, choices in values.items():
+                default = defaults.get(name)
+                if not isinstance(default, int):
+                    continue
+                for value in choices:
+                    if not isinstance(value, int):
+                        key = f"space.{'tier1' if name in self.tier1 else 'tier2'}" if section == "space" else section
+                        raise UserError(f"{where}[{key}.{name}] {value!r} is not an integer: {name} is a number "
+                                        f"in {self.spec.source} (default {default})")
+
     @classmethod
     def from_study(cls, study, spec: KernelSpec) -> Space:
-        return cls(spec, dict(study.problem), study.axes, list(study.tier1), list(study.tier2), dict(study.fixed))
+        return cls(spec, dict(study.problem), study.axes, list(study.tier1), list(study.tier2), dict(study.fixed),
+                   str(study.path) if study.path else "")
 
     @property
     def distributions(self) -> dict:
@@ -135,7 +156,7 @@ class Space:
     def require_valid(self) -> None:
         """Raise the error that says how to fix a space with no valid configuration."""
         if not self.valid:
-            reasons = "; ".join(f"{k} x{n}" for k, n in self.invalid.most_common(3))
+            reasons = "; ".join(f"{self.invalid_examples[k]} x{n}" for k, n in self.invalid.most_common(3))
             raise UserError(f"no valid configuration in the space ({self.total} total; invalid: {reasons}): widen the axes")
 
     def defaults(self) -> dict[str, Value]:

@@ -19,7 +19,9 @@ import hashlib
 import importlib.util
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -292,6 +294,43 @@ def parse_flags(flags: str) -> dict[str, str]:
         name, _, value = flag.removeprefix("-D").partition("=")
         defines[name] = value
     return defines
+
+
+class UnknownName(KeyError):
+    """A spec's code read a name that is not there; the message names the ones that are."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class KnownNames(dict):
+    """The names a spec's code reads (defines, problem, derived values, inputs): reading one that is
+    not there says which are, instead of a bare ``KeyError``."""
+
+    def __init__(self, what: str, values: Mapping[str, Any], kind: str = "define, problem key or derived value"):
+        super().__init__(values)
+        self.what, self.kind = what, kind
+
+    def __missing__(self, key: Any) -> Any:
+        raise UnknownName(f"reads {key!r}, which is no {self.kind} of {self.what}; known: {', '.join(sorted(map(str, self)))}")
+
+
+@contextmanager
+def user_code(spec_path: Path, what: str) -> Iterator[None]:
+    """Run a spec's own code: what it raises becomes one line naming the spec file, the line in it
+    and the method (``grid()``), never a traceback. A :class:`UserError` passes as it is."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as exc:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).name == Path(spec_path).name]
+        where = f"{Path(spec_path).name}:{frames[-1].lineno}" if frames else Path(spec_path).name
+        if isinstance(exc, UnknownName):
+            raise UserError(f"kernel spec {where}: {what} {exc}") from None
+        if isinstance(exc, NotImplementedError) and not str(exc):
+            raise UserError(f"kernel spec {Path(spec_path).name}: {what} is missing: define it in class Spec") from None
+        raise UserError(f"kernel spec {where}: {what} raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
 
 
 _loaded: dict[Path, KernelSpec] = {}

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner import options
-from tuner.compile import SUPPORTED_ARCHS
+from tuner.arch import NATIVE, limits
 from tuner.errors import UserError
 from tuner.options import MeasureSettings, SearchSettings
 from tuner.precision import parse_precision
@@ -98,9 +98,12 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
         raise fail("study.kernel", f"{kernel_rel!r}: cannot be resolved ({exc}): fix the symbolic link") from None
     if kernel.suffix != ".py" or not kernel.is_file():
         raise fail("study.kernel", f"{kernel_rel!r}: no kernel spec (.py) at {kernel}")
-    arch = _get(study, "arch", str, f"{where}: [study.arch]", required=True)
-    if arch not in SUPPORTED_ARCHS:
-        raise fail("study.arch", f"{arch!r} unknown; expected one of {', '.join(SUPPORTED_ARCHS)}")
+    arch = _get(study, "arch", str, f"{where}: [study.arch]") or NATIVE  # the GPU found at run time
+    if arch != NATIVE:
+        try:
+            limits(arch)
+        except UserError as exc:
+            raise fail("study.arch", str(exc).replace("arch ", "", 1)) from None
     # default shape: the name without its arch suffix ("patch_embed_sm90a" -> "patch_embed")
     shape = _get(study, "shape", str, f"{where}: [study.shape]") or re.sub(r"_sm\d+a?(_.*)?$", "", name)
 

@@ -312,11 +312,6 @@ def reference_source(spec: KernelSpec, ref: ReferenceKernel) -> tuple[str, str]:
     return path.name, "\n".join([*lines, path.read_text()])
 
 
-def device_arch(cc: tuple[int, int] | list[int]) -> str:
-    """The plain target of a GPU: reference and comparison kernels use no arch-specific features."""
-    return f"sm_{cc[0]}{cc[1]}"
-
-
 class DeviceVerifier:
     """The comparison kernels of one worker, and the expected output of its current problem.
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tuner import host_dry_run
+from tuner.arch import plain_target
 from tuner.device_inputs import InputGenerator, input_seed
 from tuner.driver import CudaError, kernel_params, launch_config, tensor_map
 from tuner.driver import check as _ck
@@ -31,7 +32,7 @@ from tuner.measure import LaunchFailed, Measurer
 from tuner.precision import Tolerance
 from tuner.record import Measurement
 from tuner.spec import OutputSpec, RandomTable
-from tuner.verify import CheckResult, DeviceVerifier, device_arch, rows_to_sample, verdict
+from tuner.verify import CheckResult, DeviceVerifier, rows_to_sample, verdict
 
 
 class Channel:
@@ -184,7 +185,7 @@ class CudaBackend:
 
     def _generator(self) -> InputGenerator:
         if self.generator is None:
-            self.generator = InputGenerator(self.cu, self.stream, device_arch(self.device["cc"]), self.device["sm_count"])
+            self.generator = InputGenerator(self.cu, self.stream, plain_target(self.device["cc"]), self.device["sm_count"])
         return self.generator
 
     def _inputs_on_host(self) -> dict[str, np.ndarray]:
@@ -201,7 +202,7 @@ class CudaBackend:
         """The comparison kernels, and the expected output when the spec has a reference kernel."""
         out = next(iter(self.outputs.values()))
         if self.verifier is None:
-            self.verifier = DeviceVerifier(self.cu, self.stream, device_arch(self.device["cc"]), self.device["sm_count"])
+            self.verifier = DeviceVerifier(self.cu, self.stream, plain_target(self.device["cc"]), self.device["sm_count"])
         self.verifier.prepare_hashes(out)
         self.reference_error = ""
         ref = spec.reference_kernel(problem)
