@@ -226,11 +226,11 @@ def run(cfg, spec, space, supervisor, jobs: int, chunk: int = 64, timeout_s: flo
     from tuner.compile import helper_cubin
 
     started = time.perf_counter()
-    target = limits(cfg.arch)
     device_info = TARGET_DEVICES.get(cfg.arch)
     if device_info is None:
         raise UserError(f"host dry run: no target device known for arch {cfg.arch!r} "
                         f"(known: {', '.join(TARGET_DEVICES)}); it is for studies of a GPU not at hand")
+    target = limits(cfg.arch)
     problem = space.problem
     job_base = {"spec_path": str(spec.path), "problem": problem, "seed": 0}
     try:
