@@ -119,15 +119,16 @@ def test_the_studys_precision_reaches_the_workers_check(tmp_path, cache_dir):
 @pytest.mark.parametrize("precision", ["fast", "precise"])
 def test_device_comparison_applies_the_class_tolerance_as_the_host_check_does(precision):
     """The comparison kernel's row-RMS floor follows the class: near-zero outputs off by 0.05 pass fast, fail precise."""
+    from tuner.arch import plain_target
     from tuner.numerics import bf16_to_f32, f32_to_bf16
     from tuner.spec import OutputSpec
-    from tuner.verify import DeviceVerifier, device_arch
+    from tuner.verify import DeviceVerifier
     from tuner.worker import CudaBackend
 
     backend = CudaBackend()
     device = backend.hello()
     cu = backend.cu
-    verifier = DeviceVerifier(cu, backend.stream, device_arch(device["cc"]), device["sm_count"])
+    verifier = DeviceVerifier(cu, backend.stream, plain_target(device["cc"]), device["sm_count"])
     rows, cols = 64, 256
     out = OutputSpec((rows, cols), "uint16", "bfloat16")
     verifier.prepare_hashes(out)
