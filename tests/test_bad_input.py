@@ -12,7 +12,6 @@ import json
 import sqlite3
 from pathlib import Path
 
-import optuna
 import pytest
 
 from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
@@ -21,7 +20,6 @@ from tuner.arch import limits
 from tuner.errors import UserError
 from tuner.gpu import GpuEvaluator
 from tuner.spec import load_spec
-from tuner.storage import open_storage
 from tuner.study_file import MeasureSettings
 from tuner.supervisor import Supervisor
 from tuner.testing import CliResult, cli
@@ -281,16 +279,6 @@ def test_sqlite_refused_for_workers_before_anything_runs(tmp_path, store):
 # -- passwords ---------------------------------------------------------------------------------------------------
 
 
-#: the four ways a password is written in a storage URL ({} is where the secret goes; trust
-#: auth ignores it, so each URL really connects)
-PASSWORD_FORMS = {
-    "user:password": ("postgresql+psycopg://postgres:{}@127.0.0.1:5432/test", "{}"),
-    "?password=": ("postgresql+psycopg://postgres@127.0.0.1:5432/test?password={}", "{}"),
-    "empty user": ("postgresql+psycopg://:{}@127.0.0.1:5432/test", "{}"),
-    "@ percent-encoded": ("postgresql+psycopg://postgres:{}%40tail@127.0.0.1:5432/test", "{}@tail"),
-}
-
-
 def _database_text(url: str) -> str:
     """Every row of every table of the study database, as text."""
     import sqlalchemy
@@ -303,43 +291,6 @@ def _database_text(url: str) -> str:
             return "\n".join(str(row) for t in tables for row in conn.execute(sqlalchemy.text(f'select * from "{t}"')))
     finally:
         engine.dispose()
-
-
-@pytest.mark.parametrize("form", list(PASSWORD_FORMS))
-def test_password_never_printed_stored_or_reported(form, tmp_path, postgres_url, unique_name):
-    """Every command that takes the URL, in text and --json, its files and the database's rows."""
-    secret = "pw" + unique_name[2:]
-    template, decoded = PASSWORD_FORMS[form]
-    url = template.format(secret)
-    secrets = {secret, decoded.format(secret), url.split("://")[1].split("@")[0]} - {"postgres"}
-    name = unique_name
-    commands = [
-        ("run", "--replay", PNPOLY, "--study-name", name, "--trials", 3, "--json"),
-        ("run", "--replay", PNPOLY, "--study-name", name, "--trials", 4),
-        ("run", "--replay", PNPOLY, "--study-name", name, "--trials", 7, "--workers", 2, "--json"),
-        ("status",), ("status", "--json"),
-        ("best", "--study", name, "--json", "--header", tmp_path / "best.h"),
-        ("export", "--study", name, "-o", tmp_path / "trials.csv"),
-        ("export", "--study", name, "-o", tmp_path / "cache.json"),
-        ("report", "--study", name, "-o", tmp_path / "report"),
-    ]
-    outputs = []
-    for args in commands:
-        result = tuner(*args, "--storage", url)
-        assert result.returncode == 0, (args, result.stderr[-2000:])
-        outputs.append(result.stdout + result.stderr)
-    failed = tuner("best", "--study", "no-such-study", "--storage", url)  # an error names the storage
-    assert failed.returncode == 2
-    outputs.append(failed.stdout + failed.stderr)
-    text = "\n".join(outputs)
-    written = "\n".join(p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file())
-    rows = _database_text(postgres_url)
-    assert name in rows and "***" in text
-    for leaked in secrets:
-        assert leaked not in text, leaked
-        assert leaked not in written, leaked
-        assert leaked not in rows, leaked  # study and trial attributes, optuna-dashboard notes
-    optuna.delete_study(study_name=name, storage=open_storage(postgres_url))
 
 
 # -- every setting of the option table, as a study-file key and as a flag ----------------------------------------
@@ -727,6 +678,8 @@ def test_bad_output_path(command, kind, tmp_path, store, capsys, monkeypatch):
 
 
 def test_the_suite_covers_at_least_100_kinds():
+    from tests.test_passwords import FORMS as PASSWORD_FORMS  # end to end there, every command and file
+
     kinds = (len(PASSWORD_FORMS) + len(STUDY_FILE_CASES) + len(TOML_CASES) + len(FLAG_CASES) + len(ARGPARSE_CASES) + len(STUDY_NAMES)
              + len(REPLAY_CASES) + len(STORAGE_CASES) + 6 + len(SPEC_CASES) + len(OUTPUT_KINDS) * len(OUTPUT_COMMANDS))
     assert kinds >= 100, kinds
