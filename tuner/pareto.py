@@ -70,7 +70,11 @@ def values(measurement: Measurement, objectives: Sequence[str]) -> list[float] |
 
 def sampler(seed: int | None, n_startup_trials: int = 10) -> BaseSampler:
     """Optuna's multivariate TPE: it models several objectives (its proposals are made valid and untried by our wrapper)."""
-    return TPESampler(seed=seed, multivariate=True, n_startup_trials=n_startup_trials)
+    import warnings
+
+    with warnings.catch_warnings():  # multivariate is "experimental" in Optuna's words since 2.2
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return TPESampler(seed=seed, multivariate=True, n_startup_trials=n_startup_trials)
 
 
 def front(study: optuna.Study) -> list[FrozenTrial]:
