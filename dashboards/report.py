@@ -16,6 +16,7 @@ appear in the failure breakdown.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime as _dt
 import hashlib
@@ -83,6 +84,10 @@ class StudyData:
     trials: list[FrozenTrial]
     df: pd.DataFrame
     metric: str = "ms"
+    #: a multi-objective study (time and energy): its trials with every value, and the metric names
+    #: (``trials`` then carry the time alone, so the single-objective figures show time)
+    pareto_trials: list[FrozenTrial] | None = None
+    metric_names: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def complete(self) -> pd.DataFrame:
@@ -136,15 +141,28 @@ def _frame(trials: list[FrozenTrial]) -> pd.DataFrame:
     return df
 
 
+def _time_only(trial: FrozenTrial) -> FrozenTrial:
+    """A trial of a multi-objective study as a time-only one (the figures of one objective)."""
+    if not trial.values or len(trial.values) == 1:
+        return trial
+    copied = copy.copy(trial)
+    copied.values = trial.values[:1]
+    return copied
+
+
 def load_study(study: optuna.Study) -> StudyData:
     trials = study.get_trials(deepcopy=False)
+    multi = len(study.directions) > 1
+    shown = [_time_only(t) for t in trials] if multi else trials
     return StudyData(
         name=study.study_name,
-        direction=study.direction,
+        direction=study.directions[0],
         attrs=dict(study.user_attrs),
-        trials=trials,
-        df=_frame(trials),
+        trials=shown,
+        df=_frame(shown),
         metric=(study.metric_names or ["ms"])[0],
+        pareto_trials=trials if multi else None,
+        metric_names=list(study.metric_names or []),
     )
 
 
@@ -198,6 +216,16 @@ def _layout(fig: go.Figure, title: str, height: int = 420, subplots: bool = Fals
                       height=height, template="plotly_white",
                       margin=dict(l=60, r=30, t=95 if subplots else 60, b=50))
     return fig
+
+
+def fig_pareto(data: StudyData) -> go.Figure:
+    """Time against energy per launch, the Pareto front highlighted (Optuna's ``plot_pareto_front``)."""
+    trials = data.pareto_trials or []
+    directions = [StudyDirection.MINIMIZE] * len(trials[0].values if trials and trials[0].values else [0, 0])
+    study = optuna.create_study(storage=_SnapshotStorage(trials), directions=directions, study_name=data.name)
+    names = data.metric_names or [data.metric, "energy_mj"]
+    fig = optuna.visualization.plot_pareto_front(study, target_names=names)
+    return _layout(fig, f"Pareto front: {names[0]} against {names[1]} per launch")
 
 
 def fig_history(data: StudyData, mem: optuna.Study) -> go.Figure:
@@ -599,6 +627,8 @@ def render_study_page(data: StudyData, plotly_js: str, footer: str, index_href: 
         else:
             mem = _memory_study(data)
             parts.append("<section><h2>Optimisation history</h2>" + figs.render("history", lambda: fig_history(data, mem)) + "</section>")
+            if data.pareto_trials is not None:
+                parts.append("<section><h2>Time and energy</h2>" + figs.render("pareto", lambda: fig_pareto(data)) + "</section>")
             parts.append(f"<section><h2>Top {TOP_N} configurations</h2>{_top_table(data)}</section>")
             parts.append("<section><h2>Which defines matter</h2>"
                          + figs.render("parallel", lambda: fig_parallel(data, mem))

@@ -70,6 +70,9 @@ class FakeBackend:
         self.cold = float(os.environ.get("FAKE_COLD", "0"))
         self.cold_launches = int(os.environ.get("FAKE_COLD_LAUNCHES", "0"))
         self.watts = float(os.environ.get("FAKE_POWER_W", "300"))
+        #: power ~ nominal time ** -FAKE_POWER_EXP: with an exponent above 1 a faster config takes more
+        #: energy per launch (a time-energy trade-off, a Pareto front of several configs)
+        self.power_exp = float(os.environ.get("FAKE_POWER_EXP", "0"))
         self.counter = FakeEnergyCounter(float(os.environ.get("FAKE_ENERGY_STEP_S", "0.1")),
                                          float(os.environ.get("FAKE_POWER_LIMIT_W", "700")))
         self.rng = np.random.default_rng(int(os.environ.get("FAKE_SEED", "0")))
@@ -124,10 +127,16 @@ class FakeBackend:
                 if self.launches < self.cold_launches:
                     nominal -= self.cold * (1.0 - self.launches / self.cold_launches)
                 row[i] = nominal * self.clock() * (1.0 + self.noise * self.rng.standard_normal())
-                self.counter.advance(row[i] / 1e3, handles[i].get("POWER_W") or self.watts)
+                watts = (handles[i].get("POWER_W") or self._watts(handles[i])) * nominal ** -self.power_exp  # faster: hotter
+                self.counter.advance(row[i] / 1e3, watts)
                 self.launches += 1
             times.append(row)
         return times
+
+    def _watts(self, handle) -> float:
+        """``FAKE_POWER_AXIS=NAME``: a config draws ``FAKE_POWER_W`` x its NAME define (a search axis of any kernel)."""
+        axis = os.environ.get("FAKE_POWER_AXIS")
+        return self.watts * float(handle[axis]) if axis and axis in handle else self.watts
 
     def sensors(self):
         return {"sm_clock_mhz": round(1500 / self.clock())}

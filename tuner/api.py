@@ -58,8 +58,9 @@ class Result:
 
     @property
     def best_value(self) -> float | None:
-        """The winner's value, in :attr:`metric` units."""
-        return self.best_trial.value
+        """The winner's value, in :attr:`metric` units (several objectives: its time)."""
+        values = self.best_trial.values
+        return values[0] if values else None
 
     @property
     def metric(self) -> str:

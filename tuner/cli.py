@@ -153,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     storage_arg(best)
     best.add_argument("--header", type=Path, help="write a header of #defines")
     best.add_argument("--json", action="store_true")
+    best.add_argument("--pareto", action="store_true", help="the Pareto front of time and energy ([search] objectives)")
     best.set_defaults(func=cmd_best)
 
     status = sub.add_parser("status", help="studies in a storage: trials per status, best, device")
@@ -401,6 +402,10 @@ def cmd_best(args) -> int:
 
     _check_output(args.header, "--header")
     study = _open_study(args)
+    if args.pareto:
+        from tuner.pareto import print_front
+
+        return print_front(study, args.json)
     best, confirmation = confirmed_best(study)
     flags = best.user_attrs.get("flags", "")
     metric = metric_of(study)

@@ -24,6 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import UserError
 from tuner.paired import Standing
+from tuner.pareto import front, is_multi
 from tuner.results import best_trial, value_of
 from tuner.space import Space
 from tuner.spec import Value
@@ -48,8 +49,10 @@ def top_trials(study: optuna.Study, space: Space, k: int) -> list[FrozenTrial]:
     seen: set[tuple] = set()
     chosen = []
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    if is_multi(study):  # several objectives: the Pareto set, fastest first (no trial is pruned for time)
+        trials = front(study)
     complete = sorted((t for t in trials if t.state == TrialState.COMPLETE), key=value_of)
-    stopped = sorted((t for t in trials if t.state == TrialState.PRUNED and t.value is not None
+    stopped = sorted((t for t in trials if t.state == TrialState.PRUNED and t.values
                       and t.user_attrs.get("status") in PARTLY_MEASURED), key=value_of)
     for trial in [*complete, *stopped]:
         if not trial.params or not all(a in trial.params for a in space.axis_names):
@@ -76,7 +79,7 @@ def confirm_study(study: optuna.Study, space: Space, evaluator: Confirms, device
         trial = trials[s.index - 1]
         rows.append({
             "trial": trial.number,
-            "value": trial.value,
+            "value": value_of(trial) if trial.values else None,
             "ratio": s.to_reference.ratio,
             "to_winner": s.to_winner.ratio,
             "to_winner_ci": [s.to_winner.lo, s.to_winner.hi],
@@ -125,7 +128,7 @@ def last_confirmation(study: optuna.Study) -> dict | None:
 def confirmed_best(study: optuna.Study) -> tuple[FrozenTrial, dict | None]:
     """The winner of the latest confirmation, else the trial with the best value."""
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-    best = best_trial(trials, study.direction)
+    best = best_trial(trials, study.directions[0])
     if best is None:
         raise UserError(f"study {study.study_name!r} has no completed trial yet: run it first")
     record = last_confirmation(study)

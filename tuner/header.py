@@ -14,7 +14,7 @@ from tuner.table import printable
 
 def header_text(study: optuna.Study, trial: FrozenTrial) -> str:
     """``#ifndef`` / ``#define`` guards of the trial's flags (the kernel's own guards take them)."""
-    value = value_text(trial.value, metric_of(study)) if trial.value is not None else "no value"
+    value = value_text(trial.values[0], metric_of(study)) if trial.values else "no value"
     lines = [f"// Best configuration of study {printable(study.study_name)}: {value} (trial {trial.number})",
              f"// device: {printable(study.user_attrs.get('device_name', ''))}; kernel source {study.user_attrs.get('source_hash', '')}",
              "#pragma once"]

@@ -33,7 +33,7 @@ def study_note(study: optuna.Study, storage_label: str | None = None) -> str:
     """The Markdown note for ``study``: problem, device, best flags, how to reproduce."""
     attrs = study.user_attrs
     trials = study.get_trials(deepcopy=False)
-    best = best_trial(trials, study.direction)
+    best = best_trial(trials, study.directions[0])
     problem, device = attrs.get("problem"), attrs.get("device")
     problem = problem if isinstance(problem, dict) else {}
     device = device if isinstance(device, dict) else {}
@@ -54,20 +54,20 @@ def study_note(study: optuna.Study, storage_label: str | None = None) -> str:
         states[key] = states.get(key, 0) + 1
     lines.append(f"**Trials**: {len(trials)} (" + ", ".join(f"{k} {v}" for k, v in sorted(states.items())) + ")")
     lines.append("")
-    if best is None or best.value is None:
+    if best is None or not best.values:
         lines += ["**Best**: no trial has finished with a valid time yet.", ""]
     else:
         ua = best.user_attrs
         flags = ua.get("flags") or " ".join(f"-D{k}={v}" for k, v in best.params.items())
         extra = ", ".join(f"{k} {ua[k]}" for k in ("regs", "spills", "smem_bytes") if k in ua)
-        lines.append(f"**Best**: trial {best.number}, **{best.value:.4f} ms**"
+        lines.append(f"**Best**: trial {best.number}, **{best.values[0]:.4f} ms**"
                      + (f", {ua['tflops']:.1f} TFLOPS" if isinstance(ua.get("tflops"), (int, float)) else "")
                      + (f" ({extra})" if extra else ""))
         base = attrs.get("baseline_ms")
         if isinstance(base, dict):
             for name, ms in base.items():
                 if isinstance(ms, (int, float)) and ms > 0:
-                    lines.append(f"- {ms / best.value:.2f}x over {name} ({ms} ms)")
+                    lines.append(f"- {ms / best.values[0]:.2f}x over {name} ({ms} ms)")
         lines += ["", "```", flags, "```", ""]
     lines += ["**Reproduce**", "", "```sh"]
     where = f" --storage '{redact(storage_label)}'" if storage_label else ""

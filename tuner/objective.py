@@ -10,14 +10,14 @@ user attributes of docs/ENGINE.md; failures become PRUNED trials with a status a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import optuna_private
+from tuner import optuna_private, pareto
 from tuner.distributions import suggest
 from tuner.liveness import StaleCheck, runner_dead
 from tuner.paired import SlowerTest
@@ -51,7 +51,8 @@ class Begun:
 
 class Objective:
     def __init__(self, space: Space, evaluator: Evaluator, flops: float | None = None, phase: str = "joint",
-                 on_result=None, artifact_dir: str | None = None, slower_test: SlowerTest | None = None):
+                 on_result=None, artifact_dir: str | None = None, slower_test: SlowerTest | None = None,
+                 objectives: Sequence[str] = ("time",)):
         self.space = space
         self.evaluator = evaluator
         self.flops = flops
@@ -62,8 +63,9 @@ class Objective:
         self.slower_test = slower_test
         self._best_cache: tuple[float, float | None] = (-float("inf"), None)  # (read at, best value)
         self._keys: dict[int, tuple] = {}  # trial number -> config key
+        self.objectives = tuple(objectives)  # ("time",), or ("time", "energy"): a multi-objective study
 
-    def __call__(self, trial: optuna.Trial) -> float:
+    def __call__(self, trial: optuna.Trial) -> float | list[float]:
         return self.finish(trial, self.begin(trial))
 
     def begin(self, trial: optuna.Trial) -> Begun:
@@ -78,7 +80,7 @@ class Objective:
             self.evaluator.prefetch(begun.config)
         return begun
 
-    def finish(self, trial: optuna.Trial, begun: Begun) -> float:
+    def finish(self, trial: optuna.Trial, begun: Begun) -> float | list[float]:
         """Measure and record: the value, or TrialPruned."""
         return self.record(trial, begun, self.measure(trial, begun))
 
@@ -99,7 +101,7 @@ class Objective:
                     raise
         return measurement
 
-    def record(self, trial: optuna.Trial, begun: Begun, measurement: Measurement) -> float:
+    def record(self, trial: optuna.Trial, begun: Begun, measurement: Measurement) -> float | list[float]:
         """Write the outcome on the trial (the trial-record attributes); the value, or TrialPruned."""
         if not measurement.flags:
             measurement.flags = self.space.spec.flags(begun.config, self.space.problem)
@@ -108,8 +110,23 @@ class Objective:
             self._attach(trial, measurement.artifacts, self.artifact_dir)
         if self.on_result:
             self.on_result(trial.number, begun.params, measurement)
+        if len(self.objectives) > 1:
+            return self._values(trial, measurement)
         if measurement.status in COMPLETE_STATUSES and measurement.objective is not None:
             return measurement.objective
+        raise optuna.TrialPruned(f"{measurement.status}: {measurement.reason}")
+
+    def _values(self, trial: optuna.Trial, measurement: Measurement) -> list[float]:
+        """Time and energy, or TrialPruned: a config measured without its energy is not COMPLETE
+        (a made-up energy would mislead the sampler and the front)."""
+        values = pareto.values(measurement, self.objectives) if measurement.status in COMPLETE_STATUSES else None
+        if values is not None:
+            return values
+        if measurement.status in COMPLETE_STATUSES:
+            note = measurement.extra.get("energy_note") or "no energy per launch was measured"
+            trial.set_user_attr("status", pareto.NO_ENERGY)
+            trial.set_user_attr("reason", note)
+            raise optuna.TrialPruned(f"{pareto.NO_ENERGY}: {note}")
         raise optuna.TrialPruned(f"{measurement.status}: {measurement.reason}")
 
     def _attach(self, trial: optuna.Trial, files: dict[str, str], artifact_dir: str) -> None:
@@ -127,6 +144,8 @@ class Objective:
         seen: list[float] = []
 
         def report(step: int, value: float, samples: list[float]) -> bool:
+            if len(self.objectives) > 1:  # Optuna takes no intermediate values of a multi-objective trial
+                return False
             trial.report(value, step)
             if self.slower_test is None:
                 return trial.should_prune()
@@ -182,9 +201,11 @@ class Objective:
                 continue
             stored = Measurement.from_attrs(t.user_attrs)  # ms, ratio, reference_ms as they were stored
             stored.status = "duplicate"
-            stored.value = t.value if t.state == TrialState.COMPLETE else None  # the objective: a ratio, or ms
+            stored.value = t.values[0] if t.state == TrialState.COMPLETE else None  # the objective: a ratio, or ms
             if stored.value is None:
                 stored.ms = None
+            if pareto.ENERGY_ATTR in t.user_attrs:  # the energy objective of a repeat, as stored
+                stored.extra[pareto.ENERGY_ATTR] = t.user_attrs[pareto.ENERGY_ATTR]
             stored.reason = f"repeat of trial {t.number} ({status}); stored result reused"
             return stored
         return None

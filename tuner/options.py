@@ -145,6 +145,8 @@ class SearchSettings:
                            commands=SEARCH_COMMANDS)
     pruner_margin: float = option(0.10, "prune a config whose running median is this much slower than the best", above=0)
     pruner_min_blocks: int = option(2, "blocks measured before a config can be pruned", minimum=1)
+    objectives: list[str] = option(["time"], 'what to minimise: ["time"], or ["time", "energy"] for the Pareto '
+                                   "front of time and energy per launch (needs [measure] energy_s; default then 1 s)")
     start: list[dict[str, Value]] = option([], "known configs tried first (axes not named take their defaults)")
     compile_ahead: int | None = option(None, "configs proposed and compiled ahead of the one measured, in as many "
                                        "processes (default: one per CPU core; 0: compile each when it is measured)",

@@ -132,8 +132,9 @@ class Pool:
             return
         status = trial.user_attrs.get("status", "")
         if trial.state == TrialState.COMPLETE and status in (*COMPLETE_STATUSES, ""):
-            if status != "duplicate" and trial.value is not None and math.isfinite(trial.value):
-                self.observations.add(code, float(trial.value), weight=float(trial.user_attrs.get(PRIOR_WEIGHT, 1.0)))
+            value = trial.values[0] if trial.values else None  # time: the first of several objectives
+            if status != "duplicate" and value is not None and math.isfinite(value):
+                self.observations.add(code, float(value), weight=float(trial.user_attrs.get(PRIOR_WEIGHT, 1.0)))
         elif trial.state == TrialState.PRUNED:
             self.observations.add(code, None, failed=bool(status) and status not in SLOWER_STATUSES)
 

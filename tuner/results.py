@@ -52,11 +52,18 @@ def value_text(value: float, metric: str) -> str:
     return f"{value:.4f} x the reference" if metric == "ratio" else f"{value:.4g} ms"
 
 
+def primary(trial: FrozenTrial) -> float | None:
+    """A trial's time value (the first objective; ``trial.value`` raises on a multi-objective study)."""
+    values = trial.values
+    return values[0] if values else None
+
+
 def value_of(trial: FrozenTrial) -> float:
-    """A complete trial's objective value: the key trials are ranked by."""
-    if trial.value is None:
+    """A complete trial's objective value: the key trials are ranked by (time, the first objective)."""
+    value = primary(trial)
+    if value is None:
         raise ValueError(f"trial {trial.number} has no value")
-    return trial.value
+    return value
 
 
 def best_trial(trials: Iterable[FrozenTrial], direction: StudyDirection = StudyDirection.MINIMIZE,
@@ -66,7 +73,7 @@ def best_trial(trials: Iterable[FrozenTrial], direction: StudyDirection = StudyD
     Only COMPLETE trials carry a value: every failure is PRUNED or FAIL, so an invalid
     configuration is never best.
     """
-    done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+    done = [t for t in trials if t.state == TrialState.COMPLETE and primary(t) is not None
             and (phase is None or t.user_attrs.get("phase") == phase)]
     if not done:
         return None
@@ -84,10 +91,10 @@ def trials_frame(trials: Iterable[FrozenTrial], axes: Sequence[str] | None = Non
         row: dict[str, Any] = {axis: t.params.get(axis) for axis in axes}
         row.update({key: t.user_attrs.get(key) for key in _ATTR_COLUMNS})
         row.update(number=t.number, state=t.state.name, status=status_of(t),
-                   value=t.value if t.state == TrialState.COMPLETE else None,
+                   value=primary(t) if t.state == TrialState.COMPLETE else None,
                    datetime_start=t.datetime_start, datetime_complete=t.datetime_complete)
         if row["ms"] is None and t.state == TrialState.COMPLETE:
-            row["ms"] = t.value
+            row["ms"] = primary(t)
         rows.append(row)
     frame = pd.DataFrame(rows, columns=[*axes, *COLUMNS])
     for column in ("value", "ms", "tflops", "regs", "spills", "smem_bytes", "compile_s", "checksum", "max_err"):

@@ -20,7 +20,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import __version__
+from tuner import __version__, pareto
 from tuner.distributions import store_axes, stored_axes
 from tuner.errors import UserError
 from tuner.liveness import recover_stale_trials
@@ -29,7 +29,7 @@ from tuner.paired import SlowerTest
 from tuner.pipeline import Pipeline, ProposalLock, Timeline
 from tuner.pruner import MarginPruner
 from tuner.record import Measurement
-from tuner.results import best_trial, metric_of, value_text
+from tuner.results import best_trial, metric_of, value_of, value_text
 from tuner.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
 from tuner.space import Space
 from tuner.storage import open_storage, redact, resolve_url
@@ -93,7 +93,8 @@ def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool
                 study.set_user_attr(key, value)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names([attrs.get("objective", LEGACY_OBJECTIVE)["metric"]])
+            time_metric = attrs.get("objective", LEGACY_OBJECTIVE)["metric"]
+            study.set_metric_names(pareto.metric_names(time_metric, pareto.OBJECTIVES[:len(study.directions)]))
         study.set_user_attr("kind", attrs.get("kind"))
         return
     if stored.get("axes") is not None and attrs.get("axes") is not None and stored["axes"] != attrs["axes"]:
@@ -194,17 +195,21 @@ class Runner:
         self.storage_url = resolve_url(storage_url)
         self.storage = open_storage(self.storage_url)
         start = start_params(space, settings.start, settings.mode == "tiered")   # bad input fails before a study exists
-        base = make_base_sampler(settings.sampler, settings.seed)
+        self.multi = pareto.multi(settings.objectives)
+        # several objectives: Optuna's multi-objective TPE inside our valid-only wrapper (tuner.pareto)
+        base = (pareto.sampler(settings.seed) if self.multi and settings.sampler == "tpe"
+                else make_base_sampler(settings.sampler, settings.seed))
         self.sampler = ValidOnlySampler(space, base, seed=settings.seed, order="grid" if settings.sampler == "grid" else "random")
-        margin = settings.pruner and settings.prune_by == "margin"
+        prunes = settings.pruner and not self.multi  # the pruner judges time alone: off for a front
+        margin = prunes and settings.prune_by == "margin"
         pruner = MarginPruner(settings.pruner_margin, settings.pruner_min_blocks) if margin else optuna.pruners.NopPruner()
-        self.slower_test = SlowerTest() if settings.pruner and settings.prune_by == "sign" else None
+        self.slower_test = SlowerTest() if prunes and settings.prune_by == "sign" else None
         self.study = optuna.create_study(
             study_name=settings.study_name,
             storage=self.storage,
             sampler=self.sampler,
             pruner=pruner,
-            direction="minimize",
+            directions=pareto.directions(settings.objectives),
             load_if_exists=True,
         )
         bind_study(self.study, settings.study_attrs, settings.accept_mismatch)
@@ -257,7 +262,8 @@ class Runner:
         if todo <= 0:
             return
         objective = Objective(self.space, self.evaluator, self.flops, phase, on_result=self._on_result,
-                              artifact_dir=self.settings.artifact_dir, slower_test=self.slower_test)
+                              artifact_dir=self.settings.artifact_dir, slower_test=self.slower_test,
+                              objectives=self.settings.objectives)
         timeout = self.settings.timeout_min * 60 if self.settings.timeout_min else None
         deadline = self.timeline.started + timeout if timeout else None
         # Asked-ahead trials hold places in the budget: a worker keeps at most its share of what is left
@@ -356,10 +362,8 @@ class Runner:
     def _on_result(self, number: int, params: dict, m: Measurement) -> None:
         if self._bar is None:
             return
-        try:
-            best = value_text(self.study.best_value, metric_of(self.study))
-        except ValueError:
-            best = "-"
+        done = best_trial(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        best = value_text(value_of(done), metric_of(self.study)) if done is not None else "-"
         self._bar.set_postfix_str(f"last={m.status} best={best}", refresh=False)
         self._bar.update(1)
 
@@ -376,18 +380,21 @@ def summarize(study: optuna.Study, storage_url: str) -> dict:
     trials = study.get_trials(deepcopy=False)
     statuses = Counter(t.user_attrs.get("status", t.state.name.lower()) for t in trials)
     best = None
-    b = best_trial(trials, study.direction)
+    b = best_trial(trials, study.directions[0])  # several objectives: the fastest (tuner best --pareto: the front)
     if b is not None:
         metric = metric_of(study)
-        best = {"params": b.params, "ms": b.user_attrs.get("ms", b.value), metric: b.value,
+        best = {"params": b.params, "ms": b.user_attrs.get("ms", value_of(b)), metric: value_of(b),
                 "flags": b.user_attrs.get("flags", ""), "trial": b.number}
-    return {
+    summary = {
         "study": study.study_name,
         "storage": redact(storage_url),
         "trials": len(trials),
         "statuses": dict(statuses),
         "best": best,
     }
+    if pareto.is_multi(study):
+        summary["front"] = pareto.front_rows(study)
+    return summary
 
 
 def best_line(best: dict | None) -> str:

@@ -110,6 +110,12 @@ class Session:
             return Loaded(None, recording_space(recording), recording)
         cfg = load_study(self.study_file)
         cfg.measure = options.apply(cfg.measure, self.given)
+        if len(cfg.search.objectives) > 1 and cfg.measure.energy_s <= 0:  # energy is an objective: measure it
+            from tuner.pareto import DEFAULT_ENERGY_S
+
+            cfg.measure.energy_s = DEFAULT_ENERGY_S
+            self._say(f"objectives {cfg.search.objectives}: [measure] energy_s not set, measuring energy for "
+                      f"{DEFAULT_ENERGY_S:g} s per config")
         spec = load_spec(cfg.kernel)
         check_supported(cfg.arch, spec, str(cfg.path))
         space = Space.from_study(cfg, spec)

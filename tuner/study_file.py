@@ -131,6 +131,10 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
 
     search_values = options.from_toml("search", data.get("search", {}), where)
     search_values["start"] = _start_configs(search_values.get("start", []), {**tier1, **tier2}, fail)
+    if "objectives" in search_values:
+        from tuner.pareto import check_objectives
+
+        search_values["objectives"] = check_objectives(search_values["objectives"], f"{where}: [search.objectives]")
     search = options.apply(SearchSettings(), search_values)
     if search.mode == "tiered" and not (tier1 and tier2):
         raise fail("search.mode", "'tiered' needs axes in both [space.tier1] and [space.tier2]; use mode = \"joint\" for one tier")

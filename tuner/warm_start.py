@@ -109,7 +109,7 @@ def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> 
     prior = []
     for name in source_names:
         trials = _load_source(study, name).get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-        best = min((t.value for t in trials if t.state == TrialState.COMPLETE and t.value), default=1.0)
+        best = min((value_of(t) for t in trials if t.state == TrialState.COMPLETE and t.values and t.values[0]), default=1.0)
         for trial in trials:
             mapped = mapper.map(trial.params)
             if mapped is None or (trial.state != TrialState.COMPLETE and mapped.moved):
