@@ -23,13 +23,27 @@ from typing import Any
 
 import numpy as np
 
-from tuner import host_dry_run
+from tuner import host_dry_run, protocol
 from tuner.arch import plain_target
 from tuner.device_inputs import InputGenerator, input_seed
 from tuner.driver import CudaError, kernel_params, launch_config, tensor_map
 from tuner.driver import check as _ck
 from tuner.measure import LaunchFailed, Measurer
 from tuner.precision import Tolerance
+from tuner.protocol import (
+    Answer,
+    Block,
+    ConfirmJob,
+    Exit,
+    Hello,
+    HostDryRunJob,
+    MeasureJob,
+    PrepareJob,
+    Ready,
+    Reply,
+    StartFailed,
+    WarmUpJob,
+)
 from tuner.record import Measurement
 from tuner.spec import OutputSpec, RandomTable
 from tuner.verify import CheckResult, DeviceVerifier, rows_to_sample, verdict
@@ -42,13 +56,13 @@ class Channel:
         self.conn = conn
 
     def ready(self) -> None:
-        self.conn.send({"type": "ready"})
+        self.conn.send(protocol.encode(Ready()))
 
     def block(self, step: int, value: float, samples: list[float], pairs: int) -> bool:
         """Report a block of pair ratios; True when the parent says stop (pruned)."""
-        self.conn.send({"type": "block", "step": step, "value": value, "samples": samples, "pairs": pairs})
-        answer = self.conn.recv()
-        return answer.get("op") == "stop"
+        self.conn.send(protocol.encode(Block(step, value, samples, pairs)))
+        answer = protocol.decode(self.conn.recv())
+        return isinstance(answer, Answer) and answer.stop
 
 
 def _load_backend(name: str):
@@ -75,38 +89,41 @@ def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
         backend = _load_backend(backend_name)
         device = backend.hello()
     except Exception as exc:
-        conn.send({"type": "error", "error": f"{type(exc).__name__}: {exc}"})
+        conn.send(protocol.encode(StartFailed(f"{type(exc).__name__}: {exc}")))
         return
-    conn.send({"type": "hello", "device": device})
+    conn.send(protocol.encode(Hello(device)))
     channel = Channel(conn)
     measurer = Measurer(backend)
-    jobs = {"measure": measurer.measure, "confirm": measurer.confirm,
-            "host_dry_run": lambda job, channel: host_dry_run.worker_job(measurer, backend, job, channel)}
     while True:
         try:
-            job = conn.recv()
+            job = protocol.decode(conn.recv())
         except EOFError:
             return
-        if job.get("op") == "exit":
+        if isinstance(job, Exit):
             return
-        if job.get("op") in ("prepare", "warm_up"):  # ahead of the first job; a failure shows in that job
+        if type(job) is PrepareJob or type(job) is WarmUpJob:  # ahead of the first job; a failure shows in that job
             try:
-                if job["op"] == "prepare":
-                    measurer.prepare(job)
-                else:
+                if isinstance(job, WarmUpJob):
                     measurer.warm_up(job, lambda: conn.poll(0.001))  # (the wait also paces a GPU-less double)
+                elif isinstance(job, PrepareJob):
+                    measurer.prepare(job)
             except Exception:
                 pass
             continue
-        if job.get("op") not in jobs:
-            continue
         try:
-            measurement, restart = jobs[job["op"]](job, channel)
+            if isinstance(job, MeasureJob):
+                measurement, restart = measurer.measure(job, channel)
+            elif isinstance(job, ConfirmJob):
+                measurement, restart = measurer.confirm(job, channel)
+            elif isinstance(job, HostDryRunJob):
+                measurement, restart = host_dry_run.worker_job(measurer, backend, job, channel)
+            else:
+                continue
         except Exception as exc:  # a bug or an unexpected driver error: report, then restart
             measurement = Measurement("launch_error", reason=f"{type(exc).__name__}: {exc}"[:500])
             measurement.extra["traceback"] = traceback.format_exc()[-2000:]
             restart = True
-        conn.send({"type": "result", "measurement": measurement.to_json(), "restart": restart})
+        conn.send(protocol.encode(Reply(measurement, restart)))
         if restart:
             return
 

@@ -11,9 +11,12 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.inline import toml_text
+
+if TYPE_CHECKING:
+    from tuner.protocol import MeasureJob
 
 #: the repository's example kernel spec (a small FP32 GEMM), for study files written by tests
 EXAMPLE_SGEMM = Path(__file__).resolve().parents[2] / "kernel" / "example_sgemm.py"
@@ -34,11 +37,15 @@ def replay_space(path: str | Path):
 
 
 def measure_job(spec_path: str | Path, problem: Mapping[str, Any], config: Mapping[str, Any],
-                reference: Mapping[str, Any] | None = None, **timing: Any) -> dict:
+                reference: Mapping[str, Any] | None = None, **timing: Any) -> MeasureJob:
     """A measure job as the GPU evaluator sends it to the worker (a fake backend never opens the cubins)."""
-    return {"spec_path": str(spec_path), "problem": dict(problem), "config": dict(config), "cubin_path": "candidate.cubin",
-            "seed": 0, "reference": {"config": dict(reference or {}), "cubin_path": "reference.cubin"},
-            "timing": {"session_warmup_ms": 10, "warmup_ms": 5, **timing}}
+    from tuner.measure import Timing
+    from tuner.protocol import Kernel, MeasureJob
+
+    return MeasureJob(spec_path=str(spec_path), problem=dict(problem), seed=0,
+                      candidate=Kernel(dict(config), "candidate.cubin"),
+                      reference=Kernel(dict(reference or {}), "reference.cubin"),
+                      timing=Timing.of({"session_warmup_ms": 10, "warmup_ms": 5, **timing}))
 
 
 def write_study(folder: str | Path, name: str, *, tier1: Mapping[str, list], tier2: Mapping[str, list] | None = None,
