@@ -6,8 +6,22 @@ import pytest
 
 from tuner import protocol
 from tuner.measure import Timing
-from tuner.protocol import (Answer, Baseline, Block, ConfirmJob, Exit, Hello, HostDryRunJob, Kernel, MeasureJob,
-                            PrepareJob, Ready, Reply, StartFailed, WarmUpJob)
+from tuner.protocol import (
+    Answer,
+    Baseline,
+    Block,
+    ConfirmJob,
+    Exit,
+    Hello,
+    HostDryRunJob,
+    Kernel,
+    MeasureJob,
+    PrepareJob,
+    Ready,
+    Reply,
+    StartFailed,
+    WarmUpJob,
+)
 from tuner.record import Measurement
 
 PROBLEM = {"spec_path": "kernel/spec.py", "problem": {"M_DIM": 64}, "seed": 7}
