@@ -205,7 +205,7 @@ class CudaBackend:
             self.generator = InputGenerator(self.cu, self.stream, plain_target(self.device["cc"]), self.device["sm_count"])
         return self.generator
 
-    def _inputs_on_host(self) -> dict[str, np.ndarray]:
+    def inputs_on_host(self) -> dict[str, np.ndarray]:
         """Every input as a host array: generated ones are copied back (the sampled host check
         needs them; the check on the device does not)."""
         for name, table in list(self.generated.items()):
@@ -298,10 +298,36 @@ class CudaBackend:
     def unload(self, handle) -> None:
         handle.close()
 
+    def launch(self, handle) -> None:
+        """Run a loaded kernel once on poisoned outputs and wait for it (no check: :meth:`check` does one)."""
+        self.poison()
+        try:
+            handle.run()
+            _ck("cuStreamSynchronize", self.cu.cuStreamSynchronize(self.stream))
+        except CudaError as exc:
+            raise LaunchFailed(str(exc), self._context_broken()) from None
+
+    def read_output(self, name: str) -> np.ndarray:
+        """Output ``name`` as the kernel left it (its raw dtype, e.g. BF16 bits as uint16), on the host."""
+        out = self.outputs[name]
+        raw = np.empty(out.shape, dtype=out.dtype)
+        _ck("cuMemcpyDtoH", self.cu.cuMemcpyDtoH(raw.ctypes.data, self.buffers[name], raw.nbytes))
+        return raw
+
+    def read_expected(self) -> np.ndarray | None:
+        """The first output's expected values (FP32) from the spec's reference kernel; None without one."""
+        verifier = self.verifier
+        if verifier is None or verifier.expected is None:
+            return None
+        out = next(iter(self.outputs.values()))
+        expected = np.empty(out.shape, dtype=np.float32)
+        _ck("cuMemcpyDtoH", self.cu.cuMemcpyDtoH(expected.ctypes.data, verifier.expected, expected.nbytes))
+        return expected
+
     # -- checks and timing -------------------------------------------------------------------
     def check(self, handle, spec, problem: dict, check_rows: int, seed: int, tolerance: dict | None = None) -> Measurement:
         cu = self.cu
-        self._poison()
+        self.poison()
         try:
             handle.run()
         except CudaError as exc:
@@ -383,7 +409,8 @@ class CudaBackend:
         err, = self.cu.cuCtxSynchronize()
         return err != self.cu.CUresult.CUDA_SUCCESS
 
-    def _poison(self) -> None:
+    def poison(self) -> None:
+        """Fill the outputs with NaN patterns (queued on the stream): a value the kernel never writes shows."""
         from tuner.numerics import POISON_BF16
 
         cu = self.cu
@@ -409,7 +436,7 @@ class CudaBackend:
             result = self._host_check(spec, problem, name, out, n_rows, seed, tolerance)
             verifier.store_hashes(self.buffers[name])
         if result.n_bad <= result.allowed_bad:
-            self._poison()
+            self.poison()
             try:
                 run()
                 _ck("cuStreamSynchronize", cu.cuStreamSynchronize(self.stream))
@@ -431,7 +458,7 @@ class CudaBackend:
         for i, r in enumerate(rows):
             _ck("cuMemcpyDtoH", cu.cuMemcpyDtoH(got[i].ctypes.data, base + int(r) * cols * itemsize, cols * itemsize))
         values = decode(got, out)
-        ref = np.asarray(spec.reference(self._inputs_on_host(), problem, rows), dtype=np.float32).reshape(values.shape)
+        ref = np.asarray(spec.reference(self.inputs_on_host(), problem, rows), dtype=np.float32).reshape(values.shape)
         return host_check(values, ref, rows, rows_total * cols, tolerance)
 
 
