@@ -17,6 +17,8 @@ from tuner.inline import toml_text
 
 if TYPE_CHECKING:
     from tuner.protocol import MeasureJob
+    from tuner.replay import Recording
+    from tuner.space import Space
 
 #: the repository's example kernel spec (a small FP32 GEMM), for study files written by tests
 EXAMPLE_SGEMM = Path(__file__).resolve().parents[2] / "kernel" / "example_sgemm.py"
@@ -85,3 +87,28 @@ def cli(*args: Any) -> CliResult:
         except SystemExit as exc:  # argparse's errors and --help
             code = exc.code if isinstance(exc.code, int) else 1
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def ask_seconds(space: Space, recording: Recording, trials: int) -> list[float]:
+    """Seconds of each ``study.ask()`` of the default sampler over ``trials`` replayed trials (in memory)."""
+    import time
+
+    import optuna
+
+    from tuner.distributions import suggest
+    from tuner.sampler import ValidOnlySampler, make_base_sampler
+
+    study = optuna.create_study(sampler=ValidOnlySampler(space, make_base_sampler("tpe", 0), seed=0))
+    costs = []
+    for _ in range(trials):
+        started = time.perf_counter()
+        trial = study.ask()
+        for axis, distribution in space.distributions.items():
+            suggest(trial, axis, distribution)
+        costs.append(time.perf_counter() - started)
+        record = recording.lookup(trial.params)
+        if record is not None and record.ms is not None:
+            study.tell(trial, record.ms)
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    return costs
