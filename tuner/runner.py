@@ -195,7 +195,7 @@ class Runner:
         self.storage = open_storage(self.storage_url)
         start = start_params(space, settings.start, settings.mode == "tiered")   # bad input fails before a study exists
         base = make_base_sampler(settings.sampler, settings.seed)
-        self.sampler = ValidOnlySampler(space, base, seed=settings.seed, order="grid" if settings.sampler == "grid" else "random")
+        self.sampler = ValidOnlySampler(space, base, seed=settings.seed)
         margin = settings.pruner and settings.prune_by == "margin"
         pruner = MarginPruner(settings.pruner_margin, settings.pruner_min_blocks) if margin else optuna.pruners.NopPruner()
         self.slower_test = SlowerTest() if settings.pruner and settings.prune_by == "sign" else None
