@@ -40,11 +40,12 @@ import numpy as np
 import optuna
 
 from tuner.errors import UserError
-from tuner.replay import Record, Recording, ReplayEvaluator, ask_seconds, load_recording, recording_space
+from tuner.replay import Record, Recording, ReplayEvaluator, load_recording, recording_space
 from tuner.runner import Runner, RunSettings
 from tuner.space import Space
 from tuner.spec import load_spec
 from tuner.study_file import load_study
+from tuner.testing import ask_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHES = ROOT / "tests/data/kernel_tuner"

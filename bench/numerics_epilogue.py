@@ -24,11 +24,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tuner.compile import compile_kernel
-from tuner.driver import check as ck
-from tuner.driver import kernel_params, launch_config
 from tuner.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32
 from tuner.precision import fast
-from tuner.spec import DeviceInfo, load_spec
+from tuner.spec import load_spec
 from tuner.worker import CudaBackend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,8 +46,7 @@ SHAPES = {
 def main(names: list[str]) -> None:
     spec = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
     backend = CudaBackend()
-    dev = backend.hello()
-    cu = backend.cu
+    backend.hello()
     for name in names or SHAPES:
         base, configs = SHAPES[name]
         seq = 196
@@ -57,9 +54,9 @@ def main(names: list[str]) -> None:
         backend.prepare(spec, problem, seed=0)
         out = backend.outputs["C"]
         M, N = out.shape
-        expected = np.empty((M, N), np.float32)
-        ck("cuMemcpyDtoH", cu.cuMemcpyDtoH(expected.ctypes.data, backend.verifier.expected, expected.nbytes))
-        inp = backend.host_inputs
+        expected = backend.read_expected()
+        assert expected is not None, "the spec's reference kernel did not run"
+        inp = backend.inputs_on_host()
         epi = problem["EPILOGUE"]
         print(f"== {name} ({epi}), M={M}: reference kernel {backend.verifier.reference_ms:.1f} ms (with its compile)")
         # host check of the reference kernel on a few rows (float64 numpy)
@@ -82,20 +79,11 @@ def main(names: list[str]) -> None:
         for config in configs:
             built = compile_kernel(spec, config, problem, "sm_90a")
             assert built.ok, built.reason
-            launch = spec.launch({**spec.params, **config}, problem, DeviceInfo(dev["name"], dev["sm_count"], tuple(dev["cc"]),
-                                                                                 dev["max_smem_per_block"]))
-            module = ck("cuModuleLoadData", cu.cuModuleLoadData(Path(built.cubin_path).read_bytes()))
-            func = ck("cuModuleGetFunction", cu.cuModuleGetFunction(module, spec.kernel_name.encode()))
-            ck("cuFuncSetAttribute", cu.cuFuncSetAttribute(
-                func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.smem_bytes))
-            params, keep = kernel_params(launch, lambda n: int(backend.buffers[n]))
-            backend._poison()
-            ck("cuLaunchKernelEx", cu.cuLaunchKernelEx(launch_config(launch, backend.stream, func), func, params, 0))
-            ck("cuStreamSynchronize", cu.cuStreamSynchronize(backend.stream))
+            handle = backend.load(spec, {**spec.params, **config}, problem, built.cubin_path)
+            backend.launch(handle)
             check = backend.verifier.compare(backend.buffers["C"], out, fast(spec))
-            got = np.empty((M, N), np.uint16)
-            ck("cuMemcpyDtoH", cu.cuMemcpyDtoH(got.ctypes.data, backend.buffers["C"], got.nbytes))
-            cu.cuModuleUnload(module)
+            got = backend.read_output("C")
+            backend.unload(handle)
             label = " ".join(f"{k}={v}" for k, v in config.items() if k in ("BLOCK_N", "BIAS_ACC", "GELU_H2", "EXTRA_TMA"))
             print(f"   full check: n_bad {check.n_bad}, max_err {check.max_err:.4f}")
             report(f"fused {label}", bf16_to_f32(got), expected, acc)

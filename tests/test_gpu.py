@@ -173,14 +173,46 @@ def test_generated_inputs_are_the_table_s_values_uniform_and_reproducible():
     inputs = spec.inputs(problem, np.random.default_rng(0))
     backend.prepare(spec, problem, seed=5)
     assert set(backend.generated) == {"A", "W"}
-    a = backend._inputs_on_host()["A"]
+    a = backend.inputs_on_host()["A"]
     table = inputs["A"].table
     assert a.shape == (196 * 64, 768) and np.isin(a, table).all()
     values = np.unique(table)
     per_byte = np.bincount(np.searchsorted(values, a.ravel())) / np.bincount(np.searchsorted(values, table))
     assert per_byte.min() > 0.9 * per_byte.mean() and per_byte.max() < 1.1 * per_byte.mean()
     backend.prepare(spec, problem, seed=5)
-    assert np.array_equal(backend._inputs_on_host()["A"], a)
+    assert np.array_equal(backend.inputs_on_host()["A"], a)
     backend.prepare(spec, problem, seed=6)
-    assert (backend._inputs_on_host()["A"] != a).mean() > 0.9
+    assert (backend.inputs_on_host()["A"] != a).mean() > 0.9
     assert isinstance(inputs["A"], RandomTable)
+
+
+def test_backend_public_steps_load_launch_read_and_check(tmp_path):
+    """What bench scripts use instead of the driver: load a CUBIN, launch it on poisoned outputs,
+    read the output and the reference kernel's expected values back, and check."""
+    import numpy as np
+
+    from tuner.compile import compile_kernel
+    from tuner.numerics import bf16_to_f32
+    from tuner.worker import CudaBackend
+
+    spec = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
+    problem = {"M": 196 * 64, "N": 768, "K": 768, "EPILOGUE": "BIAS_POS", "SEQ_LEN": 196, "INPUT_KIND": "small_int"}
+    backend = CudaBackend()
+    backend.hello()
+    backend.prepare(spec, problem, seed=0)
+    expected = backend.read_expected()
+    assert expected is not None and expected.shape == backend.outputs["C"].shape
+    backend.poison()
+    assert np.isnan(bf16_to_f32(backend.read_output("C"))).all()  # poison alone: every value unwritten
+    outputs = []
+    for config, status in (({}, "ok"), ({"BUG_POS_OFF_BY_ONE": 1}, "mismatch")):
+        built = compile_kernel(spec, {**spec.params, **config}, problem, "sm_90a", cache_dir=tmp_path)
+        assert built.ok, built.reason
+        handle = backend.load(spec, {**spec.params, **config}, problem, built.cubin_path)
+        backend.launch(handle)
+        outputs.append(bf16_to_f32(backend.read_output("C")))
+        assert backend.check(handle, spec, problem, 0, 0).status == status
+        backend.unload(handle)
+    good, off_by_one = outputs
+    assert np.isfinite(good).all() and np.abs(good - expected).max() <= 0.01 * np.abs(expected).max()
+    assert not np.array_equal(good, off_by_one)

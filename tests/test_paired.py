@@ -13,6 +13,7 @@ from tests.conftest import ROOT
 from tests.fake_backend import FakeBackend, base_ms
 from tuner.measure import Measurer
 from tuner.paired import SlowerTest, StopRule, median_ci, rank_interleaved, sign_test_greater
+from tuner.protocol import ConfirmJob, Kernel
 from tuner.testing import measure_job
 
 SPEC = str(ROOT / "kernel" / "example_sgemm.py")
@@ -119,8 +120,10 @@ def test_confirmation_finds_the_planted_tie_set(drifting):
     """Five configs round-robin: two tie for first, the rest are 1-3 % slower."""
     # nominal 1.080, 1.091, 1.080, 1.102, 1.113 ms (a float value does not count in base_ms)
     configs = [{"X": 80}, {"X": 91}, {"X": 80, "Z": 0.5}, {"X": 102}, {"X": 113}]
-    kernels = [{"config": c, "cubin_path": f"k{i}"} for i, c in enumerate(configs)]
-    m, _ = drifting.confirm({**job({}), "kernels": kernels, "rounds": 150}, Recorder())
+    base = job({})
+    kernels = [Kernel(c, f"k{i}") for i, c in enumerate(configs)]
+    m, _ = drifting.confirm(ConfirmJob(spec_path=base.spec_path, problem=base.problem, reference=base.reference,
+                                       timing=base.timing, kernels=kernels, rounds=150), Recorder())
     assert m.status == "ok"
     standings = rank_interleaved(m.extra["times"], reference=0, tolerance=0.0025)
     tied = {s.index for s in standings if s.tied}

@@ -13,11 +13,11 @@ from tests.conftest import KERNEL_TUNER_CACHES
 from tuner import parzen
 from tuner.parzen import ParzenSearch, choose_kernels
 from tuner.pool import Observations
-from tuner.replay import Record, Recording, ReplayEvaluator, ask_seconds, recording_space
+from tuner.replay import Record, Recording, ReplayEvaluator, recording_space
 from tuner.runner import Runner, RunSettings
 from tuner.sampler import ValidOnlySampler, make_base_sampler
 from tuner.space import Space
-from tuner.testing import replay_space
+from tuner.testing import ask_seconds, replay_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

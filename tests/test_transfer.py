@@ -124,14 +124,15 @@ def test_the_prior_joins_the_good_bad_split_weighted_below_one_and_fading(monkey
     storage = optuna.storages.InMemoryStorage()
     source = [{"BLOCK": b, "METHOD": m, "STAGES": s} for b in (16, 32, 64) for m in ("a", "b") for s in (2, 3)]
     source_study(storage, "src", source, [float(i + 1) for i in range(len(source))])
-    sampler = ValidOnlySampler(space, ParzenSearch(seed=0))
+    search = ParzenSearch(seed=0)
+    sampler = ValidOnlySampler(space, search)
     sampler.set_prior(prior_trials(optuna.create_study(study_name="dst", storage=storage), space, ["src"]))
     weights = []
     split = parzen._split
     monkeypatch.setattr(parzen, "_split", lambda sources, w, good, bad: weights.append(list(w)) or split(sources, w, good, bad))
     pool = Pool(space, space.valid)
     for row in range(8):
-        sampler.base.propose(pool, sampler._ordered, sampler.prior_observations())
+        search.propose(pool, sampler._ordered, sampler.prior_observations())
         pool._take(pool.codes[row], +1)
         pool.observations.add(pool.codes[row].copy(), 1.0 + row)
     prior_weights = [w[1] for w in weights]

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from tuner.arch import NATIVE
-from tuner.compile import CompileLimits, CompilePool
+from tuner.compile import CompileLimits, CompilePool, CompileResult
 from tuner.enumeration import checked_reason
 from tuner.errors import UserError
 from tuner.measure import Timing
 from tuner.paired import Standing, rank_interleaved
 from tuner.precision import Tolerance
+from tuner.protocol import Baseline, ConfirmJob, Kernel, MeasureJob, PrepareJob, Reference, WarmUpJob
 from tuner.record import Measurement
 from tuner.spec import KernelSpec, Problem, Value
 from tuner.study_file import MeasureSettings
@@ -55,7 +56,7 @@ class GpuEvaluator:
         self.limits = CompileLimits(measure.max_regs, measure.reject_spills)
         #: a full config of the kernel, or BASELINE for the spec's host-side baseline
         self.reference = reference if reference is not None else dict(spec.params)
-        self._reference_job: dict | None = None
+        self._reference_job: Reference | None = None
         self._study = None  # set by bind(): where "ms" values keep the first session's reference time
         #: compiles ahead of the measurement (None: one process per core, 0: each config when measured)
         self.compiler = CompilePool(spec, problem, arch, cache_dir, self.limits, compile_jobs)
@@ -91,11 +92,11 @@ class GpuEvaluator:
             stored = reference_ms
         return stored
 
-    def reference_job(self) -> dict:
+    def reference_job(self) -> Reference:
         """The reference as the worker loads it (compiled on first use, then from the cache)."""
         if self._reference_job is None:
             if not isinstance(self.reference, dict):  # BASELINE
-                self._reference_job = {"baseline": True}
+                self._reference_job = Baseline()
             else:
                 reason = checked_reason(self.spec, self.reference, self.problem)
                 if reason:
@@ -103,7 +104,7 @@ class GpuEvaluator:
                 built = self.compiler.result(self.reference)
                 if not built.ok:
                     raise UserError(f"[measure] reference does not build ({built.status}: {built.reason}): choose another")
-                self._reference_job = {"config": self.reference, "cubin_path": built.cubin_path}
+                self._reference_job = _kernel(self.reference, built)
         return self._reference_job
 
     def start(self) -> dict:
@@ -126,10 +127,10 @@ class GpuEvaluator:
             raise
         if buildable is not None:  # native: builds while the worker prepares the inputs (a fixed arch: already submitted)
             self.compiler.submit(buildable)
-        problem = {"spec_path": str(self.spec.path), "problem": self.problem, "seed": self.seed}
-        self.supervisor.prepare(problem)
+        self.supervisor.prepare(PrepareJob(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed))
         try:  # the reference's compile finishes while the worker builds the inputs
-            self.supervisor.prepare({**problem, "reference": self.reference_job(), "timing": vars(self.timing)}, op="warm_up")
+            self.supervisor.prepare(WarmUpJob(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed,
+                                              reference=self.reference_job(), timing=self.timing))
         except UserError:
             pass  # an unusable reference: the first trial says why
         return device
@@ -147,17 +148,11 @@ class GpuEvaluator:
         self.compiler.close()
         self.supervisor.stop()
 
-    def _job(self, **fields) -> dict:
-        return {
-            "spec_path": str(self.spec.path),
-            "problem": self.problem,
-            "reference": self.reference_job(),
-            "timing": vars(self.timing),
-            "check_rows": self.measure_settings.check_rows or 0,  # 0: the spec's own count
-            "seed": self.seed,
-            "tolerance": self.tolerance.as_job() if self.tolerance else None,
-            **fields,
-        }
+    def _job(self) -> dict[str, Any]:
+        """The fields every checked job of this study shares."""
+        return dict(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed, reference=self.reference_job(),
+                    timing=self.timing, check_rows=self.measure_settings.check_rows or 0,  # 0: the spec's own count
+                    tolerance=self.tolerance.as_job() if self.tolerance else None)
 
     def evaluate(self, params: dict[str, Value], config: dict[str, Value], report: Report) -> Measurement:
         derived = self.spec.derive(config, self.problem)
@@ -173,7 +168,7 @@ class GpuEvaluator:
             k = scale or 1.0
             return report(step, value * k, [x * k for x in samples])
 
-        m = self.supervisor.measure(self._job(config=config, cubin_path=built.cubin_path),
+        m = self.supervisor.measure(MeasureJob(**self._job(), candidate=_kernel(config, built)),
                                     self.measure_settings.timeout_s, scaled)
         if m.status == "ok" and m.ratio is not None:
             m.value = m.ratio * (self._scale(m.reference_ms) or 1.0)
@@ -195,10 +190,16 @@ class GpuEvaluator:
             built = self.compiler.result(config)
             if not built.ok:
                 raise UserError(f"cannot confirm {built.flags}: {built.status}: {built.reason}")
-            kernels.append({"config": config, "cubin_path": built.cubin_path})
+            kernels.append(_kernel(config, built))
         timeout = self.measure_settings.timeout_s * max(1, len(configs))
-        m = self.supervisor.confirm(self._job(kernels=kernels, rounds=rounds), timeout)
+        m = self.supervisor.confirm(ConfirmJob(**self._job(), kernels=kernels, rounds=rounds), timeout)
         if m.status != "ok":
             raise UserError(f"confirmation stopped: {m.status}: {m.reason}")
         times = m.extra.pop("times")
         return rank_interleaved(times, reference=0, tolerance=self.measure_settings.ci_target), m.extra
+
+
+def _kernel(config: dict[str, Value], built: CompileResult) -> Kernel:
+    """A config that built, as the worker loads it (a build that is ok has its CUBIN on disk)."""
+    assert built.cubin_path is not None, f"{built.status} build without a CUBIN"
+    return Kernel(config, built.cubin_path)

@@ -40,6 +40,7 @@ from tuner.echo_stub import (
     stub_source,
 )
 from tuner.errors import UserError
+from tuner.protocol import HostDryRunJob, PrepareJob
 from tuner.ptx_entry import PtxEntry, parse_entry
 from tuner.spec import Arg, Buffer, DeviceInfo, Launch, Scalar, TensorMap
 from tuner.supervisor import WorkerDied
@@ -112,7 +113,7 @@ def launch_from_json(data: Mapping[str, Any]) -> Launch:
                   cluster=tuple(data["cluster"]), smem_bytes=int(data["smem_bytes"]))  # type: ignore[arg-type]
 
 
-def worker_job(measurer, backend, job: dict, channel) -> tuple[Any, bool]:
+def worker_job(measurer, backend, job: HostDryRunJob, channel) -> tuple[Any, bool]:
     """The worker's side (``op: host_dry_run``): the problem's buffers (as a measurement has them),
     then each case's stub launched and its record read back, with the bytes the spec meant."""
     from tuner.measure import LaunchFailed
@@ -121,7 +122,7 @@ def worker_job(measurer, backend, job: dict, channel) -> tuple[Any, bool]:
     measurer.prepare(job)
     channel.ready()
     results: list[dict[str, Any]] = []
-    for step, case in enumerate(job["cases"]):
+    for step, case in enumerate(job.cases):
         launch = launch_from_json(case["launch"])
         try:
             sent = expected_args(launch, backend.buffer_address, backend.tensor_map_bytes)
@@ -232,7 +233,7 @@ def run(cfg, spec, space, supervisor, jobs: int, chunk: int = 64, timeout_s: flo
                         f"(known: {', '.join(TARGET_DEVICES)}); it is for studies of a GPU not at hand")
     target = limits(cfg.arch)
     problem = space.problem
-    job_base = {"spec_path": str(spec.path), "problem": problem, "seed": 0}
+    job_base = PrepareJob(spec_path=str(spec.path), problem=problem, seed=0)
     try:
         device = supervisor.start()
     except WorkerDied as exc:
@@ -289,9 +290,10 @@ def run(cfg, spec, space, supervisor, jobs: int, chunk: int = 64, timeout_s: flo
     launched = time.perf_counter()
     for first in range(0, len(runnable), chunk):
         part = runnable[first:first + chunk]
-        job = {**job_base, "cases": [{"launch": launch_to_json(c.fitted.launch), "kernel_name": c.entry.name,  # type: ignore[union-attr]
-                                      "image": stubs[(c.entry, c.fitted.cluster)], "record_size": record_size(c.entry)}  # type: ignore[union-attr]
-                                     for _, c in part]}
+        job = HostDryRunJob(spec_path=job_base.spec_path, problem=job_base.problem, seed=job_base.seed,
+                            cases=[{"launch": launch_to_json(c.fitted.launch), "kernel_name": c.entry.name,  # type: ignore[union-attr]
+                                    "image": stubs[(c.entry, c.fitted.cluster)], "record_size": record_size(c.entry)}  # type: ignore[union-attr]
+                                   for _, c in part])
         result = supervisor.host_dry_run(job, timeout_s)
         answers = result.extra.get("results", [])
         for i, (_, case) in enumerate(part):

@@ -17,12 +17,15 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tuner.energy import Counter, Energy, measure_energy
 from tuner.paired import PairSeries, StopRule
 from tuner.record import Measurement
 from tuner.steady import SteadyRule, WarmUp, warm_until_steady
+
+if TYPE_CHECKING:
+    from tuner.protocol import CheckedJob, ConfirmJob, MeasureJob, PrepareJob, WarmUpJob
 
 REGIMES = ("sustained", "burst")
 
@@ -133,16 +136,15 @@ class Measurer:
         self._session_reported = False
 
     # -- jobs ----------------------------------------------------------------------------------
-    def measure(self, job: dict, channel: Channel) -> tuple[Measurement, bool]:
+    def measure(self, job: MeasureJob, channel: Channel) -> tuple[Measurement, bool]:
         """One trial: check, then paired timing. Returns (measurement, restart the worker)."""
         spec, problem = self._prepare(job)
         channel.ready()
-        timing = Timing.of(job.get("timing"))
+        timing = job.timing
         handle = None
         try:
-            handle = self.backend.load(spec, job["config"], problem, job["cubin_path"])
-            checked = self.backend.check(handle, spec, problem, job.get("check_rows", 0), job.get("seed", 0),
-                                        job.get("tolerance"))
+            handle = self.backend.load(spec, job.candidate.config, problem, job.candidate.cubin_path)
+            checked = self._check(handle, job, spec, problem)
             if checked.status != "ok":
                 return checked, False
             reference = self._reference_handle(job, spec, problem)
@@ -157,28 +159,27 @@ class Measurer:
             if handle is not None:
                 self.backend.unload(handle)
 
-    def confirm(self, job: dict, channel: Channel) -> tuple[Measurement, bool]:
-        """Round-robin timing of ``job["kernels"]`` (index 0: the reference); times come back."""
+    def confirm(self, job: ConfirmJob, channel: Channel) -> tuple[Measurement, bool]:
+        """Round-robin timing of ``job.kernels`` (index 0: the reference); times come back."""
         spec, problem = self._prepare(job)
         channel.ready()
-        timing = Timing.of(job.get("timing"))
+        timing = job.timing
         handles: list[Any] = []
         try:
             reference = self._reference_handle(job, spec, problem)
-            for kernel in job["kernels"]:
-                handle = self.backend.load(spec, kernel["config"], problem, kernel["cubin_path"])
+            for kernel in job.kernels:
+                handle = self.backend.load(spec, kernel.config, problem, kernel.cubin_path)
                 handles.append(handle)
-                checked = self.backend.check(handle, spec, problem, job.get("check_rows", 0), job.get("seed", 0),
-                                        job.get("tolerance"))
+                checked = self._check(handle, job, spec, problem)
                 if checked.status != "ok":
-                    checked.reason = f"config {kernel['config']}: {checked.reason}"
+                    checked.reason = f"config {kernel.config}: {checked.reason}"
                     return checked, False
             everyone = [reference, *handles]
             self._warm_up(everyone, timing)
             rounds: list[list[float]] = []
             step = 0
-            while len(rounds) < job.get("rounds", 100):
-                rounds += self.backend.time(everyone, min(timing.block, job.get("rounds", 100) - len(rounds)))
+            while len(rounds) < job.rounds:
+                rounds += self.backend.time(everyone, min(timing.block, job.rounds - len(rounds)))
                 channel.block(step, statistics.median(r[1] / r[0] for r in rounds), [], len(rounds))
                 step += 1
             done = Measurement("ok", extra={"times": rounds, **_sensor_attrs(self.backend.sensors())})
@@ -189,16 +190,16 @@ class Measurer:
             for handle in handles:
                 self.backend.unload(handle)
 
-    def prepare(self, job: dict) -> None:
-        """A problem's inputs in place before its first job (``spec_path``, ``problem``, ``seed``)."""
+    def prepare(self, job: PrepareJob) -> None:
+        """A problem's inputs in place before its first job."""
         self._prepare(job)
 
-    def warm_up(self, job: dict, job_waiting: Callable[[], bool]) -> None:
+    def warm_up(self, job: WarmUpJob, job_waiting: Callable[[], bool]) -> None:
         """The session warm-up before the first trial (sustained regime), while the tuner still
         sets up: the reference runs until its time is steady (:mod:`tuner.steady`) and then on
         until a job arrives (at most ``WARM_WAIT_S``), so the first trial finds the GPU at its
         loaded clocks."""
-        timing = Timing.of(job.get("timing"))
+        timing = job.timing
         if timing.regime != "sustained" or self._session is not None:
             return
         spec, problem = self._prepare(job)
@@ -213,29 +214,34 @@ class Measurer:
                                           timing.steady_rule)
 
     # -- parts ---------------------------------------------------------------------------------
-    def _prepare(self, job: dict) -> tuple[Any, dict]:
+    def _prepare(self, job: PrepareJob) -> tuple[Any, dict]:
         import json
 
         from tuner.spec import load_spec
 
-        spec = load_spec(job["spec_path"])
-        problem = job["problem"]
-        key = json.dumps([job["spec_path"], problem, job.get("seed", 0)], sort_keys=True)
+        spec = load_spec(job.spec_path)
+        problem = job.problem
+        key = json.dumps([job.spec_path, problem, job.seed], sort_keys=True)
         if key != self._problem_key:
             self._drop_reference()  # its launch arguments point at the old buffers
-            self.backend.prepare(spec, problem, job.get("seed", 0))
+            self.backend.prepare(spec, problem, job.seed)
             self._problem_key = key
         return spec, problem
 
-    def _reference_handle(self, job: dict, spec: Any, problem: dict) -> Any:
-        ref = job["reference"]
-        key = "baseline" if ref.get("baseline") else ref["cubin_path"]
+    def _check(self, handle: Any, job: CheckedJob, spec: Any, problem: dict) -> Measurement:
+        return self.backend.check(handle, spec, problem, job.check_rows, job.seed, job.tolerance)
+
+    def _reference_handle(self, job: WarmUpJob, spec: Any, problem: dict) -> Any:
+        from tuner.protocol import Kernel
+
+        ref = job.reference
+        key = ref.cubin_path if isinstance(ref, Kernel) else "baseline"
         if self._reference is None or self._reference[0] != key:
             self._drop_reference()
-            if ref.get("baseline"):
-                handle = self.backend.load_baseline(spec, problem)
+            if isinstance(ref, Kernel):
+                handle = self.backend.load(spec, ref.config, problem, ref.cubin_path)
             else:
-                handle = self.backend.load(spec, ref["config"], problem, ref["cubin_path"])
+                handle = self.backend.load_baseline(spec, problem)
             self._reference = (key, handle)
         return self._reference[1]
 

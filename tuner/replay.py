@@ -21,7 +21,6 @@ import io
 import json
 import math
 import statistics
-import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -373,29 +372,6 @@ def make_replay_spec(recording: Recording) -> KernelSpec:
 def recording_space(recording: Recording) -> Space:
     """The space a recording carries: its axes, every recorded config that ran valid."""
     return Space(make_replay_spec(recording), {}, recording.axes, list(recording.axes), [])
-
-
-def ask_seconds(space: Space, recording: Recording, trials: int) -> list[float]:
-    """Seconds of each ``study.ask()`` of the default sampler over ``trials`` replayed trials (in memory)."""
-    import optuna
-
-    from tuner.distributions import suggest
-    from tuner.sampler import ValidOnlySampler, make_base_sampler
-
-    study = optuna.create_study(sampler=ValidOnlySampler(space, make_base_sampler("tpe", 0), seed=0))
-    costs = []
-    for _ in range(trials):
-        started = time.perf_counter()
-        trial = study.ask()
-        for axis, distribution in space.distributions.items():
-            suggest(trial, axis, distribution)
-        costs.append(time.perf_counter() - started)
-        record = recording.lookup(trial.params)
-        if record is not None and record.ms is not None:
-            study.tell(trial, record.ms)
-        else:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-    return costs
 
 
 class ReplayEvaluator:

@@ -199,7 +199,7 @@ class Runner:
         # several objectives: Optuna's multi-objective TPE inside our valid-only wrapper (tuner.pareto)
         base = (pareto.sampler(settings.seed) if self.multi and settings.sampler == "tpe"
                 else make_base_sampler(settings.sampler, settings.seed))
-        self.sampler = ValidOnlySampler(space, base, seed=settings.seed, order="grid" if settings.sampler == "grid" else "random")
+        self.sampler = ValidOnlySampler(space, base, seed=settings.seed)
         prunes = settings.pruner and not self.multi  # the pruner judges time alone: off for a front
         margin = prunes and settings.prune_by == "margin"
         pruner = MarginPruner(settings.pruner_margin, settings.pruner_min_blocks) if margin else optuna.pruners.NopPruner()

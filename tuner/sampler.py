@@ -34,7 +34,8 @@ from tuner.parzen import ParzenSearch
 from tuner.pool import TRIED_STATES, Observations, Pool, trial_params
 from tuner.space import Space
 
-__all__ = ["BASE_SAMPLERS", "TRIED_STATES", "ValidOnlySampler", "make_base_sampler"]
+__all__ = ["BASE_SAMPLERS", "TRIED_STATES", "GridWalk", "OptunaProposer", "ParzenProposer", "Proposer", "RandomPick",
+           "ValidOnlySampler", "as_proposer", "make_base_sampler"]
 
 #: candidates drawn when an Optuna sampler's proposal has no untried one-axis neighbour
 NEAREST_SAMPLE = 2048
@@ -50,22 +51,108 @@ def _gp(seed: int | None, n_startup_trials: int) -> BaseSampler:
     return GPSampler(seed=seed, n_startup_trials=n_startup_trials)
 
 
-Base = BaseSampler | ParzenSearch | None
+class Proposer:
+    """Chooses the next row of the pool among the untried ones (None: none left to choose)."""
 
-#: sampler name -> factory(seed, n_startup_trials); None walks the valid set in order.
+    def propose(self, sampler: ValidOnlySampler, study, trial: FrozenTrial, search_space, pool: Pool) -> int | None:
+        raise NotImplementedError
+
+    def restart(self) -> None:
+        """The candidates changed (a new tier): forget where a walk was."""
+
+    def before_trial(self, study, trial) -> None:
+        pass
+
+    def after_trial(self, study, trial, state, values) -> None:
+        pass
+
+    def reseed_rng(self) -> None:
+        pass
+
+
+class GridWalk(Proposer):
+    """The valid set in order (Optuna's BruteForceSampler semantics, without the invalid configs)."""
+
+    def __init__(self) -> None:
+        self._cursor = 0  # rows before it are tried
+
+    def propose(self, sampler, study, trial, search_space, pool) -> int | None:
+        found = pool.first_untried(self._cursor)
+        self._cursor = found if found is not None else pool.size
+        return found
+
+    def restart(self) -> None:
+        self._cursor = 0
+
+
+class RandomPick(Proposer):
+    """An untried valid config at random."""
+
+    def propose(self, sampler, study, trial, search_space, pool) -> int | None:
+        return _first(pool.random_untried(1, sampler._rng))
+
+
+class ParzenProposer(Proposer):
+    """Ours (``tpe``): :class:`tuner.parzen.ParzenSearch` scores untried configs directly."""
+
+    def __init__(self, search: ParzenSearch):
+        self.search = search
+
+    def propose(self, sampler, study, trial, search_space, pool) -> int | None:
+        return self.search.propose(pool, sampler._ordered, sampler.prior_observations())
+
+    def reseed_rng(self) -> None:
+        self.search.reseed_rng()
+
+
+class OptunaProposer(Proposer):
+    """An Optuna sampler's proposal, moved to the nearest untried valid config."""
+
+    def __init__(self, sampler: BaseSampler):
+        self.sampler = sampler
+
+    def propose(self, sampler, study, trial, search_space, pool) -> int | None:
+        proposal = self.sampler.sample_relative(study, trial, search_space)
+        pool.update(study, exclude=trial.number)  # other workers started trials while the base sampler thought
+        if len(proposal) != len(search_space) or pool.untried == 0:  # base sampler still in its random start-up
+            return _first(pool.random_untried(1, sampler._rng))
+        return sampler.nearest(pool.encode(sampler._snap(proposal)))
+
+    def before_trial(self, study, trial) -> None:
+        self.sampler.before_trial(study, trial)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        self.sampler.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.sampler.reseed_rng()
+
+
+#: sampler name -> factory(seed, n_startup_trials) of its proposer.
 #: The study-file key and the --sampler flag take their choices from here.
-BASE_SAMPLERS: dict[str, Callable[[int | None, int], Base]] = {
-    "tpe": lambda seed, n_startup_trials: ParzenSearch(seed=seed, n_startup_trials=n_startup_trials),
-    "gp": _gp,
-    "random": lambda seed, n_startup_trials: RandomSampler(seed=seed),
-    "grid": lambda seed, n_startup_trials: None,
+BASE_SAMPLERS: dict[str, Callable[[int | None, int], Proposer]] = {
+    "tpe": lambda seed, n_startup_trials: ParzenProposer(ParzenSearch(seed=seed, n_startup_trials=n_startup_trials)),
+    "gp": lambda seed, n_startup_trials: OptunaProposer(_gp(seed, n_startup_trials)),
+    "random": lambda seed, n_startup_trials: OptunaProposer(RandomSampler(seed=seed)),
+    "grid": lambda seed, n_startup_trials: GridWalk(),
 }
 
 
-def make_base_sampler(name: str, seed: int | None, n_startup_trials: int = 10) -> Base:
+def make_base_sampler(name: str, seed: int | None, n_startup_trials: int = 10) -> Proposer:
     if name not in BASE_SAMPLERS:
         raise UserError(f"unknown sampler {name!r}: use {', '.join(BASE_SAMPLERS)}")
     return BASE_SAMPLERS[name](seed, n_startup_trials)
+
+
+def as_proposer(base: Proposer | ParzenSearch | BaseSampler | None) -> Proposer:
+    """A proposer as given, or one around our search or an Optuna sampler (None: random untried)."""
+    if isinstance(base, Proposer):
+        return base
+    if isinstance(base, ParzenSearch):
+        return ParzenProposer(base)
+    if isinstance(base, BaseSampler):
+        return OptunaProposer(base)
+    return RandomPick()
 
 
 def ordered_axis(values: Sequence[Any]) -> bool:
@@ -80,17 +167,15 @@ def ordered_axis(values: Sequence[Any]) -> bool:
 class ValidOnlySampler(BaseSampler):
     """Every proposal is a valid, not-yet-tried config of ``space``, chosen by ``base``."""
 
-    def __init__(self, space: Space, base: Base, seed: int | None = None, order: str = "random"):
+    def __init__(self, space: Space, base: Proposer | ParzenSearch | BaseSampler | None, seed: int | None = None):
         self.space = space
-        self.base = base
-        self.order = order  # "grid": walk candidates in order; else random
+        self.proposer = as_proposer(base)
         self._rng = np.random.default_rng(seed)
         self._candidates: list[dict[str, Any]] | None = None  # None: the whole valid set, enumerated on first use
         self._pool: Pool | None = None
         self._ordered = [ordered_axis(values) for values in space.axes.values()]
         self._prior_trials: list[FrozenTrial] = []
         self._prior: Observations | None = None
-        self._cursor = 0  # grid order: rows before it are tried
         self.exhausted = False
 
     # -- what the study should sample ----------------------------------------------------
@@ -102,7 +187,7 @@ class ValidOnlySampler(BaseSampler):
         """Restrict proposals (tiered mode: tier-1 set, then tier 2 on the winner)."""
         self._candidates = list(candidates)
         self._pool = None
-        self._cursor = 0
+        self.proposer.restart()
         self.exhausted = False
 
     def set_prior(self, trials: Sequence[FrozenTrial]) -> None:
@@ -128,26 +213,11 @@ class ValidOnlySampler(BaseSampler):
         if pool.untried == 0:
             self.exhausted = True
             return dict(self.candidates[0]) if self.candidates else {}
-        row = self._choose(study, trial, search_space, pool)
+        row = self.proposer.propose(self, study, trial, search_space, pool)
         if row is None:
             self.exhausted = True
             return dict(self.candidates[0])
         return pool.decode(pool.codes[row])
-
-    def _choose(self, study, trial: FrozenTrial, search_space, pool: Pool) -> int | None:
-        if self.base is None:
-            if self.order == "grid":
-                found = pool.first_untried(self._cursor)
-                self._cursor = found if found is not None else pool.size
-                return found
-            return _first(pool.random_untried(1, self._rng))
-        if isinstance(self.base, ParzenSearch):
-            return self.base.propose(pool, self._ordered, self.prior_observations())
-        proposal = self.base.sample_relative(study, trial, search_space)
-        pool.update(study, exclude=trial.number)  # other workers started trials while the base sampler thought
-        if len(proposal) != len(search_space) or pool.untried == 0:  # base sampler still in its random start-up
-            return _first(pool.random_untried(1, self._rng))
-        return self.nearest(pool.encode(self._snap(proposal)))
 
     def _snap(self, proposal: dict[str, Any]) -> dict[str, Any]:
         """An Optuna sampler's proposal on the axes' own values: a long integer axis is an
@@ -173,16 +243,13 @@ class ValidOnlySampler(BaseSampler):
         return RandomSampler().sample_independent(study, trial, param_name, param_distribution)
 
     def before_trial(self, study, trial) -> None:
-        if isinstance(self.base, BaseSampler):
-            self.base.before_trial(study, trial)
+        self.proposer.before_trial(study, trial)
 
     def after_trial(self, study, trial, state, values) -> None:
-        if isinstance(self.base, BaseSampler):
-            self.base.after_trial(study, trial, state, values)
+        self.proposer.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
-        if self.base is not None:
-            self.base.reseed_rng()
+        self.proposer.reseed_rng()
 
     # -- helpers --------------------------------------------------------------------------
     def trial_key(self, trial: FrozenTrial) -> tuple | None:

@@ -6,10 +6,7 @@ illegal address, leave a sticky error in the context, or kill the process — st
 the child: the parent records the trial's status, kills and restarts the worker, and
 the study goes on.
 
-Protocol (dicts over a Pipe): the parent sends ``{"op": "measure" | "confirm", ...}``;
-the worker answers ``{"type": "ready"}`` once inputs are in place, then one ``{"type":
-"block", "step", "value", "samples", "pairs"}`` per timed block (the parent answers
-``continue`` or ``stop``), then ``{"type": "result", ...}``.
+Protocol: the typed messages of :mod:`tuner.protocol`, encoded to plain dicts at the pipe.
 """
 
 from __future__ import annotations
@@ -25,6 +22,21 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from tuner import protocol
+from tuner.protocol import (
+    Answer,
+    Block,
+    ConfirmJob,
+    Exit,
+    Hello,
+    HostDryRunJob,
+    Job,
+    MeasureJob,
+    Message,
+    PrepareJob,
+    Ready,
+    Reply,
+)
 from tuner.record import Measurement
 
 #: called with each block (step, running value, the block's samples); True means stop
@@ -59,6 +71,10 @@ def _worker_entry(conn: Connection, backend: str, parent: int) -> None:
     from tuner.worker import worker_main
 
     worker_main(conn, backend, parent)
+
+
+#: what :meth:`Supervisor._receive` gives when the worker's end of the pipe is gone
+EOF = object()
 
 
 class WorkerDied(Exception):
@@ -127,15 +143,15 @@ class Supervisor:
             self._starting.join(timeout=10)
             self._starting, self._start_error = None, None
 
-    def prepare(self, job: dict[str, Any], op: str = "prepare") -> None:
-        """Have the worker build a problem's inputs now (``op="warm_up"``: also warm the GPU up
-        with the reference), while the first configs compile; the first measurement then finds
-        them ready. Nothing comes back: a failure shows there."""
+    def prepare(self, job: PrepareJob) -> None:
+        """Have the worker build a problem's inputs now (a :class:`~tuner.protocol.WarmUpJob`: also
+        warm the GPU up with the reference), while the first configs compile; the first measurement
+        then finds them ready. Nothing comes back: a failure shows there."""
         conn = self._conn
         if conn is None:  # no worker: the measurement starts one
             return
         try:
-            conn.send({"op": op, **job})
+            conn.send(protocol.encode(job))
         except (OSError, BrokenPipeError):
             pass
 
@@ -164,17 +180,17 @@ class Supervisor:
     def _greet(self, timeout_s: float) -> dict[str, Any]:
         """Wait for the spawned worker's hello: the device it found, or why it found none."""
         message = self._receive(timeout_s)
-        if message is None or message.get("type") != "hello":  # timeout, eof or error
-            error = (message or {}).get("error", "no answer from the GPU worker")
+        if not isinstance(message, Hello):  # timeout, eof or error
+            error = getattr(message, "error", "no answer from the GPU worker")
             self.stop()
             raise WorkerDied(error)
-        self.device = message.get("device", {})
+        self.device = message.device
         return self.device
 
     def stop(self) -> None:
         if self._conn is not None:
             try:
-                self._conn.send({"op": "exit"})
+                self._conn.send(protocol.encode(Exit()))
             except (OSError, BrokenPipeError):
                 pass
         self._kill()
@@ -202,27 +218,27 @@ class Supervisor:
         return self._proc is not None and self._proc.is_alive()
 
     # -- one job ------------------------------------------------------------------------------
-    def measure(self, job: dict[str, Any], timeout_s: float, report: Report) -> Measurement:
+    def measure(self, job: MeasureJob, timeout_s: float, report: Report) -> Measurement:
         """Run one measurement job; a hang or a dead worker becomes a status, never a raise."""
-        return self._run("measure", job, timeout_s, report)
+        return self._run(job, timeout_s, report)
 
-    def confirm(self, job: dict[str, Any], timeout_s: float) -> Measurement:
+    def confirm(self, job: ConfirmJob, timeout_s: float) -> Measurement:
         """Time several configs round-robin (``extra["times"]``); faults become a status."""
-        return self._run("confirm", job, timeout_s, lambda step, value, samples: False)
+        return self._run(job, timeout_s, lambda step, value, samples: False)
 
-    def host_dry_run(self, job: dict[str, Any], timeout_s: float) -> Measurement:
+    def host_dry_run(self, job: HostDryRunJob, timeout_s: float) -> Measurement:
         """Launch stubs that write back what they receive (:mod:`tuner.host_dry_run`); each
         case's bytes come back in ``extra["results"]``; faults become a status."""
-        return self._run("host_dry_run", job, timeout_s, lambda step, value, samples: False)
+        return self._run(job, timeout_s, lambda step, value, samples: False)
 
-    def _run(self, op: str, job: dict[str, Any], timeout_s: float, report: Report) -> Measurement:
+    def _run(self, job: Job, timeout_s: float, report: Report) -> Measurement:
         if not self.alive:
             self._start(120.0)
         try:
-            self._pipe().send({"op": op, **job})
+            self._pipe().send(protocol.encode(job))
         except (OSError, BrokenPipeError):
             self.restart()
-            self._pipe().send({"op": op, **job})
+            self._pipe().send(protocol.encode(job))
 
         deadline_s = SETUP_TIMEOUT_S  # until the worker says its inputs are ready
         blocks: list[float] = []
@@ -232,7 +248,7 @@ class Supervisor:
             if message is None:  # silence: a kernel that never finishes
                 self.restart_quietly()
                 return Measurement("hang", reason=f"no progress for {deadline_s:.0f} s: worker killed and restarted", blocks=blocks)
-            if message.get("type") == "eof":  # the worker process died under us
+            if message is EOF:  # the worker process died under us
                 proc = self._proc  # None when stop() ran meanwhile
                 code = None
                 if proc is not None:
@@ -240,18 +256,17 @@ class Supervisor:
                     code = proc.exitcode
                 self.restart_quietly()
                 return Measurement("launch_error", reason=f"worker died (exit code {code}): restarted", blocks=blocks)
-            kind = message.get("type")
-            if kind == "ready":
+            if isinstance(message, Ready):
                 deadline_s = timeout_s
-            elif kind == "block":
-                blocks.append(message["value"])
-                stop = report(message["step"], message["value"], message.get("samples", []))
-                self._pipe().send({"op": "stop" if stop else "continue"})
+            elif isinstance(message, Block):
+                blocks.append(message.value)
+                stop = report(message.step, message.value, message.samples)
+                self._pipe().send(protocol.encode(Answer(stop)))
                 deadline_s = timeout_s
-            elif kind == "result":
-                result = Measurement(**message["measurement"])
+            elif isinstance(message, Reply):
+                result = message.measurement
                 result.blocks = blocks or result.blocks
-                if message.get("restart"):  # a sticky CUDA error poisons the context
+                if message.restart:  # a sticky CUDA error poisons the context
                     self.restart_quietly()
                 return result
             else:
@@ -267,13 +282,14 @@ class Supervisor:
             raise WorkerDied("the GPU worker is not running")
         return self._conn
 
-    def _receive(self, timeout_s: float) -> dict | None:
+    def _receive(self, timeout_s: float) -> Message | object | None:
+        """The worker's next message; ``EOF`` when it is gone, None after ``timeout_s`` of silence."""
         conn = self._conn
         if conn is None:  # no worker to hear from
-            return {"type": "eof"}
+            return EOF
         try:
             if conn.poll(timeout_s):
-                return conn.recv()
+                return protocol.decode(conn.recv())
         except (EOFError, OSError):
-            return {"type": "eof"}
+            return EOF
         return None

@@ -23,13 +23,27 @@ from typing import Any
 
 import numpy as np
 
-from tuner import host_dry_run
+from tuner import host_dry_run, protocol
 from tuner.arch import plain_target
 from tuner.device_inputs import InputGenerator, input_seed
 from tuner.driver import CudaError, kernel_params, launch_config, tensor_map
 from tuner.driver import check as _ck
 from tuner.measure import LaunchFailed, Measurer
 from tuner.precision import Tolerance
+from tuner.protocol import (
+    Answer,
+    Block,
+    ConfirmJob,
+    Exit,
+    Hello,
+    HostDryRunJob,
+    MeasureJob,
+    PrepareJob,
+    Ready,
+    Reply,
+    StartFailed,
+    WarmUpJob,
+)
 from tuner.record import Measurement
 from tuner.spec import OutputSpec, RandomTable
 from tuner.verify import CheckResult, DeviceVerifier, rows_to_sample, verdict
@@ -42,13 +56,13 @@ class Channel:
         self.conn = conn
 
     def ready(self) -> None:
-        self.conn.send({"type": "ready"})
+        self.conn.send(protocol.encode(Ready()))
 
     def block(self, step: int, value: float, samples: list[float], pairs: int) -> bool:
         """Report a block of pair ratios; True when the parent says stop (pruned)."""
-        self.conn.send({"type": "block", "step": step, "value": value, "samples": samples, "pairs": pairs})
-        answer = self.conn.recv()
-        return answer.get("op") == "stop"
+        self.conn.send(protocol.encode(Block(step, value, samples, pairs)))
+        answer = protocol.decode(self.conn.recv())
+        return isinstance(answer, Answer) and answer.stop
 
 
 def _load_backend(name: str):
@@ -75,38 +89,41 @@ def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
         backend = _load_backend(backend_name)
         device = backend.hello()
     except Exception as exc:
-        conn.send({"type": "error", "error": f"{type(exc).__name__}: {exc}"})
+        conn.send(protocol.encode(StartFailed(f"{type(exc).__name__}: {exc}")))
         return
-    conn.send({"type": "hello", "device": device})
+    conn.send(protocol.encode(Hello(device)))
     channel = Channel(conn)
     measurer = Measurer(backend)
-    jobs = {"measure": measurer.measure, "confirm": measurer.confirm,
-            "host_dry_run": lambda job, channel: host_dry_run.worker_job(measurer, backend, job, channel)}
     while True:
         try:
-            job = conn.recv()
+            job = protocol.decode(conn.recv())
         except EOFError:
             return
-        if job.get("op") == "exit":
+        if isinstance(job, Exit):
             return
-        if job.get("op") in ("prepare", "warm_up"):  # ahead of the first job; a failure shows in that job
+        if type(job) is PrepareJob or type(job) is WarmUpJob:  # ahead of the first job; a failure shows in that job
             try:
-                if job["op"] == "prepare":
-                    measurer.prepare(job)
-                else:
+                if isinstance(job, WarmUpJob):
                     measurer.warm_up(job, lambda: conn.poll(0.001))  # (the wait also paces a GPU-less double)
+                elif isinstance(job, PrepareJob):
+                    measurer.prepare(job)
             except Exception:
                 pass
             continue
-        if job.get("op") not in jobs:
-            continue
         try:
-            measurement, restart = jobs[job["op"]](job, channel)
+            if isinstance(job, MeasureJob):
+                measurement, restart = measurer.measure(job, channel)
+            elif isinstance(job, ConfirmJob):
+                measurement, restart = measurer.confirm(job, channel)
+            elif isinstance(job, HostDryRunJob):
+                measurement, restart = host_dry_run.worker_job(measurer, backend, job, channel)
+            else:
+                continue
         except Exception as exc:  # a bug or an unexpected driver error: report, then restart
             measurement = Measurement("launch_error", reason=f"{type(exc).__name__}: {exc}"[:500])
             measurement.extra["traceback"] = traceback.format_exc()[-2000:]
             restart = True
-        conn.send({"type": "result", "measurement": measurement.to_json(), "restart": restart})
+        conn.send(protocol.encode(Reply(measurement, restart)))
         if restart:
             return
 
@@ -188,7 +205,7 @@ class CudaBackend:
             self.generator = InputGenerator(self.cu, self.stream, plain_target(self.device["cc"]), self.device["sm_count"])
         return self.generator
 
-    def _inputs_on_host(self) -> dict[str, np.ndarray]:
+    def inputs_on_host(self) -> dict[str, np.ndarray]:
         """Every input as a host array: generated ones are copied back (the sampled host check
         needs them; the check on the device does not)."""
         for name, table in list(self.generated.items()):
@@ -281,10 +298,36 @@ class CudaBackend:
     def unload(self, handle) -> None:
         handle.close()
 
+    def launch(self, handle) -> None:
+        """Run a loaded kernel once on poisoned outputs and wait for it (no check: :meth:`check` does one)."""
+        self.poison()
+        try:
+            handle.run()
+            _ck("cuStreamSynchronize", self.cu.cuStreamSynchronize(self.stream))
+        except CudaError as exc:
+            raise LaunchFailed(str(exc), self._context_broken()) from None
+
+    def read_output(self, name: str) -> np.ndarray:
+        """Output ``name`` as the kernel left it (its raw dtype, e.g. BF16 bits as uint16), on the host."""
+        out = self.outputs[name]
+        raw = np.empty(out.shape, dtype=out.dtype)
+        _ck("cuMemcpyDtoH", self.cu.cuMemcpyDtoH(raw.ctypes.data, self.buffers[name], raw.nbytes))
+        return raw
+
+    def read_expected(self) -> np.ndarray | None:
+        """The first output's expected values (FP32) from the spec's reference kernel; None without one."""
+        verifier = self.verifier
+        if verifier is None or verifier.expected is None:
+            return None
+        out = next(iter(self.outputs.values()))
+        expected = np.empty(out.shape, dtype=np.float32)
+        _ck("cuMemcpyDtoH", self.cu.cuMemcpyDtoH(expected.ctypes.data, verifier.expected, expected.nbytes))
+        return expected
+
     # -- checks and timing -------------------------------------------------------------------
     def check(self, handle, spec, problem: dict, check_rows: int, seed: int, tolerance: dict | None = None) -> Measurement:
         cu = self.cu
-        self._poison()
+        self.poison()
         try:
             handle.run()
         except CudaError as exc:
@@ -366,7 +409,8 @@ class CudaBackend:
         err, = self.cu.cuCtxSynchronize()
         return err != self.cu.CUresult.CUDA_SUCCESS
 
-    def _poison(self) -> None:
+    def poison(self) -> None:
+        """Fill the outputs with NaN patterns (queued on the stream): a value the kernel never writes shows."""
         from tuner.numerics import POISON_BF16
 
         cu = self.cu
@@ -392,7 +436,7 @@ class CudaBackend:
             result = self._host_check(spec, problem, name, out, n_rows, seed, tolerance)
             verifier.store_hashes(self.buffers[name])
         if result.n_bad <= result.allowed_bad:
-            self._poison()
+            self.poison()
             try:
                 run()
                 _ck("cuStreamSynchronize", cu.cuStreamSynchronize(self.stream))
@@ -414,7 +458,7 @@ class CudaBackend:
         for i, r in enumerate(rows):
             _ck("cuMemcpyDtoH", cu.cuMemcpyDtoH(got[i].ctypes.data, base + int(r) * cols * itemsize, cols * itemsize))
         values = decode(got, out)
-        ref = np.asarray(spec.reference(self._inputs_on_host(), problem, rows), dtype=np.float32).reshape(values.shape)
+        ref = np.asarray(spec.reference(self.inputs_on_host(), problem, rows), dtype=np.float32).reshape(values.shape)
         return host_check(values, ref, rows, rows_total * cols, tolerance)
 
 

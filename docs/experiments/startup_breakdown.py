@@ -42,6 +42,7 @@ if __name__ == "__main__":
     from tuner.cli import _reference
     from tuner.compile import CompilePool
     from tuner.measure import Measurer, Timing
+    from tuner.protocol import Kernel, MeasureJob
 
     t = time.perf_counter()
     reference = _reference(cfg, space)
@@ -55,15 +56,15 @@ if __name__ == "__main__":
         def block(self, step, value, samples, pairs):
             return False
 
-    job = {"spec_path": str(spec.path), "problem": cfg.problem, "seed": 0, "check_rows": 0,
-           "reference": {"config": reference, "cubin_path": built.cubin_path}, "timing": {}}
+    kernel = Kernel(reference, str(built.cubin_path))
+    job = MeasureJob(spec_path=str(spec.path), problem=cfg.problem, seed=0, reference=kernel, candidate=kernel)
     measurer = Measurer(backend)
     t = time.perf_counter()
     measurer.warm_up(job, lambda: True)
     mark(f"worker: session warm-up ({Timing().session_warmup_ms:.0f} ms of reference launches)", t)
     for attempt in ("first", "second"):
         t = time.perf_counter()
-        result, _ = measurer.measure({**job, "config": reference, "cubin_path": built.cubin_path}, Quiet())
+        result, _ = measurer.measure(job, Quiet())
         mark(f"worker: measure the reference as a trial ({attempt}: {result.status}, {result.extra.get('pairs')} pairs)", t)
         t = time.perf_counter()
         handle = backend.load(spec, reference, cfg.problem, built.cubin_path)

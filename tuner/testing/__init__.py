@@ -11,9 +11,14 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.inline import toml_text
+
+if TYPE_CHECKING:
+    from tuner.protocol import MeasureJob
+    from tuner.replay import Recording
+    from tuner.space import Space
 
 #: the repository's example kernel spec (a small FP32 GEMM), for study files written by tests
 EXAMPLE_SGEMM = Path(__file__).resolve().parents[2] / "kernel" / "example_sgemm.py"
@@ -34,11 +39,15 @@ def replay_space(path: str | Path):
 
 
 def measure_job(spec_path: str | Path, problem: Mapping[str, Any], config: Mapping[str, Any],
-                reference: Mapping[str, Any] | None = None, **timing: Any) -> dict:
+                reference: Mapping[str, Any] | None = None, **timing: Any) -> MeasureJob:
     """A measure job as the GPU evaluator sends it to the worker (a fake backend never opens the cubins)."""
-    return {"spec_path": str(spec_path), "problem": dict(problem), "config": dict(config), "cubin_path": "candidate.cubin",
-            "seed": 0, "reference": {"config": dict(reference or {}), "cubin_path": "reference.cubin"},
-            "timing": {"session_warmup_ms": 10, "warmup_ms": 5, **timing}}
+    from tuner.measure import Timing
+    from tuner.protocol import Kernel, MeasureJob
+
+    return MeasureJob(spec_path=str(spec_path), problem=dict(problem), seed=0,
+                      candidate=Kernel(dict(config), "candidate.cubin"),
+                      reference=Kernel(dict(reference or {}), "reference.cubin"),
+                      timing=Timing.of({"session_warmup_ms": 10, "warmup_ms": 5, **timing}))
 
 
 def write_study(folder: str | Path, name: str, *, tier1: Mapping[str, list], tier2: Mapping[str, list] | None = None,
@@ -78,3 +87,28 @@ def cli(*args: Any) -> CliResult:
         except SystemExit as exc:  # argparse's errors and --help
             code = exc.code if isinstance(exc.code, int) else 1
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def ask_seconds(space: Space, recording: Recording, trials: int) -> list[float]:
+    """Seconds of each ``study.ask()`` of the default sampler over ``trials`` replayed trials (in memory)."""
+    import time
+
+    import optuna
+
+    from tuner.distributions import suggest
+    from tuner.sampler import ValidOnlySampler, make_base_sampler
+
+    study = optuna.create_study(sampler=ValidOnlySampler(space, make_base_sampler("tpe", 0), seed=0))
+    costs = []
+    for _ in range(trials):
+        started = time.perf_counter()
+        trial = study.ask()
+        for axis, distribution in space.distributions.items():
+            suggest(trial, axis, distribution)
+        costs.append(time.perf_counter() - started)
+        record = recording.lookup(trial.params)
+        if record is not None and record.ms is not None:
+            study.tell(trial, record.ms)
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    return costs
