@@ -9,6 +9,7 @@ user attributes of docs/ENGINE.md; failures become PRUNED trials with a status a
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -64,6 +65,8 @@ class Objective:
         self._best_cache: tuple[float, float | None] = (-float("inf"), None)  # (read at, best value)
         self._keys: dict[int, tuple] = {}  # trial number -> config key
         self.objectives = tuple(objectives)  # ("time",), or ("time", "energy"): a multi-objective study
+        self._indexed: set[int] = set()  # numbers of the finished trials in _finished_by_key
+        self._finished_by_key: dict[tuple | None, list[FrozenTrial]] = {}  # finished trials by config, by number
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         return self.finish(trial, self.begin(trial))
@@ -192,8 +195,9 @@ class Objective:
         ``twin``, measured by another worker at the same moment: then the bar is the same.
         """
         started = trial.datetime_start  # a twin that finished after this trial began ran alongside it
-        for t in trials:
-            if not t.state.is_finished() or t.number == trial.number or self._key_of(t) != key:
+        self._index_finished(trials)
+        for t in self._finished_by_key.get(key, []):
+            if t.number == trial.number:
                 continue
             status = t.user_attrs.get("status")
             concurrent = twin or (started is not None and t.datetime_complete is not None and t.datetime_complete >= started)
@@ -209,6 +213,21 @@ class Objective:
             stored.reason = f"repeat of trial {t.number} ({status}); stored result reused"
             return stored
         return None
+
+    def _index_finished(self, trials: list[FrozenTrial]) -> None:
+        """Index the finished trials of ``trials`` (sorted by number, holding every one indexed
+        before) by config, once each: a lookup then costs the same however many trials finished.
+        New ones are near the end: the walk back stops once all not yet indexed were seen."""
+        left = len(trials) - len(self._indexed)
+        for t in reversed(trials):
+            if left <= 0:
+                break
+            if t.number in self._indexed:
+                continue
+            left -= 1
+            if t.state.is_finished():
+                self._indexed.add(t.number)
+                bisect.insort(self._finished_by_key.setdefault(self._key_of(t), []), t, key=lambda f: f.number)
 
     def _await_twin(self, trials: list[FrozenTrial], trial: optuna.Trial, key: tuple) -> Measurement | None:
         """Another worker is measuring this very config (both sampled it at once): wait, reuse.

@@ -8,6 +8,7 @@ tiered plan (tier 1, then tier 2 on the tier-1 winner) when asked.
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 import sys
 import time
@@ -167,14 +168,16 @@ def study_attrs(kind: str, space: Space, arch: str, device: dict, nvrtc: str, sh
 @dataclass
 class _Tally:
     """What each trial means for one phase's budget: its config key and whether it takes a
-    place. A finished trial's is computed once (it never changes), so a check costs a lookup
-    per trial instead of re-deriving every trial's config: the cost of a trial stays flat as
-    the study grows (bench/bench_trial_cost.py)."""
+    place. A finished trial's is computed once (it never changes) and summed as it arrives,
+    so a check looks only at the trials in flight and those finished since the last one: the
+    cost of a trial stays flat as the study grows (bench/bench_trial_cost.py)."""
 
     key_of: Callable[[FrozenTrial], tuple | None]
     counts: Callable[[FrozenTrial], bool]
     untried: set  # the phase's candidates no finished trial took
     _finished: dict[int, tuple[tuple | None, bool]] = field(default_factory=dict)
+    used: int = 0  # finished trials that take a place
+    _counting: list[int] = field(default_factory=list)  # their numbers, sorted
 
     def facts(self, t: FrozenTrial) -> tuple[tuple | None, bool]:
         fact = self._finished.get(t.number)
@@ -183,7 +186,32 @@ class _Tally:
             if t.state.is_finished():
                 self._finished[t.number] = fact
                 self.untried.discard(fact[0])
+                if fact[1]:
+                    self.used += 1
+                    bisect.insort(self._counting, t.number)
         return fact
+
+    def open_trials(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
+        """Tally the newly finished of ``trials`` (a read that holds every finished trial seen
+        before) and return the rest, in flight. New ones are near the end: the walk back stops
+        once as many trials as are not tallied yet were found."""
+        left = len(trials) - len(self._finished)
+        unknown = []
+        for t in reversed(trials):
+            if left <= 0:
+                break
+            if t.number not in self._finished:
+                unknown.append(t)
+                left -= 1
+        return [t for t in reversed(unknown) if not self._record_if_finished(t)]
+
+    def _record_if_finished(self, t: FrozenTrial) -> bool:
+        self.facts(t)
+        return t.number in self._finished
+
+    def counting_before(self, number: int) -> int:
+        """Finished trials numbered below ``number`` that take a place."""
+        return bisect.bisect_left(self._counting, number)
 
 
 class Runner:
@@ -310,11 +338,12 @@ class Runner:
 
         def may_ask() -> bool:
             in_flight: set = set()
-            used = 0
-            for t in self.study.get_trials(deepcopy=False, states=TRIED_STATES):
+            open_trials = tally.open_trials(self.study.get_trials(deepcopy=False, states=TRIED_STATES))
+            used = tally.used  # after the newly finished are tallied
+            for t in open_trials:
                 key, counts = tally.facts(t)
                 used += counts
-                if key is not None and not t.state.is_finished():
+                if key is not None:
                     in_flight.add(key)
             return bool(tally.untried - in_flight) and used < target
 
@@ -327,7 +356,8 @@ class Runner:
 
         def admits(trial) -> bool:
             trials = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, *FINISHED))
-            return sum(1 for t in trials if t.number < trial.number and tally.facts(t)[1]) < target
+            open_before = sum(1 for t in tally.open_trials(trials) if t.number < trial.number and tally.facts(t)[1])
+            return tally.counting_before(trial.number) + open_before < target
 
         return admits
 
