@@ -20,10 +20,12 @@ from tuner.echo_stub import (
     differences,
     directive_differences,
     expected_args,
+    launch_from_json,
+    launch_to_json,
     record_size,
     stub_source,
 )
-from tuner.host_dry_run import TARGET_DEVICES, fit, launch_from_json, launch_to_json
+from tuner.host_dry_run import TARGET_DEVICES, fit
 from tuner.ptx_entry import parse_entry
 from tuner.space import Space
 from tuner.spec import Buffer, Launch, Scalar, TensorMap, load_spec

@@ -11,11 +11,15 @@ itself there. :func:`differences` compares that record with what a launch descri
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 from tuner.ptx_entry import PtxEntry, PtxParam
 from tuner.spec import Arg, Buffer, Launch, Scalar, TensorMap
+
+if TYPE_CHECKING:
+    from tuner.protocol import HostDryRunJob
 
 #: the stub's result buffer (a ``__device__`` global: the stub keeps the real parameter list)
 RECORD = "tuner_host_dry_run_record"
@@ -216,3 +220,46 @@ def differences(launch: Launch, entry: PtxEntry, sent: Sequence[bytes], received
                          f"(first at {first}: meant {want_bytes[first:first + 8].hex()}, received "
                          f"{got_bytes[first:first + 8].hex()})")
     return found
+
+
+# -- the worker's side: launches as JSON, the stub launched and read back ---------------------------------------------------------------------
+
+
+def launch_to_json(launch: Launch) -> dict[str, Any]:
+    return {**asdict(launch), "args": [{"kind": type(a).__name__, **asdict(a)} for a in launch.args]}
+
+
+def launch_from_json(data: Mapping[str, Any]) -> Launch:
+    kinds = {"Buffer": Buffer, "Scalar": Scalar, "TensorMap": TensorMap}
+    args: list[Arg] = []
+    for a in data["args"]:
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in a.items() if k != "kind"}
+        args.append(kinds[a["kind"]](**fields))
+    return Launch(grid=tuple(data["grid"]), block=tuple(data["block"]), args=args,  # type: ignore[arg-type]
+                  cluster=tuple(data["cluster"]), smem_bytes=int(data["smem_bytes"]))  # type: ignore[arg-type]
+
+
+def worker_job(measurer, backend, job: HostDryRunJob, channel) -> tuple[Any, bool]:
+    """The worker's side (``op: host_dry_run``): the problem's buffers (as a measurement has them),
+    then each case's stub launched and its record read back, with the bytes the spec meant."""
+    from tuner.measure import LaunchFailed
+    from tuner.record import Measurement
+
+    measurer.prepare(job)
+    channel.ready()
+    results: list[dict[str, Any]] = []
+    for step, case in enumerate(job.cases):
+        launch = launch_from_json(case["launch"])
+        try:
+            sent = expected_args(launch, backend.buffer_address, backend.tensor_map_bytes)
+            raw = backend.echo(launch, case["kernel_name"], case["image"], RECORD, case["record_size"])
+            results.append({"sent": [s.hex() for s in sent], "record": raw.hex()})
+        except LaunchFailed as exc:
+            results.append({"error": exc.reason})
+            if exc.restart:
+                return Measurement("launch_error", reason=exc.reason, extra={"results": results}), True
+        except (struct.error, KeyError) as exc:  # a scalar its type cannot hold, a buffer the problem lacks
+            results.append({"error": f"{type(exc).__name__}: {exc}"})
+        if step % 16 == 15:
+            channel.block(step, float(step + 1), [], step + 1)
+    return Measurement("ok", extra={"results": results}), False

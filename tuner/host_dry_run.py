@@ -19,30 +19,27 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import struct
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 from tuner.arch import ArchLimits, limits, plain_target
 from tuner.echo_stub import (
-    RECORD,
     abi_differences,
     decode_record,
     differences,
     directive_differences,
-    expected_args,
+    launch_to_json,
     record_size,
     stub_source,
 )
 from tuner.errors import UserError
 from tuner.protocol import HostDryRunJob, PrepareJob
 from tuner.ptx_entry import PtxEntry, parse_entry
-from tuner.spec import Arg, Buffer, DeviceInfo, Launch, Scalar, TensorMap
+from tuner.spec import DeviceInfo, Launch
 from tuner.supervisor import WorkerDied
 
 #: the device a study's arch means when nobody here has one (a spec's launch may depend on it)
@@ -94,49 +91,6 @@ def fit(launch: Launch, entry: PtxEntry, host: ArchLimits, target: ArchLimits) -
         compiled = small if compiled else None
         launch = replace(launch, cluster=small)
     return Fitted(launch, compiled, tuple(capped), tuple(violations))
-
-
-# -- the jobs sent to the worker ---------------------------------------------------------------------
-
-
-def launch_to_json(launch: Launch) -> dict[str, Any]:
-    return {**asdict(launch), "args": [{"kind": type(a).__name__, **asdict(a)} for a in launch.args]}
-
-
-def launch_from_json(data: Mapping[str, Any]) -> Launch:
-    kinds = {"Buffer": Buffer, "Scalar": Scalar, "TensorMap": TensorMap}
-    args: list[Arg] = []
-    for a in data["args"]:
-        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in a.items() if k != "kind"}
-        args.append(kinds[a["kind"]](**fields))
-    return Launch(grid=tuple(data["grid"]), block=tuple(data["block"]), args=args,  # type: ignore[arg-type]
-                  cluster=tuple(data["cluster"]), smem_bytes=int(data["smem_bytes"]))  # type: ignore[arg-type]
-
-
-def worker_job(measurer, backend, job: HostDryRunJob, channel) -> tuple[Any, bool]:
-    """The worker's side (``op: host_dry_run``): the problem's buffers (as a measurement has them),
-    then each case's stub launched and its record read back, with the bytes the spec meant."""
-    from tuner.measure import LaunchFailed
-    from tuner.record import Measurement
-
-    measurer.prepare(job)
-    channel.ready()
-    results: list[dict[str, Any]] = []
-    for step, case in enumerate(job.cases):
-        launch = launch_from_json(case["launch"])
-        try:
-            sent = expected_args(launch, backend.buffer_address, backend.tensor_map_bytes)
-            raw = backend.echo(launch, case["kernel_name"], case["image"], RECORD, case["record_size"])
-            results.append({"sent": [s.hex() for s in sent], "record": raw.hex()})
-        except LaunchFailed as exc:
-            results.append({"error": exc.reason})
-            if exc.restart:
-                return Measurement("launch_error", reason=exc.reason, extra={"results": results}), True
-        except (struct.error, KeyError) as exc:  # a scalar its type cannot hold, a buffer the problem lacks
-            results.append({"error": f"{type(exc).__name__}: {exc}"})
-        if step % 16 == 15:
-            channel.block(step, float(step + 1), [], step + 1)
-    return Measurement("ok", extra={"results": results}), False
 
 
 # -- the whole run -----------------------------------------------------------------------------------

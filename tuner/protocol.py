@@ -15,8 +15,44 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from tuner.measure import Timing
+from tuner.paired import StopRule
 from tuner.record import Measurement
+from tuner.steady import SteadyRule
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How one measurement is timed (the ``timing`` part of a job)."""
+
+    warmup: int = 5
+    warmup_ms: float = 100.0
+    block: int = 10
+    min_pairs: int = 20
+    max_pairs: int = 200
+    ci_target: float = 0.0025
+    regime: str = "sustained"
+    idle_s: float = 2.0  # burst: the GPU rests this long before the candidate's pairs
+    session_warmup_ms: float = 1000.0  # sustained: the reference runs at least this long before the first trial,
+    session_warmup_cap_s: float = 4.0  # then on until its time is steady (tuner.steady), at most this long
+    # an H200 at its 700 W cap keeps 100 ms block medians ~1.2 % apart once loaded (2026-11-26): a tighter
+    # spread never holds there, so only the trend (half of this) tells a ramp from the cap's wobble
+    steady_tolerance: float = 0.015
+    steady_block_ms: float = 100.0
+    energy_s: float = 0.0  # after timing, the candidate and then the reference run alone this long for energy
+
+    @property
+    def stop_rule(self) -> StopRule:
+        return StopRule(self.ci_target, self.min_pairs, self.max_pairs)
+
+    @property
+    def steady_rule(self) -> SteadyRule:
+        return SteadyRule(tolerance=self.steady_tolerance, block_ms=self.steady_block_ms,
+                          min_ms=self.session_warmup_ms, cap_ms=self.session_warmup_cap_s * 1e3)
+
+    @classmethod
+    def of(cls, data: dict | None) -> Timing:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
 
 
 @dataclass(frozen=True)

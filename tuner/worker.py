@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner import host_dry_run, protocol
+from tuner import echo_stub, protocol
 from tuner.arch import plain_target
 from tuner.device_inputs import InputGenerator, input_seed
 from tuner.driver import CudaError, kernel_params, launch_config, tensor_map
@@ -116,7 +116,7 @@ def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
             elif isinstance(job, ConfirmJob):
                 measurement, restart = measurer.confirm(job, channel)
             elif isinstance(job, HostDryRunJob):
-                measurement, restart = host_dry_run.worker_job(measurer, backend, job, channel)
+                measurement, restart = echo_stub.worker_job(measurer, backend, job, channel)
             else:
                 continue
         except Exception as exc:  # a bug or an unexpected driver error: report, then restart
