@@ -22,14 +22,14 @@ import time
 import warnings
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypedDict
 
 from tuner.lifetime import exit_with
+from tuner.source import SourceBundle
 from tuner.spec import Config, KernelSpec, Problem, load_spec
 
-_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 _REGS = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _STACK = re.compile(r"(\d+) bytes stack frame")
@@ -66,37 +66,6 @@ class CompileLimits:
 
     max_regs: int = 255
     reject_spills: bool = True
-
-
-@dataclass
-class SourceBundle:
-    """A ``.cu`` file and the local headers it includes, as NVRTC will see them."""
-
-    name: str
-    text: str
-    headers: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def load(cls, path: Path) -> SourceBundle:
-        path = Path(path)
-        text = path.read_text()
-        headers: dict[str, str] = {}
-        pending = list(_INCLUDE.findall(text))
-        while pending:
-            include = pending.pop()
-            if include in headers:
-                continue
-            header_path = path.parent / include
-            if header_path.is_file():  # anything else must be an NVRTC built-in header
-                headers[include] = header_path.read_text()
-                pending.extend(_INCLUDE.findall(headers[include]))
-        return cls(path.name, text, headers)
-
-    def digest(self) -> str:
-        h = hashlib.sha256(self.text.encode())
-        for name in sorted(self.headers):
-            h.update(name.encode() + b"\0" + self.headers[name].encode())
-        return h.hexdigest()
 
 
 def nvrtc_version() -> str:

@@ -207,7 +207,7 @@ class KernelSpec:
     def source_hash(self) -> str:
         """Hash of the kernel source as compiled: the ``.cu`` and the local headers it
         includes, the same bundle the compile cache keys on."""
-        from tuner.compile import SourceBundle
+        from tuner.source import SourceBundle
 
         return SourceBundle.load(self.source_path).digest()[:16]
 
