@@ -10,13 +10,14 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import KERNEL_TUNER_CACHES
-from tuner import parzen
-from tuner.parzen import ParzenSearch, choose_kernels
-from tuner.pool import Observations
-from tuner.replay import Record, Recording, ReplayEvaluator, recording_space
-from tuner.runner import Runner, RunSettings
-from tuner.sampler import ValidOnlySampler, make_base_sampler
-from tuner.space import Space
+from tuner.evaluate.replay import Record, Recording, ReplayEvaluator, recording_space
+from tuner.run.runner import Runner, RunSettings
+from tuner.search import parzen
+from tuner.search.parzen import ParzenSearch, choose_kernels
+from tuner.search.pool import Observations
+from tuner.search.sampler import BASE_SAMPLERS, ValidOnlySampler, make_base_sampler
+from tuner.search.space import Space
+from tuner.study.options import SAMPLERS
 from tuner.testing import ask_seconds, replay_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -227,3 +228,9 @@ def test_warm_start_prior_shapes_the_first_proposals(tmp_path):
           f"best at 25 with the prior: {statistics.mean(warm_best):.3f} {warm_best}")
     assert statistics.mean(warm_first) > statistics.mean(cold_first) + 0.1
     assert statistics.mean(warm_best) >= 0.95
+
+
+def test_every_sampler_the_options_table_names_has_a_maker():
+    assert set(SAMPLERS) == set(BASE_SAMPLERS)
+    for name in SAMPLERS:
+        assert make_base_sampler(name, seed=0) is not None
