@@ -91,14 +91,15 @@ def test_without_a_probe_the_defaults_stay_the_reference(tmp_path, cache_dir):
 
 def test_a_resume_keeps_the_reference_and_warns_when_the_session_moves_its_values(tmp_path, cache_dir):
     url = f"sqlite:///{tmp_path / 's.db'}"
-    first = run_text(study_file(tmp_path, confirm_top=3), url, cache_dir)
+    quiet = {"FAKE_NOISE": "0.0005"}  # stored values well within the resolution: a shift of 1 % stands out
+    first = run_text(study_file(tmp_path, confirm_top=3), url, cache_dir, env=quiet)
     assert "confirmed winner" in first.stderr and "warning" not in first.stderr
     assert f"reference: chosen as the fastest of the first {PROBE} configs" in first.stdout
     choice = optuna.load_study(study_name="probe", storage=url).user_attrs[CHOICE]
 
     # another session, whose ratios sit 1 % above the first's (the resolution is 0.1 %)
     second = run_text(study_file(tmp_path, confirm_top=3), url, cache_dir, "--trials", 6,
-                      env={"FAKE_SESSION_SHIFT": "0.01"})
+                      env={**quiet, "FAKE_SESSION_SHIFT": "0.01"})
     study = optuna.load_study(study_name="probe", storage=url)
     assert study.user_attrs[CHOICE] == choice and study.user_attrs["objective"]["reference"] == choice["flags"]
     new = study.trials[-1]
@@ -124,3 +125,38 @@ def test_a_worker_does_not_join_a_study_still_choosing_its_reference(tmp_path):
     study.set_user_attr(CHOICE, {"state": PROBING, "probed": 8})
     with pytest.raises(UserError, match="is choosing its reference"):
         adopt(study, _Evaluator(), {})
+
+
+def test_only_a_checked_config_is_chosen_and_a_milliseconds_study_keeps_its_values(tmp_path):
+    """A probe held as the pipeline holds it: a wrong output never becomes the reference, however
+    fast; with ``value = "ms"`` the values stay (ratio x the reference's time: both move)."""
+    from types import SimpleNamespace
+
+    from tuner.gpu import GpuEvaluator
+    from tuner.objective import Begun
+    from tuner.options import MeasureSettings
+    from tuner.probe import Probe
+    from tuner.record import Measurement
+    from tuner.spec import load_spec
+    from tuner.testing import EXAMPLE_SGEMM
+
+    spec = load_spec(EXAMPLE_SGEMM)
+    problem = {"M_DIM": 256, "N_DIM": 256, "K_DIM": 256}
+    evaluator = GpuEvaluator(spec, problem, "sm_90a", MeasureSettings(value="ms"), reference_probe=3)
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}")
+    evaluator.bind(study)
+    study.set_user_attr("reference_ms", 2.0)  # the defaults' time in the first session
+    probe = Probe(study, evaluator, 3)
+    for number, (block, status, ratio) in enumerate([(32, "ok", 0.9), (64, "mismatch", 0.5), (128, "ok", 0.8)]):
+        config = {**spec.params, **problem, "BLOCK": block}
+        probe.hold(SimpleNamespace(number=number), Begun({"BLOCK": block}, config),
+                   Measurement(status, ms=2.0 * ratio, ratio=ratio, reference_ms=2.0, value=2.0 * ratio,
+                               extra={"ratio_lo": ratio - 0.01, "ratio_hi": ratio + 0.01}))
+    record = probe.choose()
+    assert record["trial"] == 2 and record["to_defaults"] == 0.8 and evaluator.reference["BLOCK"] == 128
+    assert study.user_attrs[CHOICE] == record and study.user_attrs["objective"]["reference"] == record["flags"]
+    assert "-DBLOCK=128" in record["flags"] and "-DBLOCK=64" in record["defaults"]
+    assert study.user_attrs["reference_ms"] == pytest.approx(1.6)
+    first, _, chosen = (m for _, _, m in probe.held)
+    assert (chosen.ratio, chosen.value, chosen.reference_ms) == pytest.approx((1.0, 1.6, 1.6))
+    assert (first.ratio, first.value, first.extra["ratio_lo"]) == pytest.approx((1.125, 1.8, 0.89 / 0.8))

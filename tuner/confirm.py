@@ -8,7 +8,7 @@ and reports the winner together with every config statistically tied with it (se
 (session, device, clocks), so drift between sessions and GPUs stays visible: its
 ``session_factor`` is the median of the confirmed ratios over the ratios the same configs
 were stored with (1: this session measures as the earlier ones did; ``tuner status`` shows
-it and warns when it moves more than the study's resolution).
+it, and it and the run warn when it moves more than the study's resolution: :func:`factor_warning`).
 """
 
 from __future__ import annotations
