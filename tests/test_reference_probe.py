@@ -7,12 +7,17 @@ session shift (FAKE_SESSION_SHIFT) moves every ratio in a later session.
 """
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.conftest import FAKE_BACKEND, tuner
+from tests.conftest import FAKE_BACKEND, ROOT, tuner
 from tests.fake_backend import base_ms
 from tuner.errors import UserError
 from tuner.probe import CHOICE, PROBING, adopt
@@ -160,3 +165,33 @@ def test_only_a_checked_config_is_chosen_and_a_milliseconds_study_keeps_its_valu
     first, _, chosen = (m for _, _, m in probe.held)
     assert (chosen.ratio, chosen.value, chosen.reference_ms) == pytest.approx((1.0, 1.6, 1.6))
     assert (first.ratio, first.value, first.extra["ratio_lo"]) == pytest.approx((1.125, 1.8, 0.89 / 0.8))
+
+
+def test_a_run_stopped_while_choosing_stores_no_value_and_the_next_run_chooses(tmp_path, cache_dir):
+    db = tmp_path / "s.db"
+    url = f"sqlite:///{db}"
+    cmd = [sys.executable, "-m", "tuner", "run", str(study_file(tmp_path)), "--storage", url, "--cache-dir", str(cache_dir)]
+    checked = tmp_path / "checked.log"  # a line per output check: a config measured (1 s each)
+    proc = subprocess.Popen(cmd, env={**os.environ, **FAKE, "FAKE_TRIAL_DELAY_S": "1", "FAKE_TOLERANCE_LOG": str(checked)},
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # Ctrl-C once two configs are measured: within the probe of 4
+        time.sleep(0.1)
+        if checked.exists() and len(checked.read_text().splitlines()) >= 2:
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            break
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    study = optuna.load_study(study_name="probe", storage=url)
+    assert study.user_attrs[CHOICE]["state"] == PROBING
+    assert not study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))  # nothing told against the defaults
+    held = [t for t in study.trials if "chose its reference" in t.user_attrs.get("reason", "")]
+    assert held and all(t.state == TrialState.FAIL for t in held)
+    queued = study.get_trials(states=(TrialState.WAITING,))
+    assert {t.user_attrs["requeued_from"] for t in queued} >= {t.number for t in held}
+
+    summary, _ = run(study_file(tmp_path), url, cache_dir)
+    study = optuna.load_study(study_name="probe", storage=url)
+    assert summary["statuses"]["ok"] == 5 and "config" in study.user_attrs[CHOICE]
+    assert study.trials[study.user_attrs[CHOICE]["trial"]].value == pytest.approx(1.0, abs=1e-12)
