@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
 from tests.fake_backend import base_ms
 from tuner.errors import UserError
-from tuner.probe import CHOICE, PROBING, adopt
+from tuner.run.probe import CHOICE, PROBING, adopt
 from tuner.testing import run_summary, write_study
 
 FAKE = {"TUNER_WORKER_BACKEND": FAKE_BACKEND}
@@ -137,12 +137,12 @@ def test_only_a_checked_config_is_chosen_and_a_milliseconds_study_keeps_its_valu
     fast; with ``value = "ms"`` the values stay (ratio x the reference's time: both move)."""
     from types import SimpleNamespace
 
-    from tuner.gpu import GpuEvaluator
-    from tuner.objective import Begun
-    from tuner.options import MeasureSettings
-    from tuner.probe import Probe
-    from tuner.record import Measurement
-    from tuner.spec import load_spec
+    from tuner.contract.kernel_spec import load_spec
+    from tuner.evaluate.gpu import GpuEvaluator
+    from tuner.measurement.value import Measurement
+    from tuner.run.objective import Begun
+    from tuner.run.probe import Probe
+    from tuner.study.options import MeasureSettings
     from tuner.testing import EXAMPLE_SGEMM
 
     spec = load_spec(EXAMPLE_SGEMM)

@@ -8,7 +8,8 @@ done once per trial, not once per trial per ask (quadratic in the study's size).
 from __future__ import annotations
 
 from tests.conftest import PNPOLY
-from tuner import cli, objective, runner
+from tuner.cli import commands as cli
+from tuner.run import objective, runner
 
 TRIALS = 300
 
