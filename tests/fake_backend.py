@@ -9,7 +9,10 @@ does) with ``FAKE_NOISE`` relative noise per launch. A planted cold start: the 1
 (its compute part, which scales with the clock) starts ``FAKE_COLD`` faster and ramps down
 to its loaded time over the first ``FAKE_COLD_LAUNCHES`` launches, while the config-dependent
 rest does not scale, as on a GPU that warms to its loaded clocks: raw times start ~9 % low
-for FAKE_COLD=0.1, and ratios move too (by ~1.5 % for X=300 against X=100).
+for FAKE_COLD=0.1, and ratios move too (by ~1.5 % for X=300 against X=100). A planted session shift:
+with ``FAKE_SESSION_SHIFT`` every kernel timed beside the reference (the first of a paired or
+round-robin timing) runs that much slower than in other sessions, as the ratios of kernels that
+scale unalike with the clock move between two GPUs; pairing cannot cancel it.
 
 Time is virtual: each launch advances a clock by its own duration, and an energy counter
 (:class:`FakeEnergyCounter`) publishes the energy drawn at ``FAKE_POWER_W`` (or a config's
@@ -69,6 +72,7 @@ class FakeBackend:
         self.noise = float(os.environ.get("FAKE_NOISE", "0.002"))
         self.cold = float(os.environ.get("FAKE_COLD", "0"))
         self.cold_launches = int(os.environ.get("FAKE_COLD_LAUNCHES", "0"))
+        self.session_shift = float(os.environ.get("FAKE_SESSION_SHIFT", "0"))
         self.watts = float(os.environ.get("FAKE_POWER_W", "300"))
         #: power ~ nominal time ** -FAKE_POWER_EXP: with an exponent above 1 a faster config takes more
         #: energy per launch (a time-energy trade-off, a Pareto front of several configs)
@@ -126,6 +130,8 @@ class FakeBackend:
                 nominal = handles[i].get("BASELINE_MS") or base_ms(handles[i])
                 if self.launches < self.cold_launches:
                     nominal -= self.cold * (1.0 - self.launches / self.cold_launches)
+                if i > 0:  # not the reference
+                    nominal *= 1.0 + self.session_shift
                 row[i] = nominal * self.clock() * (1.0 + self.noise * self.rng.standard_normal())
                 watts = (handles[i].get("POWER_W") or self._watts(handles[i])) * nominal ** -self.power_exp  # faster: hotter
                 self.counter.advance(row[i] / 1e3, watts)

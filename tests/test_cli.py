@@ -36,8 +36,9 @@ def test_run_best_status_export_notes_artifacts(tmp_path, cache_dir):
     run = tuner("run", STUDY, "--storage", db, "--trials", 6, "--json", "--cache-dir", cache_dir, "--artifacts", art, env=FAKE)
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout.strip().splitlines()[-1])
-    assert set(summary) == {"study", "storage", "trials", "statuses", "best", "confirmed",
+    assert set(summary) == {"study", "storage", "trials", "statuses", "best", "confirmed", "reference",
                             "trials_run", "first_trial_s", "trials_per_s", "run_s", "startup_s"}
+    assert summary["reference"].startswith("reference: chosen as the fastest of the first 6 configs")
     assert summary["trials"] == 6 and summary["trials_run"] == 6
     marks = summary["startup_s"]  # when each step of the start finished; the worker is spawned before the CLI's imports
     assert marks["worker_spawned"] < marks["command_started"] <= marks["study_loaded"] <= marks["worker_ready"] <= marks["storage_and_space_ready"]

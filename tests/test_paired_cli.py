@@ -64,8 +64,11 @@ def test_run_stores_ratios_and_a_confirmed_winner(tmp_path, cache_dir):
 
 def test_resume_with_another_reference_is_refused(tmp_path, cache_dir):
     url = f"sqlite:///{tmp_path / 's.db'}"
+    import optuna
+
     run_json("run", study_file(tmp_path), "--storage", url, "--json", "--cache-dir", cache_dir, "--trials", 2)
-    other = study_file(tmp_path, reference={"BLOCK": 32, "THREAD_TILE": 2})
+    chosen = optuna.load_study(study_name="paired", storage=url).user_attrs["reference_choice"]["config"]
+    other = study_file(tmp_path, reference={"BLOCK": 96 - chosen["BLOCK"], "THREAD_TILE": 2})  # not the one it chose
     refused = tuner("run", other, "--storage", url, "--cache-dir", cache_dir, env=FAKE)
     assert refused.returncode == 2 and "objective" in refused.stderr and "--study-name" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1

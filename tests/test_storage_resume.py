@@ -66,8 +66,9 @@ def test_kill_9_mid_trial_then_resume_loses_nothing(tmp_path, cache_dir):
     """A real `tuner run` killed with SIGKILL mid-trial; the rerun re-queues the stale trial."""
     db = tmp_path / "kill.db"
     env = {**os.environ, "TUNER_WORKER_BACKEND": FAKE_BACKEND, "FAKE_TRIAL_DELAY_S": "1.5"}
+    # the study chooses its reference from its first 2 configs: they are stored before the kill
     cmd = [sys.executable, "-m", "tuner", "run", str(STUDY), "--storage", f"sqlite:///{db}", "--trials", "8",
-           "--cache-dir", str(cache_dir), "--no-pruner"]
+           "--cache-dir", str(cache_dir), "--no-pruner", "--reference-probe", "2"]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     url = f"sqlite:///{db}"
     deadline = time.monotonic() + 120
@@ -91,13 +92,15 @@ def test_kill_9_mid_trial_then_resume_loses_nothing(tmp_path, cache_dir):
                        for t in optuna.load_study(study_name="example_sgemm", storage=url).trials if t.state.is_finished()]
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL, f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
-    stale = [t for t in optuna.load_study(study_name="example_sgemm", storage=url).trials if t.state == TrialState.RUNNING]
+    killed_study = optuna.load_study(study_name="example_sgemm", storage=url)
+    stale = [t for t in killed_study.trials if t.state == TrialState.RUNNING]
     assert len(stale) >= 1  # the measured trial, and those asked ahead of it (compiling)
 
     env["FAKE_TRIAL_DELAY_S"] = "0"
     rerun = subprocess.run(cmd + ["--json"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     study = optuna.load_study(study_name="example_sgemm", storage=url)
+    assert study.user_attrs["reference_choice"] == killed_study.user_attrs["reference_choice"]  # the same reference
     by_number = {t.number: t for t in study.trials}
     for number, value, status in finished_before:  # nothing finished was lost or changed
         assert by_number[number].value == value and by_number[number].user_attrs.get("status") == status

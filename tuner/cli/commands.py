@@ -229,6 +229,8 @@ def _print_summary(summary: dict, as_json: bool) -> None:
     statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary["statuses"].items()))
     print(f"study {printable(summary['study'])} in {printable(summary['storage'])}: {summary['trials']} trials ({statuses})")
     print(best_line(summary.get("best")))
+    if summary.get("reference"):
+        print(printable(summary["reference"]))
     if summary.get("trials_run"):
         rate = summary.get("trials_per_s")
         print(f"this run: {summary['trials_run']} trials in {summary['run_s']:.1f} s, first result after "
@@ -424,14 +426,14 @@ def cmd_best(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from tuner.evaluate.confirm import session_factors
+    from tuner.evaluate.confirm import CONFIRMATIONS, factor_warning, session_factors
     from tuner.measurement.paired import CI_TARGET
     from tuner.run.runner import summarize
     from tuner.store.storage import open_storage, redact, resolve_url
-    from tuner.table import render
+    from tuner.table import printable, render
 
     storage = open_storage(args.storage, create=False)
-    rows = []
+    rows, confirmations = [], []
     for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
         study = optuna.load_study(study_name=s.study_name, storage=storage)
         summary = summarize(study, resolve_url(args.storage))
@@ -444,6 +446,7 @@ def cmd_status(args) -> int:
             session_factors=session_factors(study),
         )
         rows.append(summary)
+        confirmations.append(study.user_attrs.get(CONFIRMATIONS) or [])
     if args.json:
         print(json.dumps({"storage": redact(resolve_url(args.storage)), "studies": rows}))
         return 0
@@ -457,12 +460,14 @@ def cmd_status(args) -> int:
           r["best"]["ms"] if r["best"] else None, " ".join(f"{f['factor']:.4f}" for f in r["session_factors"]) or None,
           r["last_update"]] for r in rows],
     ))
-    for r in rows:  # a session that measured the same configs otherwise: values across sessions do not compare
-        for f in r["session_factors"]:
-            if abs(f["factor"] - 1.0) > CI_TARGET:
-                print(f"warning: study {r['study']}: the confirmation of {f['at']} on {f['device_name']} measured its "
-                      f"{f['anchors']} configs {100 * (f['factor'] - 1):+.2f} % against their stored values, more than "
-                      f"the resolution (+-{100 * CI_TARGET:.2f} %): compare values within one session", file=sys.stderr)
+    for r in rows:
+        if r.get("reference"):
+            print(f"study {printable(r['study'])}: {printable(r['reference'])}")
+    for r, records in zip(rows, confirmations, strict=True):  # a session that measured the same configs otherwise
+        for record in records:
+            warning = factor_warning(r["study"], record, CI_TARGET)
+            if warning:
+                print(warning, file=sys.stderr)
     return 0
 
 

@@ -8,7 +8,7 @@ and reports the winner together with every config statistically tied with it (se
 (session, device, clocks), so drift between sessions and GPUs stays visible: its
 ``session_factor`` is the median of the confirmed ratios over the ratios the same configs
 were stored with (1: this session measures as the earlier ones did; ``tuner status`` shows
-it and warns when it moves more than the study's resolution).
+it, and it and the run warn when it moves more than the study's resolution: :func:`factor_warning`).
 """
 
 from __future__ import annotations
@@ -115,9 +115,26 @@ def session_factor(trials: list[FrozenTrial], standings: list[Standing]) -> dict
 
 def session_factors(study: optuna.Study) -> list[dict[str, Any]]:
     """Every confirmation's session factor, oldest first."""
-    return [{"at": r["at"], "device_name": r.get("device_name", ""), "factor": r["session_factor"],
-             "anchors": r.get("anchors", 0)}
-            for r in study.user_attrs.get(CONFIRMATIONS) or [] if r.get("session_factor") is not None]
+    return [factor_row(r) for r in study.user_attrs.get(CONFIRMATIONS) or [] if r.get("session_factor") is not None]
+
+
+def factor_row(record: dict) -> dict[str, Any]:
+    """A confirmation's session factor: when, where, the factor, how many anchors."""
+    return {"at": record["at"], "device_name": record.get("device_name", ""), "factor": record["session_factor"],
+            "anchors": record.get("anchors", 0)}
+
+
+def factor_warning(study_name: str, record: dict, resolution: float) -> str | None:
+    """One line when a confirmation measured its anchors further from their stored values than the
+    study's resolution (``ci_target``): values of different sessions then do not compare."""
+    if record.get("session_factor") is None:
+        return None
+    f = factor_row(record)
+    if abs(f["factor"] - 1.0) <= resolution:
+        return None
+    return (f"warning: study {study_name}: the confirmation of {f['at']} on {f['device_name']} measured its "
+            f"{f['anchors']} configs {100 * (f['factor'] - 1):+.2f} % against their stored values, more than "
+            f"the resolution (+-{100 * resolution:.2f} %): compare values within one session")
 
 
 def last_confirmation(study: optuna.Study) -> dict | None:

@@ -2,9 +2,9 @@
 
 Every trial is timed in pairs against one reference, compiled once per session: by
 default a config of the same kernel (``[measure] reference``, else the first ``[search]
-start`` config, else the spec's defaults), or the spec's host-side baseline
-(``reference = "baseline"``, e.g. cuBLAS). The trial's value is the median ratio
-candidate / reference; see :mod:`tuner.measurement.paired`.
+start`` config, else the fastest of the study's first configs: :mod:`tuner.run.probe`), or the
+spec's host-side baseline (``reference = "baseline"``, e.g. cuBLAS). The trial's value is the
+median ratio candidate / reference; see :mod:`tuner.measurement.paired`.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class GpuEvaluator:
         reference: dict[str, Value] | str | None = None,
         compile_jobs: int | None = None,
         tolerance: Tolerance | None = None,
+        reference_probe: int | None = None,
     ):
         self.spec = spec
         self.problem = problem
@@ -56,6 +57,9 @@ class GpuEvaluator:
         self.limits = CompileLimits(measure.max_regs, measure.reject_spills)
         #: a full config of the kernel, or BASELINE for the spec's host-side baseline
         self.reference = reference if reference is not None else dict(spec.params)
+        #: None: the reference is the one the study's settings name; else the spec's defaults stand in
+        #: until the study chooses its own from this many first configs (0: this process does not choose)
+        self.reference_probe = reference_probe
         self._reference_job: Reference | None = None
         self._study = None  # set by bind(): where "ms" values keep the first session's reference time
         #: compiles ahead of the measurement (None: one process per core, 0: each config when measured)
@@ -79,6 +83,28 @@ class GpuEvaluator:
 
     def bind(self, study) -> None:
         self._study = study
+
+    def use_reference(self, config: dict[str, Value], factor: float = 1.0) -> None:
+        """Pair with ``config`` from now on; ``factor``: its ratio to the reference it replaces (the
+        study's ``reference_ms`` of ``value = "ms"`` moves with it, so values in ms stay as they were)."""
+        self.reference = dict(config)
+        self._reference_job = None
+        stored = self._study.user_attrs.get("reference_ms") if self._study is not None else None
+        if stored is not None and factor != 1.0:
+            self._study.set_user_attr("reference_ms", stored * factor)
+
+    def rebase(self, m: Measurement, factor: float) -> None:
+        """A measurement against the old reference as one against a config ``factor`` x its time."""
+        if m.ratio is None:
+            return
+        m.ratio /= factor
+        for key in ("ratio_lo", "ratio_hi"):
+            if m.extra.get(key) is not None:
+                m.extra[key] /= factor
+        if m.reference_ms is not None:  # the new reference's time in this trial's session
+            m.reference_ms *= factor
+        if m.value is not None:
+            m.value = m.ratio * (self._scale(None) or 1.0)
 
     def _scale(self, reference_ms: float | None) -> float | None:
         """Ratio -> value: 1, or (``value = "ms"``) the reference's time in the study's first session."""

@@ -66,6 +66,9 @@ class Objective:
         self._best_cache: tuple[float, float | None] = (-float("inf"), None)  # (read at, best value)
         self._keys: dict[int, tuple] = {}  # trial number -> config key
         self.objectives = tuple(objectives)  # ("time",), or ("time", "energy"): a multi-objective study
+        #: block values become intermediate values and may stop the trial (off while a probe holds
+        #: the first trials: their ratios are to a reference about to be replaced, :mod:`tuner.run.probe`)
+        self.reports = True
         self._indexed: set[int] = set()  # numbers of the finished trials in _finished_by_key
         self._finished_by_key: dict[tuple | None, list[FrozenTrial]] = {}  # finished trials by config, by number
 
@@ -148,7 +151,7 @@ class Objective:
         seen: list[float] = []
 
         def report(step: int, value: float, samples: list[float]) -> bool:
-            if len(self.objectives) > 1:  # Optuna takes no intermediate values of a multi-objective trial
+            if not self.reports or len(self.objectives) > 1:  # Optuna takes none of a multi-objective trial
                 return False
             trial.report(value, step)
             if self.slower_test is None:

@@ -39,6 +39,8 @@ from tuner.store.optuna_private import ask_with_user_attrs, storage_of, trial_id
 if TYPE_CHECKING:
     import sqlalchemy
 
+    from tuner.run.probe import Probe
+
 #: status of a trial another worker's race pushed past the study's budget (FAIL, never measured)
 OVER_BUDGET = "over_budget"
 
@@ -213,12 +215,15 @@ class Pipeline:
     ``may_ask()`` is asked before every new trial (the shared budget, all workers, not yet
     spent; candidates left); ``admits(trial)`` after its params are stored (False: another
     worker's trial got the last place in the budget first, so this one is not measured).
+    With ``hold`` (a study's first run choosing its reference: :mod:`tuner.run.probe`) the results
+    are held untold until the run ends, then told as the probe re-based them.
     """
 
     def __init__(self, study: optuna.Study, objective: Objective, ahead: int, may_ask: Callable[[], bool],
                  admits: Callable[[optuna.Trial], bool], timeline: Timeline, deadline: float | None = None,
-                 lock: ProposalLock | None = None):
+                 lock: ProposalLock | None = None, hold: Probe | None = None):
         self.study = study
+        self.hold = hold
         self.lock = lock
         self.objective = objective
         self.ahead = max(0, ahead)
@@ -258,9 +263,19 @@ class Pipeline:
                     if isinstance(measured, BaseException):
                         self._tell_fail(trial)
                         raise measured
-                    self._record(trial, begun, measured)
+                    if self.hold is not None:
+                        self.hold.hold(trial, begun, measured)
+                        self.timeline.tell()  # its result is in; it is stored with the others
+                    else:
+                        self._record(trial, begun, measured)
                 if self._late():
                     break
+            if self.hold is not None and self.hold.choose() is not None:
+                while self.hold.held:
+                    with _ctrl_c_deferred():
+                        trial, begun, measured = self.hold.held[0]
+                        self._record(trial, begun, measured, held=True)
+                        self.hold.held.pop(0)
         finally:
             self._halt.set()
             self._to_measure.put(None)
@@ -321,7 +336,7 @@ class Pipeline:
             self._to_measure.put((trial, begun))
         return True
 
-    def _record(self, trial: optuna.Trial, begun: Begun, measured: Measurement) -> None:
+    def _record(self, trial: optuna.Trial, begun: Begun, measured: Measurement, held: bool = False) -> None:
         try:
             value = self.objective.record(trial, begun, measured)
         except optuna.TrialPruned:
@@ -333,7 +348,8 @@ class Pipeline:
             self.study.tell(trial, value)
         if self._heartbeat:
             self._heartbeat.discard(trial_id(trial))
-        self.timeline.tell()
+        if not held:  # a held trial was counted when its result came in
+            self.timeline.tell()
 
     def _fail(self, trial: optuna.Trial, status: str, reason: str) -> None:
         try:
@@ -352,8 +368,12 @@ class Pipeline:
             pass
 
     def _abandon(self) -> None:
-        """Trials asked and not recorded (the one measured at a Ctrl-C, those asked ahead):
-        failed, and their configs queued again."""
+        """Trials asked and not recorded (the one measured at a Ctrl-C, those asked ahead, those
+        held for a probe): failed, and their configs queued again."""
+        while self.hold is not None and self.hold.held:
+            trial, begun, _ = self.hold.held.pop(0)
+            self._fail(trial, "interrupted", "the run stopped before the study chose its reference: queued again")
+            self._requeue(trial, begun.params)
         while self._in_flight:
             trial, begun = self._in_flight.popleft()
             self._fail(trial, "interrupted", "the run stopped before this trial was measured: queued again")

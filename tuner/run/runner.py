@@ -28,6 +28,8 @@ from tuner.measurement.paired import SlowerTest
 from tuner.measurement.value import Measurement
 from tuner.run.objective import Evaluator, Objective
 from tuner.run.pipeline import Pipeline, ProposalLock, Timeline
+from tuner.run.probe import Probe, adopt
+from tuner.run.probe import describe as describe_reference
 from tuner.search.distributions import store_axes, stored_axes
 from tuner.search.pruner import MarginPruner
 from tuner.search.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
@@ -241,12 +243,15 @@ class Runner:
             directions=pareto.directions(settings.objectives),
             load_if_exists=True,
         )
+        adopt(self.study, evaluator, settings.study_attrs)  # the reference the study chose, on any GPU
         bind_study(self.study, settings.study_attrs, settings.accept_mismatch)
         check_same_choices(self.study, space)
         space.adopt_stored(self.study)  # a study stored before compact axes keeps its kinds
         store_axes(self.study, space.axes)
         if hasattr(evaluator, "bind"):
             evaluator.bind(self.study)
+        #: the study's first configs, held until they choose its reference (None: it has one)
+        self.probe = Probe.plan(self.study, evaluator)
         self.lock = ProposalLock(self.storage, self.storage_url, settings.study_name)
         with self.lock:  # workers starting together queue each config once
             self.requeued = recover_stale_trials(self.study, self.space.axis_names)
@@ -301,6 +306,10 @@ class Runner:
                             self._admits(phase, keys, target), self.timeline, deadline, self.lock)
         self._open_bar(phase, todo)
         try:
+            if self.probe is not None:
+                self._run_probe(objective, phase, keys, target, min(todo, self.probe.k), deadline)
+                if self.probe is not None:  # stopped before a config was measured: nothing is told before the choice
+                    return
             # duplicates do not count against the budget: room for them beyond ``todo``
             pipeline.run(max_trials=todo + queued + len(keys))
         except Exception as exc:
@@ -318,6 +327,19 @@ class Runner:
             return self._optimize(phase, candidates, target, retries - 1)
         finally:
             self._close_bar()
+
+    def _run_probe(self, objective: Objective, phase: str, keys: set, target: int, n: int,
+                   deadline: float | None) -> None:
+        """The first ``n`` trials, measured to the end against the defaults and told once they chose the reference."""
+        assert self.probe is not None
+        objective.reports = False  # no intermediate values: they would be ratios to the defaults
+        try:
+            Pipeline(self.study, objective, min(self.ahead, n - 1), self._may_ask(phase, keys, target),
+                     self._admits(phase, keys, target), self.timeline, deadline, self.lock, hold=self.probe).run(n)
+        finally:
+            objective.reports = True
+        if self.probe.chosen:
+            self.probe = None
 
     @property
     def ahead(self) -> int:
@@ -423,6 +445,9 @@ def summarize(study: optuna.Study, storage_url: str) -> dict:
         "statuses": dict(statuses),
         "best": best,
     }
+    reference = describe_reference(study)
+    if reference is not None:  # the study chose its reference (tuner.run.probe)
+        summary["reference"] = reference
     if pareto.is_multi(study):
         summary["front"] = pareto.front_rows(study)
     return summary

@@ -190,7 +190,8 @@ class Session:
         evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, supervisor=supervisor,
                                  cache_dir=self.run_options.cache_dir, seed=search.seed or 0,
                                  reference=reference_config(cfg, space), compile_jobs=search.compile_ahead,
-                                 tolerance=tolerance(cfg.precision, space.spec))
+                                 tolerance=tolerance(cfg.precision, space.spec),
+                                 reference_probe=self.reference_probe(cfg))
         device = evaluator.start()
         attrs = study_attrs("gpu", space, evaluator.arch, device, nvrtc_version(), shape,
                             {"baseline_ms": cfg.baseline, **evaluator.objective_attrs()})
@@ -259,7 +260,7 @@ class Session:
 
     def confirm(self, study: optuna.Study, space: Space, evaluator: Any, search: options.SearchSettings) -> dict | None:
         """Re-measure the study's top configs against each other on this GPU; the record's gist."""
-        from tuner.evaluate.confirm import confirm_study, describe
+        from tuner.evaluate.confirm import confirm_study, describe, factor_warning
 
         top, rounds = search.confirm_top, search.confirm_rounds
         self._say(f"confirming the top {top} configs ({rounds} rounds, round-robin)...")
@@ -267,10 +268,15 @@ class Session:
         if record is None:
             return None
         self._say(describe(record))
-        return {"winner": record["winner"], "tied": record["tied"], "standings": record["standings"]}
+        warning = factor_warning(study.study_name, record, evaluator.measure_settings.ci_target)
+        if warning:
+            self._say(warning)
+        return {"winner": record["winner"], "tied": record["tied"], "standings": record["standings"],
+                "session_factor": record.get("session_factor")}
 
     def confirm_stored(self) -> tuple[str, dict | None]:
         """``tuner confirm``: re-measure a stored study's top configs in this session: (name, record's gist)."""
+        from tuner.run.probe import adopt
         from tuner.run.runner import bind_study
         from tuner.store.storage import open_storage
 
@@ -285,14 +291,24 @@ class Session:
             except KeyError:
                 raise UserError(f"no study {evaluation.name!r} in this storage: run it first "
                                 f"(tuner run {self.study_file})") from None
+            adopt(study, evaluation.evaluator, evaluation.attrs)
             bind_study(study, evaluation.attrs, self.run_options.accept_mismatch)
             return evaluation.name, self.confirm(study, loaded.space, evaluation.evaluator, search)
         finally:
             evaluation.close()
 
 
+    def reference_probe(self, cfg: StudyConfig) -> int | None:
+        """None: the study names its reference; else how many first configs this process measures to
+        choose one (:mod:`tuner.run.probe`; 0 where several processes share the study's first trials)."""
+        if cfg.measure.reference is not None or cfg.search.start:
+            return None
+        return cfg.measure.reference_probe if self.command in ("run", "grid") else 0
+
+
 def reference_config(cfg: StudyConfig, space: Space) -> dict | str:
-    """The config every trial is paired with: [measure] reference, else the first [search] start, else defaults."""
+    """The config every trial is paired with: [measure] reference, else the first [search] start, else the
+    defaults (until the study's first configs choose one: :mod:`tuner.run.probe`)."""
     from tuner.evaluate.gpu import BASELINE
     from tuner.search.warm_start import start_params
 

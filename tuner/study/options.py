@@ -170,7 +170,11 @@ class MeasureSettings:
     ci_target: float = option(0.0025, "stop once the ratio's 95 % interval is within +-this (relative)", minimum=0)
     reference: dict[str, Value] | str | None = option(
         None, 'the config every trial is paired with (axes not named: defaults), or "baseline" (the spec\'s); '
-        "default: the first [search] start config, else the defaults")
+        "default: the first [search] start config, else the fastest of the first reference_probe configs")
+    reference_probe: int = option(8, "a study with neither reference nor start: its first run measures this many "
+                                  "configs against the spec's defaults, takes the fastest that measured ok as the "
+                                  "study's reference and stores every value relative to it (0: keep the defaults)",
+                                  minimum=0, commands=("run",))
     value: str = option("ratio", "ratio = candidate / reference; ms = that ratio x the reference's time in the "
                         "study's first session", choices=VALUES)
     regime: str = option("sustained", "sustained = warm GPU at its steady clocks; burst = rest idle_s, then few pairs",

@@ -1,0 +1,197 @@
+"""A study without start chooses a near-top reference from its first configs (issue 32, item 2).
+
+`tuner run` on the worker double (tests/fake_backend.py; compiles are real NVRTC): a config's
+nominal time grows with the sum of its integer defines and the clock drifts, so the fastest
+of the first configs is known in advance, and so is every config's ratio to it. A planted
+session shift (FAKE_SESSION_SHIFT) moves every ratio in a later session.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.conftest import FAKE_BACKEND, ROOT, tuner
+from tests.fake_backend import base_ms
+from tuner.errors import UserError
+from tuner.run.probe import CHOICE, PROBING, adopt
+from tuner.testing import run_summary, write_study
+
+FAKE = {"TUNER_WORKER_BACKEND": FAKE_BACKEND}
+PROBE = 4
+
+
+def study_file(tmp_path, confirm_top=0, **measure):
+    # six configs, 0.4 % or more apart; the defaults (BLOCK 64, BLOCK_K 16) are the fourth fastest
+    return write_study(tmp_path, "probe", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
+                       tier1={"BLOCK": [32, 64], "BLOCK_K": [8, 16, 32]},
+                       search={"sampler": "random", "seed": 4, "trials": 5, "pruner": False,
+                               "confirm_top": confirm_top, "confirm_rounds": 60},
+                       measure={"timeout_s": 20, "ci_target": 0.001, "reference_probe": PROBE, **measure})
+
+
+def run(study, url, cache_dir, *flags, env=None):
+    result = tuner("run", study, "--storage", url, "--json", "--cache-dir", cache_dir, *flags, env={**FAKE, **(env or {})})
+    return run_summary(result), result.stderr
+
+
+def run_text(study, url, cache_dir, *flags, env=None):
+    """A run as a person sees it: the summary on stdout, the notes and warnings on stderr."""
+    result = tuner("run", study, "--storage", url, "--cache-dir", cache_dir, *flags, env={**FAKE, **(env or {})})
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def nominal(choice: dict, trial) -> float:
+    """The trial's nominal time: its config is the chosen one's with its own axis values."""
+    return base_ms({**choice["config"], **trial.params})
+
+
+def test_the_fastest_of_the_first_configs_is_the_reference_and_values_are_relative_to_it(tmp_path, cache_dir):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    summary, _ = run(study_file(tmp_path), url, cache_dir)
+    study = optuna.load_study(study_name="probe", storage=url)
+    choice = study.user_attrs[CHOICE]
+    trials = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(trials) == 5 and all(t.user_attrs["status"] == "ok" for t in trials)
+    probed = trials[:PROBE]
+    fastest = min(probed, key=lambda t: nominal(choice, t))
+    assert choice["why"] == f"chosen as the fastest of the first {PROBE} configs" and choice["trial"] == fastest.number
+    assert {k: choice["config"][k] for k in fastest.params} == fastest.params
+    # the study's fingerprint names the chosen config, no longer the defaults
+    assert study.user_attrs["objective"]["reference"] == choice["flags"] == fastest.user_attrs["flags"]
+    assert choice["defaults"] != choice["flags"] and nominal(choice, fastest) < base_ms(choice["config"] | {
+        "BLOCK": 64, "BLOCK_K": 16})
+    assert fastest.value == pytest.approx(1.0, abs=1e-12) and fastest.user_attrs["ratio"] == pytest.approx(1.0, abs=1e-12)
+    for t in trials:  # probed (re-based) and measured after the choice alike
+        expected = nominal(choice, t) / nominal(choice, fastest)
+        assert t.value == pytest.approx(expected, rel=0.002), t.params
+        assert t.user_attrs["ratio_lo"] <= t.value <= t.user_attrs["ratio_hi"]
+        assert t.user_attrs["ms"] / t.user_attrs["reference_ms"] == pytest.approx(t.value, rel=0.01)
+        assert not t.intermediate_values or t.number >= PROBE  # no values in the defaults' frame
+    assert [t.number for t in sorted(probed, key=lambda t: t.value)] == \
+        [t.number for t in sorted(probed, key=lambda t: nominal(choice, t))]
+    assert summary["reference"].startswith(f"reference: chosen as the fastest of the first {PROBE} configs")
+    status = tuner("status", "--storage", url)
+    assert status.returncode == 0 and f"study probe: reference: chosen as the fastest of the first {PROBE}" in status.stdout
+
+
+def test_without_a_probe_the_defaults_stay_the_reference(tmp_path, cache_dir):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    run(study_file(tmp_path, reference_probe=0), url, cache_dir, "--trials", 2)
+    study = optuna.load_study(study_name="probe", storage=url)
+    assert CHOICE not in study.user_attrs
+    assert "-DBLOCK=64 " in study.user_attrs["objective"]["reference"] + " "
+    # a later run with a probe keeps them: the stored values are relative to them
+    summary, _ = run(study_file(tmp_path), url, cache_dir, "--trials", 3)
+    assert summary["trials"] == 3 and "reference" not in summary
+    assert CHOICE not in optuna.load_study(study_name="probe", storage=url).user_attrs
+
+
+def test_a_resume_keeps_the_reference_and_warns_when_the_session_moves_its_values(tmp_path, cache_dir):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    quiet = {"FAKE_NOISE": "0.0005"}  # stored values well within the resolution: a shift of 1 % stands out
+    first = run_text(study_file(tmp_path, confirm_top=3), url, cache_dir, env=quiet)
+    assert "confirmed winner" in first.stderr and "warning" not in first.stderr
+    assert f"reference: chosen as the fastest of the first {PROBE} configs" in first.stdout
+    choice = optuna.load_study(study_name="probe", storage=url).user_attrs[CHOICE]
+
+    # another session, whose ratios sit 1 % above the first's (the resolution is 0.1 %)
+    second = run_text(study_file(tmp_path, confirm_top=3), url, cache_dir, "--trials", 6,
+                      env={**quiet, "FAKE_SESSION_SHIFT": "0.01"})
+    study = optuna.load_study(study_name="probe", storage=url)
+    assert study.user_attrs[CHOICE] == choice and study.user_attrs["objective"]["reference"] == choice["flags"]
+    new = study.trials[-1]
+    fastest = study.trials[choice["trial"]]
+    assert new.state == TrialState.COMPLETE and new.number >= 5
+    assert new.value == pytest.approx(1.01 * nominal(choice, new) / nominal(choice, fastest), rel=0.002)
+    factor = study.user_attrs["confirmations"][-1]["session_factor"]
+    assert factor == pytest.approx(1.01, abs=0.002)
+    warnings = [line for line in second.stderr.splitlines() if line.startswith("warning")]
+    assert len(warnings) == 1 and f"{100 * (factor - 1):+.2f} %" in warnings[0] and "+-0.10 %" in warnings[0]
+    status = tuner("status", "--storage", url)
+    assert status.stderr.count("warning") == 1
+    factors = json.loads(tuner("status", "--storage", url, "--json").stdout)["studies"][0]["session_factors"]
+    assert factors[0]["factor"] == pytest.approx(1.0, abs=0.002) and factors[1]["factor"] == factor
+
+
+class _Evaluator:
+    reference_probe = 0  # a process that does not choose (a worker of several)
+
+
+def test_a_worker_does_not_join_a_study_still_choosing_its_reference(tmp_path):
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}")
+    study.set_user_attr(CHOICE, {"state": PROBING, "probed": 8})
+    with pytest.raises(UserError, match="is choosing its reference"):
+        adopt(study, _Evaluator(), {})
+
+
+def test_only_a_checked_config_is_chosen_and_a_milliseconds_study_keeps_its_values(tmp_path):
+    """A probe held as the pipeline holds it: a wrong output never becomes the reference, however
+    fast; with ``value = "ms"`` the values stay (ratio x the reference's time: both move)."""
+    from types import SimpleNamespace
+
+    from tuner.contract.kernel_spec import load_spec
+    from tuner.evaluate.gpu import GpuEvaluator
+    from tuner.measurement.value import Measurement
+    from tuner.run.objective import Begun
+    from tuner.run.probe import Probe
+    from tuner.study.options import MeasureSettings
+    from tuner.testing import EXAMPLE_SGEMM
+
+    spec = load_spec(EXAMPLE_SGEMM)
+    problem = {"M_DIM": 256, "N_DIM": 256, "K_DIM": 256}
+    evaluator = GpuEvaluator(spec, problem, "sm_90a", MeasureSettings(value="ms"), reference_probe=3)
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}")
+    evaluator.bind(study)
+    study.set_user_attr("reference_ms", 2.0)  # the defaults' time in the first session
+    probe = Probe(study, evaluator, 3)
+    for number, (block, status, ratio) in enumerate([(32, "ok", 0.9), (64, "mismatch", 0.5), (128, "ok", 0.8)]):
+        config = {**spec.params, **problem, "BLOCK": block}
+        probe.hold(SimpleNamespace(number=number), Begun({"BLOCK": block}, config),
+                   Measurement(status, ms=2.0 * ratio, ratio=ratio, reference_ms=2.0, value=2.0 * ratio,
+                               extra={"ratio_lo": ratio - 0.01, "ratio_hi": ratio + 0.01}))
+    record = probe.choose()
+    assert record["trial"] == 2 and record["to_defaults"] == 0.8 and evaluator.reference["BLOCK"] == 128
+    assert study.user_attrs[CHOICE] == record and study.user_attrs["objective"]["reference"] == record["flags"]
+    assert "-DBLOCK=128" in record["flags"] and "-DBLOCK=64" in record["defaults"]
+    assert study.user_attrs["reference_ms"] == pytest.approx(1.6)
+    first, _, chosen = (m for _, _, m in probe.held)
+    assert (chosen.ratio, chosen.value, chosen.reference_ms) == pytest.approx((1.0, 1.6, 1.6))
+    assert (first.ratio, first.value, first.extra["ratio_lo"]) == pytest.approx((1.125, 1.8, 0.89 / 0.8))
+
+
+def test_a_run_stopped_while_choosing_stores_no_value_and_the_next_run_chooses(tmp_path, cache_dir):
+    db = tmp_path / "s.db"
+    url = f"sqlite:///{db}"
+    cmd = [sys.executable, "-m", "tuner", "run", str(study_file(tmp_path)), "--storage", url, "--cache-dir", str(cache_dir)]
+    checked = tmp_path / "checked.log"  # a line per output check: a config measured (1 s each)
+    proc = subprocess.Popen(cmd, env={**os.environ, **FAKE, "FAKE_TRIAL_DELAY_S": "1", "FAKE_TOLERANCE_LOG": str(checked)},
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # Ctrl-C once two configs are measured: within the probe of 4
+        time.sleep(0.1)
+        if checked.exists() and len(checked.read_text().splitlines()) >= 2:
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            break
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    study = optuna.load_study(study_name="probe", storage=url)
+    assert study.user_attrs[CHOICE]["state"] == PROBING
+    assert not study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))  # nothing told against the defaults
+    held = [t for t in study.trials if "chose its reference" in t.user_attrs.get("reason", "")]
+    assert held and all(t.state == TrialState.FAIL for t in held)
+    queued = study.get_trials(states=(TrialState.WAITING,))
+    assert {t.user_attrs["requeued_from"] for t in queued} >= {t.number for t in held}
+
+    summary, _ = run(study_file(tmp_path), url, cache_dir)
+    study = optuna.load_study(study_name="probe", storage=url)
+    assert summary["statuses"]["ok"] == 5 and "config" in study.user_attrs[CHOICE]
+    assert study.trials[study.user_attrs[CHOICE]["trial"]].value == pytest.approx(1.0, abs=1e-12)

@@ -1,0 +1,114 @@
+"""A reference that stays comparable: a study's first configs choose it.
+
+Every value is a paired ratio to one reference config (:mod:`tuner.measurement.paired`). A reference
+unlike the candidates (the spec's defaults are often another kind of kernel: other tiles,
+another bound) scales otherwise with the clock state than they do, so the same study's
+values moved by 0.7 % (median, 2.3 % max) between two H200s and the winner changed; against
+a near-top reference they agreed within 0.05 % (issue 32, item 2). So a study that names
+neither ``[measure] reference`` nor ``[search] start`` chooses its own: its first run
+measures the first ``reference_probe`` configs against the spec's defaults, each to the end
+(nothing to prune against yet), holds them untold, takes the fastest that measured ok (its
+output checked) as the reference and tells them re-based to it: ratio / the chosen one's
+ratio (Optuna's values are final once told, so none is told before). The choice is stored on
+the study (:data:`CHOICE`); every later run, on any GPU, pairs with the same config.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.errors import UserError
+from tuner.measurement.value import Measurement
+from tuner.run.objective import Begun
+
+#: study user attr: how the reference was chosen, and the config (absent: the study was
+#: measured against the reference its settings name, or the defaults)
+CHOICE = "reference_choice"
+PROBING = "probing"  # CHOICE's state while the first run measures its first configs
+
+
+def provisional(evaluator: Any) -> bool:
+    """The evaluator pairs with the spec's defaults only until the study chooses (None: its reference was named)."""
+    return getattr(evaluator, "reference_probe", None) is not None
+
+
+def adopt(study: optuna.Study, evaluator: Any, attrs: dict[str, Any]) -> None:
+    """Pair with the reference the study chose, and name it in the fingerprint (``attrs``), before
+    the study is bound: a resumed study keeps its reference on any GPU."""
+    choice = study.user_attrs.get(CHOICE)
+    if not choice or not provisional(evaluator):
+        return
+    if "config" in choice:
+        evaluator.use_reference(choice["config"])
+        attrs.update(evaluator.objective_attrs())
+    elif not evaluator.reference_probe and not _measured(study):  # a probe under way, or one that died
+        raise UserError(f"study {study.study_name!r} is choosing its reference (the fastest of its first "
+                        f"{choice.get('probed')} configs) in its first run: join once that run has measured them, "
+                        "or choose it with `tuner run` (reference_probe > 0)")
+
+
+def _measured(study: optuna.Study) -> bool:
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+
+
+class Probe:
+    """The first run's first configs, held untold until the reference is chosen among them."""
+
+    def __init__(self, study: optuna.Study, evaluator: Any, k: int):
+        self.study, self.evaluator, self.k = study, evaluator, k
+        #: measured and not told yet, in the order measured (the pipeline tells them, and fails
+        #: and queues again those left when a run stops)
+        self.held: list[tuple[optuna.Trial, Begun, Measurement]] = []
+        self.chosen = False
+
+    @classmethod
+    def plan(cls, study: optuna.Study, evaluator: Any) -> Probe | None:
+        """A probe when this process may run one and the study has neither a choice nor a measured trial
+        (one measured against the defaults without a choice keeps them: its values are relative to them)."""
+        k = getattr(evaluator, "reference_probe", None) or 0
+        choice = study.user_attrs.get(CHOICE) or {}
+        if k <= 0 or "config" in choice or _measured(study):
+            return None
+        study.set_user_attr(CHOICE, {"state": PROBING, "probed": k})  # a worker joining now waits (adopt)
+        return cls(study, evaluator, k)
+
+    def hold(self, trial: optuna.Trial, begun: Begun, measured: Measurement) -> None:
+        self.held.append((trial, begun, measured))
+
+    def choose(self) -> dict[str, Any] | None:
+        """The fastest held config that measured ok becomes the reference; the held measurements
+        are re-based to it. The record stored on the study, or None with nothing held."""
+        if not self.held:
+            return None
+        n = len(self.held)
+        ok = [(trial, begun, m) for trial, begun, m in self.held if m.status == "ok" and m.ratio]
+        defaults = self.evaluator.objective_attrs()["objective"]["reference"]
+        if ok:
+            trial, begun, fastest = min(ok, key=lambda held: held[2].ratio or 0.0)
+            factor = float(fastest.ratio or 1.0)
+            self.evaluator.use_reference(begun.config, factor)
+            for _, _, m in self.held:
+                self.evaluator.rebase(m, factor)
+            record = {"why": f"chosen as the fastest of the first {n} configs", "trial": trial.number,
+                      "to_defaults": factor}
+        else:
+            record = {"why": f"the spec's defaults: none of the first {n} configs measured ok"}
+        objective = self.evaluator.objective_attrs()["objective"]
+        record.update(config=dict(self.evaluator.reference), flags=objective["reference"], probed=n, defaults=defaults)
+        # the choice before any value: a run stopped while telling leaves the rest to be measured against it
+        self.study.set_user_attr(CHOICE, record)
+        self.study.set_user_attr("objective", objective)
+        self.chosen = True
+        return record
+
+
+def describe(study: optuna.Study) -> str | None:
+    """One line: which reference the study chose and why (None: it chose none)."""
+    choice = study.user_attrs.get(CHOICE) or {}
+    if "config" not in choice:
+        return None
+    where = f", trial {choice['trial']}" if "trial" in choice else ""
+    return f"reference: {choice['why']}{where}  {choice['flags']}"
