@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue #31 item 4: each Hopper study from scratch (no start configs), paired with today's documented best
-# (the fast study's first start config) as the reference, in both precision classes; then `tuner best`.
-# Each trial's ratio < 1 is faster than today's best. Not run yet (needs ~10-15 min of an H200 per 60-trial study).
-# Usage: bash scripts/refind_bests.sh OUTDIR [TRIALS] [SHAPES...]
+# of its own precision class (the class's study file's first start config) as the reference; then `tuner best`.
+# Each trial's ratio < 1 is faster than today's best.
+# Usage: bash scripts/refind_bests.sh OUTDIR [TRIALS] [SHAPES...]   (CLASSES="_precise" for the precise class only)
 set -uo pipefail
 out=${1:?output folder}; trials=${2:-60}; shift $(( $# > 1 ? 2 : 1 ))
 shapes=${*:-patch_embed fc1 fc2}
@@ -10,16 +10,16 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 TUNER_CACHE_DIR=${TUNER_CACHE_DIR:-/tmp/tuner-cache}
 db="sqlite:///$out/refind.db"
 for shape in $shapes; do
-  for class in "" _precise; do
+  for class in ${CLASSES-"" _precise}; do
     src=studies/${shape}_sm90a${class}.toml
     dst=$out/${shape}_sm90a${class}_scratch.toml
-    # the study without [search] start, and [measure] reference = the fast study's first start config
-    python3 - "$src" "studies/${shape}_sm90a.toml" "$dst" <<'PY'
+    # the study without [search] start, and [measure] reference = its own first start config
+    python3 - "$src" "$src" "$dst" <<'PY'
 import re, sys, tomllib
 from pathlib import Path
-src, fast, dst = sys.argv[1:]
+src, documented, dst = sys.argv[1:]
 text = Path(src).read_text()
-best = tomllib.loads(Path(fast).read_text())["search"]["start"][0]
+best = tomllib.loads(Path(documented).read_text())["search"]["start"][0]
 text = re.sub(r"(?ms)^start = \[.*?\}\]\s*$\n", "", text)
 inline = ", ".join(f"{k} = {v!r}".replace("'", '"') for k, v in best.items())
 text = text.replace("[measure]\n", f"[measure]\nreference = {{{inline}}}\n", 1)
