@@ -127,8 +127,9 @@ def test_ctrl_c_ends_cleanly_and_resumes(tmp_path, cache_dir):
 
     db = tmp_path / "c.db"
     env = {**__import__("os").environ, **FAKE, "FAKE_TRIAL_DELAY_S": "1.0"}
+    # no reference probe: its trials are stored together at its end (the probe's own Ctrl-C: test_reference_probe)
     cmd = [sys.executable, "-m", "tuner", "run", str(STUDY), "--storage", f"sqlite:///{db}", "--trials", 6,
-           "--cache-dir", str(cache_dir), "--no-pruner"]
+           "--cache-dir", str(cache_dir), "--no-pruner", "--reference-probe", 0]
     proc = subprocess.Popen(list(map(str, cmd)), env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # interrupt mid-trial, once something is stored
@@ -147,7 +148,8 @@ def test_ctrl_c_ends_cleanly_and_resumes(tmp_path, cache_dir):
     study = optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
     done = [t for t in study.trials if t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL]
-    rerun = tuner("run", STUDY, "--storage", f"sqlite:///{db}", "--trials", 6, "--cache-dir", cache_dir, "--json", env=FAKE)
+    rerun = tuner("run", STUDY, "--storage", f"sqlite:///{db}", "--trials", 6, "--cache-dir", cache_dir, "--json",
+                  "--reference-probe", 0, env=FAKE)
     assert rerun.returncode == 0, rerun.stderr
     again = optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
     assert len([t for t in again.trials if t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL]) == 6
