@@ -13,6 +13,7 @@ from tests.conftest import KERNEL_TUNER_CACHES
 from tuner.evaluate.replay import Record, Recording, ReplayEvaluator, recording_space
 from tuner.run.runner import Runner, RunSettings
 from tuner.search import parzen
+from tuner.search.distributions import suggest
 from tuner.search.parzen import ParzenSearch, choose_kernels
 from tuner.search.pool import Observations
 from tuner.search.sampler import BASE_SAMPLERS, ValidOnlySampler, make_base_sampler
@@ -234,3 +235,22 @@ def test_every_sampler_the_options_table_names_has_a_maker():
     assert set(SAMPLERS) == set(BASE_SAMPLERS)
     for name in SAMPLERS:
         assert make_base_sampler(name, seed=0) is not None
+
+
+def test_a_grid_spreads_its_first_configs_over_the_space_then_walks_in_order():
+    recording, space = recorded_space({"A": [1, 2, 3, 4], "B": [1, 2, 3, 4], "C": [1, 2]},
+                                      lambda c: Record("ok", 1.0, [1.0]))  # 32 configs, A the slowest-moving axis
+
+    def order(spread: int) -> list[tuple]:
+        study = optuna.create_study(sampler=ValidOnlySampler(space, make_base_sampler("grid", 0, n_startup_trials=spread), seed=0))
+        for _ in range(32):
+            trial = study.ask()
+            for axis, distribution in space.distributions.items():
+                suggest(trial, axis, distribution)
+            study.tell(trial, 1.0)
+        return [(t.params["A"], t.params["B"], t.params["C"]) for t in study.trials]
+
+    in_order, spread = order(0), order(4)
+    assert in_order == sorted(in_order) and [c[0] for c in in_order[:4]] == [1, 1, 1, 1]
+    assert [c[0] for c in spread[:4]] == [1, 2, 3, 4]  # rows 0, 10, 20 and 31: every value of the first axis
+    assert spread[4:] == sorted(spread[4:]) and sorted(spread) == in_order  # then the rest in order, each once

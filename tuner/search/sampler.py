@@ -71,12 +71,21 @@ class Proposer:
 
 
 class GridWalk(Proposer):
-    """The valid set in order (Optuna's BruteForceSampler semantics, without the invalid configs)."""
+    """The valid set in order (Optuna's BruteForceSampler semantics, without the invalid configs),
+    after ``spread`` configs evenly spaced over it: a grid stopped early, and a reference chosen
+    from a study's first configs (:mod:`tuner.run.probe`), have seen every part of the space, not
+    only the first values of its first axes."""
 
-    def __init__(self) -> None:
+    def __init__(self, spread: int = 0) -> None:
+        self.spread = spread
         self._cursor = 0  # rows before it are tried
 
     def propose(self, sampler, study, trial, search_space, pool) -> int | None:
+        if self.spread > 1 and pool.size > self.spread:
+            for i in range(self.spread):
+                row = i * (pool.size - 1) // (self.spread - 1)
+                if pool.tried[row] == 0:
+                    return row
         found = pool.first_untried(self._cursor)
         self._cursor = found if found is not None else pool.size
         return found
@@ -134,7 +143,7 @@ BASE_SAMPLERS: dict[str, Callable[[int | None, int], Proposer]] = {
     "tpe": lambda seed, n_startup_trials: ParzenProposer(ParzenSearch(seed=seed, n_startup_trials=n_startup_trials)),
     "gp": lambda seed, n_startup_trials: OptunaProposer(_gp(seed, n_startup_trials)),
     "random": lambda seed, n_startup_trials: OptunaProposer(RandomSampler(seed=seed)),
-    "grid": lambda seed, n_startup_trials: GridWalk(),
+    "grid": lambda seed, n_startup_trials: GridWalk(spread=n_startup_trials),
 }
 
 
