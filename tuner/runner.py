@@ -182,7 +182,7 @@ class _Tally:
     _counting: list[int] = field(default_factory=list)  # their numbers, sorted
 
     def facts(self, t: FrozenTrial) -> tuple[tuple | None, bool]:
-        """A trial in flight: its config key, and whether it takes a place."""
+        """A trial's config key, and whether it takes a place (a finished one's is asked once)."""
         return self.key_of(t), self.counts(t)
 
     def open_trials(self) -> list[FrozenTrial]:
