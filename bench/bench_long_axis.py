@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuner.record import Measurement
-from tuner.runner import Runner, RunSettings
-from tuner.space import Space
-from tuner.spec import KernelSpec
+from tuner.contract.kernel_spec import KernelSpec
+from tuner.measurement.value import Measurement
+from tuner.run.runner import Runner, RunSettings
+from tuner.search.space import Space
 
 SPACES = {
     "axis_1e6": {"X": list(range(1_000_000))},

@@ -39,12 +39,12 @@ from pathlib import Path
 import numpy as np
 import optuna
 
+from tuner.contract.kernel_spec import load_spec
 from tuner.errors import UserError
-from tuner.replay import Record, Recording, ReplayEvaluator, load_recording, recording_space
-from tuner.runner import Runner, RunSettings
-from tuner.space import Space
-from tuner.spec import load_spec
-from tuner.study_file import load_study
+from tuner.evaluate.replay import Record, Recording, ReplayEvaluator, load_recording, recording_space
+from tuner.run.runner import Runner, RunSettings
+from tuner.search.space import Space
+from tuner.study.file import load_study
 from tuner.testing import ask_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +67,7 @@ BUDGETS = (25, 50, 100, 200)
 KERNEL_TUNER_ALL = ("genetic_algorithm", "pso", "bayes_opt", "dual_annealing", "basinhopping", "greedy_ils", "mls",
                     "simulated_annealing", "firefly_algorithm", "diff_evo")
 #: the same kernel on two GPUs; then two versions of a kernel with other axes and values (the source's configs are
-#: mapped onto the target's space: tuner/transfer.py)
+#: mapped onto the target's space: tuner/search/transfer.py)
 WARM_PAIRS = [("convolution A100", "convolution A4000"), ("pnpoly RTX 3090", "pnpoly RTX 2080 Ti"),
               ("convolution A100", "convolution TITAN RTX")]
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuner.compile import compile_kernel
-from tuner.precision import fast
-from tuner.spec import load_spec
-from tuner.study_file import load_study
-from tuner.worker import CudaBackend
+from tuner.compile.nvrtc import compile_kernel
+from tuner.contract.kernel_spec import load_spec
+from tuner.contract.precision import fast
+from tuner.device.worker import CudaBackend
+from tuner.study.file import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -30,12 +30,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner.gpu import BASELINE, GpuEvaluator  # noqa: E402
-from tuner.precision import tolerance  # noqa: E402
-from tuner.space import Space  # noqa: E402
-from tuner.spec import load_spec  # noqa: E402
-from tuner.study_file import load_study  # noqa: E402
-from tuner.warm_start import start_params  # noqa: E402
+from tuner.contract.kernel_spec import load_spec  # noqa: E402
+from tuner.contract.precision import tolerance  # noqa: E402
+from tuner.evaluate.gpu import BASELINE, GpuEvaluator  # noqa: E402
+from tuner.search.space import Space  # noqa: E402
+from tuner.search.warm_start import start_params  # noqa: E402
+from tuner.study.file import load_study  # noqa: E402
 
 
 def measure(study_path: str, regime: str, pairs: int, evaluator: GpuEvaluator | None) -> tuple[dict, GpuEvaluator]:
@@ -45,7 +45,7 @@ def measure(study_path: str, regime: str, pairs: int, evaluator: GpuEvaluator | 
     space = Space.from_study(cfg, spec)
     settings = dataclasses.replace(cfg.measure, reference=BASELINE, regime=regime, repeats=pairs, min_pairs=pairs,
                                    ci_target=0.0, timeout_s=60.0,
-                                   energy_s=1.0)  # the W column: the candidate alone, step-aligned (tuner/energy.py)
+                                   energy_s=1.0)  # the W column: the candidate alone, step-aligned (tuner/device/energy.py)
     supervisor = evaluator.supervisor if evaluator else None  # one worker for every shape
     fast = cfg.precision == "fast"   # the matching cuBLAS mode (the spec's baseline reads it from the problem)
     problem = {**space.problem, "BASELINE_FAST_ACCUM": int(fast)}
@@ -97,7 +97,7 @@ def main() -> int:
         import torch
 
         from bench.precision_check import run_shape
-        from tuner.worker import CudaBackend
+        from tuner.device.worker import CudaBackend
 
         backend, shapes = CudaBackend(), dict.fromkeys(r["shape"] for r in rows)
         backend.hello()

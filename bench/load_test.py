@@ -83,7 +83,7 @@ def analyse(url: str, study_name: str) -> dict:
     import optuna
     from optuna.trial import TrialState
 
-    from tuner.storage import open_storage
+    from tuner.store.storage import open_storage
 
     study = optuna.load_study(study_name=study_name, storage=open_storage(url))
     trials = study.get_trials(deepcopy=False)
@@ -146,7 +146,7 @@ def run_one(kind: str, dataset: Path, workers: int, trials: int, seed: int, work
                       poll_samples=poller.samples)
         import optuna
 
-        from tuner.storage import open_storage
+        from tuner.store.storage import open_storage
 
         optuna.delete_study(study_name=name, storage=open_storage(url))  # keep the shared test db small
     return report

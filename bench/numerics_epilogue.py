@@ -23,11 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuner.compile import compile_kernel
-from tuner.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32
-from tuner.precision import fast
-from tuner.spec import load_spec
-from tuner.worker import CudaBackend
+from tuner.compile.nvrtc import compile_kernel
+from tuner.contract.kernel_spec import load_spec
+from tuner.contract.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32
+from tuner.contract.precision import fast
+from tuner.device.worker import CudaBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 WINNER = {"BLOCK_M": 128, "BLOCK_N": 192, "N_STAGES": 4, "PINGPONG": 1, "MMA_INFLIGHT": 2, "SHARED_STAGING": 1,

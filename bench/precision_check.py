@@ -27,11 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner.compile import compile_kernel  # noqa: E402
-from tuner.precision import PRECISE_ATOL, PRECISE_RTOL, Tolerance  # noqa: E402
-from tuner.spec import load_spec  # noqa: E402
-from tuner.study_file import load_study  # noqa: E402
-from tuner.warm_start import start_params  # noqa: E402
+from tuner.compile.nvrtc import compile_kernel  # noqa: E402
+from tuner.contract.kernel_spec import load_spec  # noqa: E402
+from tuner.contract.precision import PRECISE_ATOL, PRECISE_RTOL, Tolerance  # noqa: E402
+from tuner.search.warm_start import start_params  # noqa: E402
+from tuner.study.file import load_study  # noqa: E402
 
 SHAPES = ("patch_embed", "fc1", "fc2")
 #: every output counted against the precise tolerance; none may fail the check itself (the count is the result)
@@ -40,7 +40,7 @@ CHUNK_ROWS = 65536
 
 
 def study_config(path: Path, promote: int | None = None) -> dict:
-    from tuner.space import Space
+    from tuner.search.space import Space
 
     cfg = load_study(path)
     space = Space.from_study(cfg, load_spec(cfg.kernel))
@@ -144,7 +144,7 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    from tuner.worker import CudaBackend
+    from tuner.device.worker import CudaBackend
 
     backend = CudaBackend()
     device = backend.hello()

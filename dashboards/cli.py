@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import UserError
-from tuner.storage import DEFAULT_URL, open_storage, redact, resolve_url
+from tuner.store.storage import DEFAULT_URL, open_storage, redact, resolve_url
 
 
 def _check_exists(url: str) -> None:
     """Viewing must not create an empty database: a missing file is a clear error."""
-    from tuner.storage_url import sqlite_file
+    from tuner.store.url import sqlite_file
 
     path = None
     if url.startswith("sqlite"):
@@ -52,7 +52,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     import optuna
 
     from dashboards.serve import run_dashboard
-    from tuner.notes import write_study_note
+    from tuner.store.notes import write_study_note
 
     url = resolve_url(args.storage)
     _check_exists(url)

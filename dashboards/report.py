@@ -40,8 +40,8 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
-from tuner.results import COLUMNS, best_trial, trials_frame
-from tuner.storage import describe_storage, open_storage, redact
+from tuner.store.results import COLUMNS, best_trial, trials_frame
+from tuner.store.storage import describe_storage, open_storage, redact
 
 log = logging.getLogger(__name__)
 

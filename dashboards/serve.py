@@ -3,7 +3,7 @@
 :func:`run_dashboard` serves optuna-dashboard on the same storage the tuner writes (SQLite
 or Postgres URL, or a journal ``.log`` file), optionally with the artifact store where
 the engine keeps compile logs. Study notes and artifacts are written by the engine
-(:mod:`tuner.notes`); this module only shows them.
+(:mod:`tuner.store.notes`); this module only shows them.
 
 How "best" is chosen: optuna-dashboard asks the storage for its best trial
 (``storage.get_best_trial``), which looks at COMPLETE trials only and does *not* read
@@ -19,8 +19,8 @@ import os
 
 from optuna.storages import BaseStorage
 
-from tuner.notes import artifact_store
-from tuner.storage import describe_storage, open_storage, redact
+from tuner.store.notes import artifact_store
+from tuner.store.storage import describe_storage, open_storage, redact
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080

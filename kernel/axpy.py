@@ -1,7 +1,6 @@
 """Spec of ``axpy.cu`` (out = a * x + y): a complete light spec."""
 
-from tuner.light import In, LightSpec, Out
-from tuner.spec import Scalar
+from tuner.spec import In, LightSpec, Out, Scalar
 
 A = 2.0
 

@@ -1,9 +1,9 @@
-"""Spec of ``example_sgemm.cu``: a light spec (tuner/light.py). The tunables and their
+"""Spec of ``example_sgemm.cu``: a light spec (tuner/contract/light.py). The tunables and their
 defaults are the ``#ifndef`` guards of the ``.cu`` file; the rest is data."""
 
 import numpy as np
 
-from tuner.light import In, LightSpec, Out
+from tuner.spec import In, LightSpec, Out
 
 
 class Spec(LightSpec):

@@ -58,9 +58,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from tuner.contract.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32, random_fp8
+from tuner.contract.rules import Names, Rule, first_violation, one_of
 from tuner.errors import UserError
-from tuner.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32, random_fp8
-from tuner.rules import Names, Rule, first_violation, one_of
 from tuner.spec import EXPECTED, Buffer, DeviceInfo, KernelSpec, Launch, OutputSpec, ReferenceKernel, Scalar, TensorMap
 
 # fixed by the design

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tuner.numerics import E4M3_TO_F32, bf16_to_f32, f32_to_bf16, fp8_to_f32
-from tuner.rules import Names, Rule, first_violation, one_of
+from tuner.contract.numerics import E4M3_TO_F32, bf16_to_f32, f32_to_bf16, fp8_to_f32
+from tuner.contract.rules import Names, Rule, first_violation, one_of
 from tuner.spec import (
     EXPECTED,
     Buffer,

@@ -1,4 +1,4 @@
-"""A worker backend that answers host dry runs (tuner/host_dry_run.py) without a GPU: its "stub"
+"""A worker backend that answers host dry runs (tuner/check/host_dry_run.py) without a GPU: its "stub"
 writes back what a faithful one receives, so the command's planning, grouping and counting are
 tested on the CPU. ``FAKE_ECHO_FLIP=ARG:BYTE`` flips one byte of that argument in every record;
 ``FAKE_ECHO_CLUSTER=X`` reports clusters X CTAs wide."""
@@ -6,7 +6,7 @@ tested on the CPU. ``FAKE_ECHO_FLIP=ARG:BYTE`` flips one byte of that argument i
 import os
 import struct
 
-from tuner.echo_stub import HEADER, MAGIC, expected_args
+from tuner.device.echo_stub import HEADER, MAGIC, expected_args
 
 
 class EchoBackend:

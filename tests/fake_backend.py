@@ -29,9 +29,9 @@ import time
 
 import numpy as np
 
-from tuner.energy import Reading
-from tuner.measure import LaunchFailed
-from tuner.record import Measurement
+from tuner.device.energy import Reading
+from tuner.device.timing import LaunchFailed
+from tuner.measurement.value import Measurement
 
 
 def base_ms(config: dict) -> float:

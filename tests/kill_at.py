@@ -63,8 +63,10 @@ def _kill_on(n: int, before: bool = True) -> Callable[[Callable], Callable]:
 def install(point: str, n: int) -> None:
     import optuna
 
-    from tuner import compile as compile_module
-    from tuner import objective, optuna_private, pipeline, runner, supervisor
+    from tuner.compile import nvrtc as compile_module
+    from tuner.device import supervisor
+    from tuner.run import objective, pipeline, runner
+    from tuner.store import optuna_private
 
     if point == "ask":
         pipeline.ask_with_user_attrs = _kill_on(n, before=False)(optuna_private.ask_with_user_attrs)
@@ -103,6 +105,6 @@ def _kill_at_second_param(n: int) -> None:
 
 if __name__ == "__main__":
     install(sys.argv[1], int(sys.argv[2]))
-    from tuner.cli import main
+    from tuner.cli.commands import main
 
     sys.exit(main(sys.argv[3:]))

@@ -10,11 +10,11 @@ import pytest
 
 import tuner
 from tests.conftest import ROOT
-from tuner.compile import compile_many
+from tuner.compile.nvrtc import compile_many
+from tuner.contract.kernel_spec import load_spec
 from tuner.errors import UserError
-from tuner.space import Space
-from tuner.spec import load_spec
-from tuner.study_file import load_study
+from tuner.search.space import Space
+from tuner.study.file import load_study
 
 HOPPER = ROOT / "studies" / "patch_embed_sm90a_hopper_grid.toml"
 HOPPER_REPLAY = ROOT / "studies" / "recorded" / "patch_embed_sm90a_hopper_grid_h200.json"

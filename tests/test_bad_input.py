@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
-from tuner import options
-from tuner.arch import limits
+from tuner.contract.arch import limits
+from tuner.contract.kernel_spec import load_spec
+from tuner.device.supervisor import Supervisor
 from tuner.errors import UserError
-from tuner.gpu import GpuEvaluator
-from tuner.spec import load_spec
-from tuner.study_file import MeasureSettings
-from tuner.supervisor import Supervisor
+from tuner.evaluate.gpu import GpuEvaluator
+from tuner.study import options
+from tuner.study.file import MeasureSettings
 from tuner.testing import CliResult, cli
 
 GOOD = f"""
@@ -113,7 +113,7 @@ def assert_one_line_exit_2(result, fragment: str) -> str:
 
 
 def tuner_here(capsys, monkeypatch, *args) -> CliResult:
-    """``tuner.cli.main`` called in this process (same code path as the console script,
+    """``tuner.cli.commands.main`` called in this process (same code path as the console script,
     without a Python start-up per case: keeps this file inside the CI budget)."""
     monkeypatch.setenv("TUNER_WORKER_BACKEND", FAKE_BACKEND)
     return cli(*args)
@@ -143,13 +143,13 @@ def test_bad_study_file_through_the_console_script(tmp_path, store):
 
 def test_defines_never_reach_nvrtc(tmp_path, monkeypatch):
     """Smuggling is refused before any compile: NVRTC is never called."""
-    import tuner.compile as compile_mod
+    import tuner.compile.nvrtc as compile_mod
 
     def boom(*a, **k):
         raise AssertionError("NVRTC was reached")
 
     monkeypatch.setattr(compile_mod, "compile_kernel", boom)
-    from tuner.spec import define_flags
+    from tuner.contract.kernel_spec import define_flags
 
     for name, value in (("TN", "1 -Xptxas"), ("TN=1 -Xptxas", 1), ("X", "1;rm"), ("Y", '"q"'), ("Z", "a b"), ("W", "-G")):
         with pytest.raises(UserError, match="C identifier|integer or a C identifier"):
@@ -407,9 +407,9 @@ def _text(content: str):
 def _gzip_bomb(path):
     import gzip
 
-    import tuner.replay
+    import tuner.evaluate.replay
 
-    size = tuner.replay.MAX_REPLAY_BYTES + 2**20
+    size = tuner.evaluate.replay.MAX_REPLAY_BYTES + 2**20
     with gzip.open(path, "wb", compresslevel=9) as f:  # ~1 MB on disk
         chunk = b" " * 2**20
         for _ in range(size // len(chunk)):
@@ -586,7 +586,7 @@ def test_changed_axis_values_are_refused(tmp_path, capsys, monkeypatch):
 def _spec_study(folder, check_body: str, at_import: str = "") -> Path:
     spec = folder / "broken_spec.py"
     spec.write_text(
-        "import sys\nfrom tuner.spec import load_spec\n"
+        "import sys\nfrom tuner.contract.kernel_spec import load_spec\n"
         f"_BASE = type(load_spec({str(ROOT / 'kernel' / 'example_sgemm.py')!r}))\n{at_import}\n"
         "class Spec(_BASE):\n"
         f"    source = {str(ROOT / 'kernel' / 'example_sgemm.cu')!r}\n"
@@ -613,9 +613,9 @@ SPEC_CASES = [
 @pytest.mark.parametrize("body,at_import,fragment", [c[1:] for c in SPEC_CASES], ids=[c[0] for c in SPEC_CASES])
 @pytest.mark.parametrize("command", ["check", "run"])
 def test_spec_breaking_its_contract(command, body, at_import, fragment, tmp_path, store, capsys, monkeypatch):
-    import tuner.enumeration
+    import tuner.search.enumeration
 
-    monkeypatch.setattr(tuner.enumeration, "CHECK_LIMIT_S", 1.0)
+    monkeypatch.setattr(tuner.search.enumeration, "CHECK_LIMIT_S", 1.0)
     url, before = store
     study = _spec_study(tmp_path, body, at_import)
     args = ("check", study) if command == "check" else ("run", study, "--storage", url, "--study-name", "kept")

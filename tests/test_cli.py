@@ -7,7 +7,7 @@ import optuna
 import pytest
 
 from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
-from tuner import optuna_private
+from tuner.store import optuna_private
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"
 FAKE = {"TUNER_WORKER_BACKEND": FAKE_BACKEND}
@@ -183,8 +183,8 @@ def test_an_ignored_ctrl_c_stays_ignored(tmp_path, cache_dir):
 
 def test_warm_start_does_not_queue_a_config_already_waiting():
     """Two workers that start together: the second must not queue the first's winners again."""
-    from tuner.replay import load_recording, recording_space
-    from tuner.warm_start import MARK, warm_start
+    from tuner.evaluate.replay import load_recording, recording_space
+    from tuner.search.warm_start import MARK, warm_start
 
     space = recording_space(load_recording(PNPOLY))
     storage = optuna.storages.InMemoryStorage()
@@ -266,7 +266,7 @@ def test_bad_search_start_is_one_line_and_stores_nothing(tmp_path, cache_dir):
 
 def test_workers_honour_every_setting_of_the_run(tmp_path):
     """`--workers 2` hands the run's settings to both workers: here the warm start."""
-    from tuner.storage import open_storage
+    from tuner.store.storage import open_storage
 
     url = str(tmp_path / "store.log")
     first = tuner("run", "--replay", PNPOLY, "--storage", url, "--study-name", "src", "--trials", 10, "--seed", 1, "--json")
@@ -335,7 +335,7 @@ def test_worker_and_check_flags_follow_the_same_rules(tmp_path):
     ([], False),
 ])
 def test_the_worker_is_spawned_early_only_for_a_measured_run(argv, expected):
-    from tuner.launch import runs_on_the_gpu
+    from tuner.cli.launch import runs_on_the_gpu
 
     assert runs_on_the_gpu(argv) is expected
 

@@ -31,7 +31,7 @@ from dashboards import demo
 from dashboards import report as rep
 from dashboards.report import load_study, write_report
 from tuner.errors import UserError
-from tuner.notes import attach_trial_artifacts, study_note, write_study_note
+from tuner.store.notes import attach_trial_artifacts, study_note, write_study_note
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOT_DIR = Path(os.environ.get("TUNER_SCREENSHOT_DIR", ROOT / "docs" / "img"))
@@ -216,7 +216,7 @@ def test_report_of_an_empty_storage(tmp_path):
 
 
 def test_cli_report_and_its_errors(journal, tmp_path, capsys):
-    from tuner import cli
+    from tuner.cli import commands as cli
 
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
@@ -300,7 +300,7 @@ def test_note_without_optuna_dashboard_is_what_optuna_dashboard_reads(monkeypatc
 
     monkeypatch.setattr(builtins, "__import__", no_dashboard)
     first = write_study_note(study) + "\n" + "x" * 5000  # three chunks
-    from tuner.notes import _save_note
+    from tuner.store.notes import _save_note
 
     _save_note(study, first)
     body = write_study_note(study)  # shorter: the old chunks must not leak into it
@@ -315,7 +315,7 @@ def test_engine_never_imports_views():
     assert offenders == []
     from importlib.metadata import entry_points
 
-    from tuner.cli import COMMANDS_GROUP
+    from tuner.cli.commands import COMMANDS_GROUP
 
     assert "dashboards.cli:register" in {ep.value for ep in entry_points(group=COMMANDS_GROUP)}
 

@@ -10,8 +10,8 @@ import pytest
 
 from tests.fake_backend import FakeBackend, FakeEnergyCounter, base_ms
 from tests.test_paired import REFERENCE, Recorder, job
-from tuner.energy import measure_energy
-from tuner.measure import Measurer
+from tuner.device.energy import measure_energy
+from tuner.device.timing import Measurer
 
 
 def kernel(counter: FakeEnergyCounter, ms: float, watts: float):

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuner.compile import compile_kernel, compile_many
+from tuner.compile.nvrtc import compile_kernel, compile_many
+from tuner.contract.kernel_spec import Buffer, DeviceInfo, Scalar, TensorMap, load_spec
+from tuner.contract.numerics import bf16_to_f32, f32_to_bf16, f32_to_fp8, fp8_to_f32
 from tuner.errors import UserError
-from tuner.numerics import bf16_to_f32, f32_to_bf16, f32_to_fp8, fp8_to_f32
-from tuner.spec import Buffer, DeviceInfo, Scalar, TensorMap, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_PATH = ROOT / "kernel" / "gemm_sm100a.py"
@@ -296,8 +296,8 @@ def test_default_sass_has_the_tcgen05_fast_path(spec, cache_dir):
 
 @pytest.mark.parametrize("name", sorted(STUDIES))
 def test_study_files_load_through_the_engine(spec, name):
-    from tuner.space import Space
-    from tuner.study_file import load_study
+    from tuner.search.space import Space
+    from tuner.study.file import load_study
 
     cfg = load_study(STUDIES[name])
     assert cfg.arch == ARCH and load_spec(cfg.kernel) is spec

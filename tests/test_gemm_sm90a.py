@@ -12,8 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner.numerics import f32_to_bf16  # noqa: E402
-from tuner.spec import DeviceInfo, TensorMap, host_inputs, load_spec  # noqa: E402
+from tuner.contract.kernel_spec import DeviceInfo, TensorMap, host_inputs, load_spec  # noqa: E402
+from tuner.contract.numerics import f32_to_bf16  # noqa: E402
 
 SPEC = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
 STUDIES = {n: ROOT / "studies" / f"{n}_sm90a.toml" for n in ("patch_embed", "fc1", "fc2")}
@@ -36,7 +36,7 @@ def valid_configs(name):
 
 def nvrtc_build(config, problem, extra=None):
     """The engine's NVRTC build of a config, with ``extra`` defines (kernel-side asserts): (ok, log, cubin, stats)."""
-    from tuner.compile import SourceBundle, _nvrtc_compile, compile_options, parse_ptxas
+    from tuner.compile.nvrtc import SourceBundle, _nvrtc_compile, compile_options, parse_ptxas
 
     options = compile_options(SPEC, config, problem, "sm_90a") + [f"-D{k}={v}" for k, v in (extra or {}).items()]
     ok, log, cubin = _nvrtc_compile(SourceBundle.load(SPEC.source_path), options)
@@ -155,7 +155,7 @@ def test_small_int_inputs_catch_row_mod_bug():
     assert np.array_equal(ref, np.round(ref)) and np.abs(ref).max() < 256   # exact in BF16
     # what an off-by-one row % SEQ_LEN would produce differs from the reference nearly everywhere
     wrong = ref.copy()
-    from tuner.numerics import bf16_to_f32
+    from tuner.contract.numerics import bf16_to_f32
     wrong += bf16_to_f32(inp["combined"][(rows + 1) % 196]) - bf16_to_f32(inp["combined"][rows % 196])
     assert (f32_to_bf16(wrong) != f32_to_bf16(ref)).mean() > 0.9
 
@@ -427,8 +427,8 @@ def test_device_jobs_are_valid_configs(epi, n, k):
 def test_device_correctness(epi, n, k, inputs, tmp_path):
     """Through the engine's evaluator and worker: exact small-int and random inputs, poisoned output;
     the off-by-one variants must be caught."""
-    from tuner.gpu import GpuEvaluator
-    from tuner.study_file import MeasureSettings
+    from tuner.evaluate.gpu import GpuEvaluator
+    from tuner.study.file import MeasureSettings
 
     P, jobs = device_jobs(epi, n, k)
     P = {**P, "INPUT_KIND": inputs}
@@ -445,7 +445,7 @@ def test_device_correctness(epi, n, k, inputs, tmp_path):
 
 
 def test_full_size_inputs_are_generated_on_the_gpu_not_drawn_on_the_host():
-    from tuner.spec import RandomTable
+    from tuner.contract.kernel_spec import RandomTable
 
     P = {"M": 928256, "N": 768, "K": 768, "EPILOGUE": "BIAS_POS", "SEQ_LEN": 196}
     inputs = SPEC.inputs(P, np.random.default_rng(0))
@@ -458,7 +458,7 @@ def test_full_size_inputs_are_generated_on_the_gpu_not_drawn_on_the_host():
 
 
 def test_random_table_needs_256_entries_of_1_2_or_4_bytes():
-    from tuner.spec import RandomTable
+    from tuner.contract.kernel_spec import RandomTable
 
     with pytest.raises(ValueError, match="256 entries"):
         RandomTable((4,), np.zeros(17, np.uint8))

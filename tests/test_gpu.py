@@ -4,10 +4,10 @@ output check against the spec's reference — on the shipped kernels."""
 import pytest
 
 from tests.conftest import ROOT
-from tuner.gpu import GpuEvaluator
-from tuner.precision import Tolerance
-from tuner.spec import load_spec
-from tuner.study_file import MeasureSettings
+from tuner.contract.kernel_spec import load_spec
+from tuner.contract.precision import Tolerance
+from tuner.evaluate.gpu import GpuEvaluator
+from tuner.study.file import MeasureSettings
 
 pytestmark = pytest.mark.gpu
 TOL = Tolerance(2e-2, 2e-2)   # the fast class: the row-RMS floor
@@ -60,7 +60,7 @@ def test_sm100a_refuses_to_launch_on_hopper(tmp_path):
         evaluator.start()
 
 
-# -- the full-output check (tuner/verify.py): every value on the device, a bitwise relaunch ---------------------------
+# -- the full-output check (tuner/device/verify.py): every value on the device, a bitwise relaunch ---------------------------
 
 
 def test_sm90a_full_check_flags_every_value_of_the_off_by_one(tmp_path):
@@ -79,7 +79,7 @@ def test_sm90a_full_check_flags_every_value_of_the_off_by_one(tmp_path):
 def test_sm90a_winners_pass_the_full_check(study, tmp_path):
     """The studies' best known configs at full size: every value within tolerance, the relaunch bit-identical.
     Prints the check's cost against the trial's GPU time (checked launch, warm-up, timed pairs)."""
-    from tuner.study_file import load_study
+    from tuner.study.file import load_study
 
     cfg = load_study(ROOT / "studies" / f"{study}.toml")
     spec = load_spec(cfg.kernel)
@@ -111,15 +111,15 @@ def test_host_check_fallback_records_the_sampled_fraction(tmp_path):
 
 @pytest.mark.parametrize("dtype, decode, cols", [("uint16", "bfloat16", 264), ("uint16", "bfloat16", 100), ("float32", "float32", 36)])
 def test_device_comparison_agrees_with_the_host_check(dtype, decode, cols):
-    """The comparison kernel against tuner.verify.host_check on the same planted errors (16-byte rows go the
+    """The comparison kernel against tuner.device.verify.host_check on the same planted errors (16-byte rows go the
     vector path, 200-byte rows the value-by-value one), and the relaunch hash on one changed value."""
     import numpy as np
 
-    from tuner.arch import plain_target
-    from tuner.numerics import POISON_BF16, bf16_to_f32, f32_to_bf16
-    from tuner.spec import OutputSpec
-    from tuner.verify import DeviceVerifier, host_check
-    from tuner.worker import CudaBackend
+    from tuner.contract.arch import plain_target
+    from tuner.contract.kernel_spec import OutputSpec
+    from tuner.contract.numerics import POISON_BF16, bf16_to_f32, f32_to_bf16
+    from tuner.device.verify import DeviceVerifier, host_check
+    from tuner.device.worker import CudaBackend
 
     backend = CudaBackend()
     device = backend.hello()
@@ -163,8 +163,8 @@ def test_generated_inputs_are_the_table_s_values_uniform_and_reproducible():
     about equally often, the same bytes for the same seed, other bytes for another seed."""
     import numpy as np
 
-    from tuner.spec import RandomTable
-    from tuner.worker import CudaBackend
+    from tuner.contract.kernel_spec import RandomTable
+    from tuner.device.worker import CudaBackend
 
     spec = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
     problem = {"M": 196 * 64, "N": 768, "K": 768, "EPILOGUE": "BIAS_POS", "SEQ_LEN": 196}
@@ -191,9 +191,9 @@ def test_backend_public_steps_load_launch_read_and_check(tmp_path):
     read the output and the reference kernel's expected values back, and check."""
     import numpy as np
 
-    from tuner.compile import compile_kernel
-    from tuner.numerics import bf16_to_f32
-    from tuner.worker import CudaBackend
+    from tuner.compile.nvrtc import compile_kernel
+    from tuner.contract.numerics import bf16_to_f32
+    from tuner.device.worker import CudaBackend
 
     spec = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
     problem = {"M": 196 * 64, "N": 768, "K": 768, "EPILOGUE": "BIAS_POS", "SEQ_LEN": 196, "INPUT_KIND": "small_int"}

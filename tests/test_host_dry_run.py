@@ -1,4 +1,4 @@
-"""The SM100a host dry run (tuner/host_dry_run.py): the stub is the real kernel's ABI twin (checked
+"""The SM100a host dry run (tuner/check/host_dry_run.py): the stub is the real kernel's ABI twin (checked
 here with NVRTC, no GPU), and the comparison flags what differs; the launch itself is a GPU test."""
 
 import json
@@ -8,9 +8,12 @@ import struct
 import pytest
 
 from tests.conftest import ROOT, tuner
-from tuner.arch import limits
-from tuner.compile import SourceBundle, helper_cubin, kernel_ptx, source_ptx
-from tuner.echo_stub import (
+from tuner.check.host_dry_run import TARGET_DEVICES, fit
+from tuner.compile.nvrtc import SourceBundle, helper_cubin, kernel_ptx, source_ptx
+from tuner.compile.ptx_entry import parse_entry
+from tuner.contract.arch import limits
+from tuner.contract.kernel_spec import Buffer, Launch, Scalar, TensorMap, load_spec
+from tuner.device.echo_stub import (
     HEADER,
     MAGIC,
     Received,
@@ -25,11 +28,8 @@ from tuner.echo_stub import (
     record_size,
     stub_source,
 )
-from tuner.host_dry_run import TARGET_DEVICES, fit
-from tuner.ptx_entry import parse_entry
-from tuner.space import Space
-from tuner.spec import Buffer, Launch, Scalar, TensorMap, load_spec
-from tuner.study_file import load_study
+from tuner.search.space import Space
+from tuner.study.file import load_study
 
 STUDIES = ("patch_embed_sm100a", "fc1_sm100a", "fc2_sm100a")
 B200 = TARGET_DEVICES["sm_100a"]
@@ -288,7 +288,7 @@ def _planted_spec(tmp_path, launch_change):
     """gemm_sm100a's spec with its launch changed by ``launch_change`` (dataclasses.replace keywords)."""
     path = tmp_path / "planted_sm100a.py"
     path.write_text(f"""import dataclasses
-from tuner.spec import load_spec
+from tuner.contract.kernel_spec import load_spec
 
 _base = type(load_spec({str(ROOT / "kernel" / "gemm_sm100a.py")!r}))
 

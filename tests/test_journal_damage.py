@@ -14,7 +14,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import PNPOLY, tuner
-from tuner.storage import open_storage
+from tuner.store.storage import open_storage
 
 NAME = "dmg"
 FIRST, MORE = 10, 4

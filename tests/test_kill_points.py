@@ -12,7 +12,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import FAKE_BACKEND, ROOT
-from tuner.storage import open_storage
+from tuner.store.storage import open_storage
 
 pytestmark = pytest.mark.slow  # processes killed at each point of a run: minutes
 

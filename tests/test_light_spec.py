@@ -1,4 +1,4 @@
-"""The light spec (tuner/light.py): defines from the .cu's guards, data instead of methods.
+"""The light spec (tuner/contract/light.py): defines from the .cu's guards, data instead of methods.
 
 The README's example kernel (kernel/axpy.*) compiles with NVRTC and tunes by replay of a
 table that `tuner grid` records (the worker is the test double: no GPU here)."""
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
-from tuner.compile import SourceBundle
+from tuner.compile.nvrtc import SourceBundle
+from tuner.contract.kernel_spec import Buffer, DeviceInfo, Scalar, load_spec
+from tuner.contract.light import guarded_defines
 from tuner.errors import UserError
-from tuner.light import guarded_defines
-from tuner.spec import Buffer, DeviceInfo, Scalar, load_spec
 
 AXPY = ROOT / "studies" / "axpy.toml"
 
@@ -51,7 +51,7 @@ def test_restrictions_launch_inputs_and_reference():
 
 def test_an_unknown_name_in_a_restriction_is_one_clear_error(tmp_path):
     (tmp_path / "k.cu").write_text("#ifndef T\n#define T 1\n#endif\nextern \"C\" __global__ void k() {}\n")
-    (tmp_path / "k.py").write_text("from tuner.light import LightSpec\n\nclass Spec(LightSpec):\n"
+    (tmp_path / "k.py").write_text("from tuner.contract.light import LightSpec\n\nclass Spec(LightSpec):\n"
                                    "    source = 'k.cu'\n    restrictions = ['T < NOPE']\n")
     spec = load_spec(tmp_path / "k.py")
     with pytest.raises(UserError, match="'T < NOPE'.*NOPE"):
@@ -62,7 +62,7 @@ def test_source_hash_covers_included_headers_like_the_compile_cache(tmp_path):
     (tmp_path / "k.cuh").write_text("#define SCALE 2\n")
     (tmp_path / "k.cu").write_text('#include "k.cuh"\n#ifndef T\n#define T 1\n#endif\n'
                                    'extern "C" __global__ void k(float* o) { o[0] = SCALE * T; }\n')
-    (tmp_path / "k.py").write_text("from tuner.light import LightSpec\n\nclass Spec(LightSpec):\n    source = 'k.cu'\n")
+    (tmp_path / "k.py").write_text("from tuner.contract.light import LightSpec\n\nclass Spec(LightSpec):\n    source = 'k.cu'\n")
     spec = load_spec(tmp_path / "k.py")
     before = spec.source_hash()
     assert before == SourceBundle.load(tmp_path / "k.cu").digest()[:16]

@@ -24,8 +24,8 @@ from optuna.trial import TrialState
 
 from tests.conftest import PNPOLY, POSTGRES_URL, ROOT
 from tests.test_reliability import wait_for
-from tuner import liveness
-from tuner.storage import open_storage
+from tuner.store import liveness
+from tuner.store.storage import open_storage
 
 BUDGET = 6
 MORE = 4

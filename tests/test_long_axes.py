@@ -8,9 +8,9 @@ import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from tests.test_bad_input import assert_one_line_exit_2, tuner_here
-from tuner.distributions import AXES_ATTR, LONG_AXIS
-from tuner.optuna_private import study_system_attrs
-from tuner.storage import open_storage
+from tuner.search.distributions import AXES_ATTR, LONG_AXIS
+from tuner.store.optuna_private import study_system_attrs
+from tuner.store.storage import open_storage
 
 N = 5 * LONG_AXIS  # values of the long axis
 

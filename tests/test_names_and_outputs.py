@@ -66,7 +66,7 @@ def test_control_characters_of_a_stored_name_never_reach_the_terminal(tmp_path, 
     """A study another program created with escape sequences and newlines in its name."""
     url = f"sqlite:///{tmp_path / 'cc.db'}"
     assert tuner("run", "--replay", PNPOLY, "--storage", url, "--study-name", "plain", "--trials", 2).returncode == 0
-    from tuner.storage import open_storage
+    from tuner.store.storage import open_storage
 
     source = optuna.load_study(study_name="plain", storage=open_storage(url))
     copy = optuna.create_study(study_name=RAW, storage=open_storage(url))
@@ -115,7 +115,7 @@ def test_a_report_folder_is_updated_from_its_storage_and_kept_from_another(tmp_p
 
 def test_a_sqlite_query_parameter_is_not_part_of_the_file_name(tmp_path, capsys, monkeypatch):
     """``?mode=ro`` opens the file read-only (a SQLite URI), never a file named ``t.db?mode=ro``."""
-    from tuner.storage_url import sqlite_file, sqlite_url
+    from tuner.store.url import sqlite_file, sqlite_url
 
     db = tmp_path / "t.db"
     assert tuner("run", "--replay", PNPOLY, "--storage", f"sqlite:///{db}", "--study-name", "s", "--trials", 2).returncode == 0

@@ -1,5 +1,5 @@
 """arch = "native": the target is the GPU the worker reports, chosen among the kernel's own targets
-(tuner.arch.native_target), before anything is compiled for it. Light specs default to it."""
+(tuner.contract.arch.native_target), before anything is compiled for it. Light specs default to it."""
 
 import json
 
@@ -7,13 +7,13 @@ import optuna
 import pytest
 
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
-from tuner.arch import NATIVE, native_target
+from tuner.compile.targets import check_targets, nvrtc_builds
+from tuner.contract.arch import NATIVE, native_target
+from tuner.contract.kernel_spec import load_spec
+from tuner.device.supervisor import Supervisor
 from tuner.errors import UserError
-from tuner.gpu import GpuEvaluator
-from tuner.spec import load_spec
-from tuner.study_file import MeasureSettings, load_study, parse_study
-from tuner.supervisor import Supervisor
-from tuner.targets import check_targets, nvrtc_builds
+from tuner.evaluate.gpu import GpuEvaluator
+from tuner.study.file import MeasureSettings, load_study, parse_study
 
 EXAMPLE = ROOT / "kernel" / "example_sgemm.py"
 PROBLEM = {"M_DIM": 64, "N_DIM": 64, "K_DIM": 64}

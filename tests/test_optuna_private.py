@@ -1,7 +1,7 @@
-"""tuner/optuna_private.py against the installed Optuna: each internal it reaches still works.
+"""tuner/store/optuna_private.py against the installed Optuna: each internal it reaches still works.
 
 A new Optuna release fails the pin first: check each function below against it, then move
-the pin (tuner.optuna_private.PINNED_OPTUNA).
+the pin (tuner.store.optuna_private.PINNED_OPTUNA).
 """
 
 import os
@@ -12,12 +12,12 @@ from optuna.storages import InMemoryStorage, JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from tuner import optuna_private as op
+from tuner.store import optuna_private as op
 
 
 def test_pinned_to_the_installed_optuna():
     assert optuna.__version__ == op.PINNED_OPTUNA, (
-        f"Optuna {optuna.__version__} installed, tuner/optuna_private.py was checked against {op.PINNED_OPTUNA}")
+        f"Optuna {optuna.__version__} installed, tuner/store/optuna_private.py was checked against {op.PINNED_OPTUNA}")
 
 
 def test_storage_and_system_attrs():
@@ -89,8 +89,8 @@ def test_set_user_attrs_stores_every_key_once(kind, tmp_path, request):
 
 def test_heartbeat_ages_and_a_lease_by_trial_id(tmp_path):
     """RDB: the age of each RUNNING trial's last heartbeat (the database's clock); journal: a
-    system attribute written by trial id (tuner.liveness's lease)."""
-    from tuner.storage import open_storage
+    system attribute written by trial id (tuner.store.liveness's lease)."""
+    from tuner.store.storage import open_storage
 
     study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'h.db'}"))  # behind Optuna's cache
     beating, _silent, done = study.ask(), study.ask(), study.ask()
@@ -113,7 +113,7 @@ def test_read_trials_gives_asked_and_new_trials_as_they_are_now(kind, tmp_path):
     (Optuna's cache of an RDB storage without sorting the study; other storages by get_trials);
     ``TrialFeed`` reads again only the trials not finished at its last read; ``waiting_trials``
     as get_trials(states=(WAITING,))."""
-    from tuner.storage import open_storage
+    from tuner.store.storage import open_storage
 
     storage = {"sqlite": lambda: open_storage(f"sqlite:///{tmp_path / 'r.db'}"), "memory": InMemoryStorage,
                "journal": lambda: JournalStorage(JournalFileBackend(str(tmp_path / "r.log")))}[kind]()

@@ -10,7 +10,7 @@ from tests.conftest import ROOT, tuner
 
 def test_console_script_and_help():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["tuner"] == "tuner.launch:main"
+    assert project["scripts"]["tuner"] == "tuner.cli.launch:main"
     result = tuner("--help")
     assert result.returncode == 0
     for command in ("run", "grid", "check", "best", "status", "export", "worker", "report", "dashboard"):

@@ -1,7 +1,7 @@
 """Paired timing on a backend whose clock drifts: the protocol, its statistics, the pruner, confirmation.
 
 The fake backend (tests/fake_backend.py) runs the real measurement protocol of
-tuner/measure.py; its GPU slows down and speeds up by +-5 % in a slow sine, as a
+tuner/device/timing.py; its GPU slows down and speeds up by +-5 % in a slow sine, as a
 power-capped GPU does, so raw times move while the ratios must not.
 """
 
@@ -11,9 +11,9 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.fake_backend import FakeBackend, base_ms
-from tuner.measure import Measurer
-from tuner.paired import SlowerTest, StopRule, median_ci, rank_interleaved, sign_test_greater
-from tuner.protocol import ConfirmJob, Kernel
+from tuner.device.protocol import ConfirmJob, Kernel
+from tuner.device.timing import Measurer
+from tuner.measurement.paired import SlowerTest, StopRule, median_ci, rank_interleaved, sign_test_greater
 from tuner.testing import measure_job
 
 SPEC = str(ROOT / "kernel" / "example_sgemm.py")
@@ -136,7 +136,7 @@ def test_confirmation_finds_the_planted_tie_set(drifting):
 
 
 def test_stop_rule():
-    from tuner.paired import RatioSummary
+    from tuner.measurement.paired import RatioSummary
 
     rule = StopRule(ci_target=0.0025, min_pairs=20, max_pairs=100)
     narrow = RatioSummary(1.0, 0.999, 1.001, 20)

@@ -92,7 +92,7 @@ def test_pareto_of_a_single_objective_study_is_one_line(tmp_path):
 
 
 def test_energy_s_defaults_when_energy_is_an_objective_and_says_so(tmp_path):
-    from tuner.session import Session
+    from tuner.run.session import Session
 
     said: list[str] = []
     loaded = Session(study_file(tmp_path), say=said.append).load()

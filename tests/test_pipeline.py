@@ -20,7 +20,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
-from tuner.storage import open_storage
+from tuner.store.storage import open_storage
 from tuner.testing import run_summary
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"

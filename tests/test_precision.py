@@ -1,4 +1,4 @@
-"""Precision classes (tuner/precision.py): the study file's key, the tolerance each class
+"""Precision classes (tuner/contract/precision.py): the study file's key, the tolerance each class
 gives the full-output check, and that the study's class reaches the worker's check."""
 
 import json
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
+from tuner.contract.kernel_spec import load_spec
+from tuner.contract.precision import Tolerance, tolerance
+from tuner.device.verify import host_check, verdict
 from tuner.errors import UserError
-from tuner.precision import Tolerance, tolerance
-from tuner.spec import load_spec
-from tuner.study_file import load_study, parse_study
-from tuner.verify import host_check, verdict
+from tuner.study.file import load_study, parse_study
 
 SM90A = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
 
@@ -119,11 +119,11 @@ def test_the_studys_precision_reaches_the_workers_check(tmp_path, cache_dir):
 @pytest.mark.parametrize("precision", ["fast", "precise"])
 def test_device_comparison_applies_the_class_tolerance_as_the_host_check_does(precision):
     """The comparison kernel's row-RMS floor follows the class: near-zero outputs off by 0.05 pass fast, fail precise."""
-    from tuner.arch import plain_target
-    from tuner.numerics import bf16_to_f32, f32_to_bf16
-    from tuner.spec import OutputSpec
-    from tuner.verify import DeviceVerifier
-    from tuner.worker import CudaBackend
+    from tuner.contract.arch import plain_target
+    from tuner.contract.kernel_spec import OutputSpec
+    from tuner.contract.numerics import bf16_to_f32, f32_to_bf16
+    from tuner.device.verify import DeviceVerifier
+    from tuner.device.worker import CudaBackend
 
     backend = CudaBackend()
     device = backend.hello()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, tuner
-from tuner.cubin import read_cubin
-from tuner.preflight import stratified
+from tuner.check.preflight import stratified
+from tuner.compile.cubin import read_cubin
 
 FIXTURE = ROOT / "tests" / "fixtures" / "transpose"
 
@@ -144,8 +144,8 @@ def test_the_cubin_parameter_table(tmp_path, shared_cache):
     """The reader's view of a CUBIN is what the kernel declares: four parameters, their sizes and offsets."""
     data = json.loads(check(planted(tmp_path), shared_cache, "--json").stdout)
     assert data["configs"]
-    from tuner.compile import compile_kernel
-    from tuner.spec import load_spec
+    from tuner.compile.nvrtc import compile_kernel
+    from tuner.contract.kernel_spec import load_spec
 
     spec = load_spec(tmp_path / "transpose.py")
     built = compile_kernel(spec, {**spec.params, "TILE": 32, "BLOCK_ROWS": 8}, {"ROWS": 1024, "COLS": 512}, "sm_90a",
@@ -169,10 +169,10 @@ def test_the_sm100a_launch_against_its_cubin(tmp_path, monkeypatch):
     from dataclasses import replace
 
     from tests.test_gemm_sm100a import SMALL
-    from tuner.arch import limits
-    from tuner.compile import compile_kernel
-    from tuner.preflight import check_config, check_spec
-    from tuner.spec import Scalar, load_spec
+    from tuner.check.preflight import check_config, check_spec
+    from tuner.compile.nvrtc import compile_kernel
+    from tuner.contract.arch import limits
+    from tuner.contract.kernel_spec import Scalar, load_spec
 
     spec = load_spec(ROOT / "kernel" / "gemm_sm100a.py")
     problem = {**SMALL, "EPILOGUE": "BIAS_POS"}

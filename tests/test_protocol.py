@@ -4,9 +4,8 @@ import json
 
 import pytest
 
-from tuner import protocol
-from tuner.measure import Timing
-from tuner.protocol import (
+from tuner.device import protocol
+from tuner.device.protocol import (
     Answer,
     Baseline,
     Block,
@@ -22,7 +21,8 @@ from tuner.protocol import (
     StartFailed,
     WarmUpJob,
 )
-from tuner.record import Measurement
+from tuner.device.timing import Timing
+from tuner.measurement.value import Measurement
 
 PROBLEM = {"spec_path": "kernel/spec.py", "problem": {"M_DIM": 64}, "seed": 7}
 CANDIDATE = Kernel({"BM": 128, "STAGES": 3}, "c.cubin")

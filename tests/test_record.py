@@ -7,13 +7,13 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from tests.conftest import ROOT
-from tuner.confirm import confirm_study, confirmed_best
-from tuner.objective import Objective
-from tuner.paired import rank_interleaved
-from tuner.record import Measurement
-from tuner.space import Space
-from tuner.spec import load_spec, parse_flags
-from tuner.study_file import load_study
+from tuner.contract.kernel_spec import load_spec, parse_flags
+from tuner.evaluate.confirm import confirm_study, confirmed_best
+from tuner.measurement.paired import rank_interleaved
+from tuner.measurement.value import Measurement
+from tuner.run.objective import Objective
+from tuner.search.space import Space
+from tuner.study.file import load_study
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"
 FLOPS = 2.0 * 2048**3

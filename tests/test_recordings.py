@@ -8,8 +8,8 @@ import pytest
 from tests.conftest import ROOT
 from tests.test_bad_input import GOOD, assert_one_line_exit_2, tuner_here
 from tuner.errors import UserError
-from tuner.replay import load_recording
-from tuner.study_file import parse_study
+from tuner.evaluate.replay import load_recording
+from tuner.study.file import parse_study
 
 # -- a Kernel Tuner cache's objective and its direction ----------------------------------------------------------
 

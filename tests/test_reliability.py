@@ -21,7 +21,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
-from tuner.storage import open_storage
+from tuner.store.storage import open_storage
 from tuner.testing import run_summary as summary_of
 
 pytestmark = pytest.mark.slow  # faults, restarts and kills end to end: minutes

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, tuner
-from tuner.replay import load_recording
-from tuner.results import COLUMNS, best_trial, read_table, trials_frame
+from tuner.evaluate.replay import load_recording
+from tuner.store.results import COLUMNS, best_trial, read_table, trials_frame
 
 RECORDED = sorted((ROOT / "studies" / "recorded").glob("*.csv"))
 STUDIES = sorted((ROOT / "studies").glob("*.toml"), key=lambda p: -len(p.stem))

@@ -1,4 +1,4 @@
-"""Validity rules as tables (tuner/rules.py) and the GEMM specs' rule tables.
+"""Validity rules as tables (tuner/contract/rules.py) and the GEMM specs' rule tables.
 
 The full product of every study's axes must give the recorded valid counts exactly, and
 patch_embed_sm90a's invalid configs the recorded reasons (docs/experiments/rules_equivalence.py
@@ -7,10 +7,10 @@ compares the tables with another revision's check() config by config)."""
 import pytest
 
 from tests.conftest import ROOT
-from tuner.rules import Names, Rule, first_violation, one_of
-from tuner.space import Space
-from tuner.spec import DeviceInfo, load_spec
-from tuner.study_file import load_study
+from tuner.contract.kernel_spec import DeviceInfo, load_spec
+from tuner.contract.rules import Names, Rule, first_violation, one_of
+from tuner.search.space import Space
+from tuner.study.file import load_study
 
 RULES = (
     Rule(lambda v: v.N % v.TILE == 0, "N={N} not a multiple of TILE={TILE}"),

@@ -10,13 +10,13 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import KERNEL_TUNER_CACHES
-from tuner import parzen
-from tuner.parzen import ParzenSearch, choose_kernels
-from tuner.pool import Observations
-from tuner.replay import Record, Recording, ReplayEvaluator, recording_space
-from tuner.runner import Runner, RunSettings
-from tuner.sampler import ValidOnlySampler, make_base_sampler
-from tuner.space import Space
+from tuner.evaluate.replay import Record, Recording, ReplayEvaluator, recording_space
+from tuner.run.runner import Runner, RunSettings
+from tuner.search import parzen
+from tuner.search.parzen import ParzenSearch, choose_kernels
+from tuner.search.pool import Observations
+from tuner.search.sampler import ValidOnlySampler, make_base_sampler
+from tuner.search.space import Space
 from tuner.testing import ask_seconds, replay_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

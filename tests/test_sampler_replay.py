@@ -9,8 +9,8 @@ import pytest
 
 from tests.conftest import KERNEL_TUNER_CACHES, ROOT, tuner
 from tuner.errors import UserError
-from tuner.replay import ReplayEvaluator, load_recording
-from tuner.runner import Runner, RunSettings
+from tuner.evaluate.replay import ReplayEvaluator, load_recording
+from tuner.run.runner import Runner, RunSettings
 from tuner.testing import replay_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -13,10 +13,10 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 
 from tests.conftest import ROOT, tuner
-from tuner.confirm import confirm_study, session_factors
-from tuner.paired import rank_interleaved
-from tuner.space import Space
-from tuner.spec import load_spec
+from tuner.contract.kernel_spec import load_spec
+from tuner.evaluate.confirm import confirm_study, session_factors
+from tuner.measurement.paired import rank_interleaved
+from tuner.search.space import Space
 
 STORED = {(32, 1): 0.95, (32, 2): 0.97, (64, 1): 0.99, (64, 2): 1.02}
 AXES = {"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]}

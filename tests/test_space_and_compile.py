@@ -6,10 +6,10 @@ import stat
 import pytest
 
 from tests.conftest import ROOT
-from tuner.compile import compile_kernel, parse_ptxas
-from tuner.space import Space
-from tuner.spec import load_spec
-from tuner.study_file import load_study
+from tuner.compile.nvrtc import compile_kernel, parse_ptxas
+from tuner.contract.kernel_spec import load_spec
+from tuner.search.space import Space
+from tuner.study.file import load_study
 
 PROBLEM = {"M_DIM": 512, "N_DIM": 512, "K_DIM": 512}
 
@@ -26,7 +26,7 @@ def test_grid_plan_tier1_has_69_valid_of_108():
 
 
 def test_parallel_enumeration_equals_one_process_in_product_order(monkeypatch):
-    from tuner import enumeration
+    from tuner.search import enumeration
 
     cfg = load_study(ROOT / "studies" / "patch_embed_sm90a_hopper_grid.toml")
     spec = load_spec(cfg.kernel)
@@ -40,7 +40,7 @@ def test_parallel_enumeration_equals_one_process_in_product_order(monkeypatch):
 
 
 def test_space_enumerates_on_first_use_once(monkeypatch):
-    from tuner import space as space_module
+    from tuner.search import space as space_module
 
     calls = []
     real = space_module.enumerate_cached
@@ -56,7 +56,7 @@ def test_space_enumerates_on_first_use_once(monkeypatch):
 def test_large_enumeration_is_kept_on_disk_and_redone_when_the_spec_changes(tmp_path, monkeypatch):
     import shutil
 
-    from tuner import enumeration
+    from tuner.search import enumeration
 
     for name in ("gemm_sm90a.py", "gemm_sm90a.cu"):
         shutil.copy(ROOT / "kernel" / name, tmp_path / name)
@@ -137,7 +137,7 @@ def test_compile_error_is_recorded_with_log(tmp_path, cache_dir):
 
 
 def test_register_and_spill_limits_prune(cache_dir):
-    from tuner.compile import CompileLimits
+    from tuner.compile.nvrtc import CompileLimits
 
     spec = load_spec(ROOT / "kernel" / "example_sgemm.py")
     config = dict(spec.params, BLOCK=128, THREAD_TILE=8)
@@ -179,7 +179,7 @@ def test_compiling_leaves_the_interpreters_shared_bytes_alone(monkeypatch):
     process encoded into NUL (torch's schema parser in the GPU worker broke)."""
     from cuda.bindings import nvrtc
 
-    from tuner.compile import SourceBundle, _nvrtc_compile
+    from tuner.compile.nvrtc import SourceBundle, _nvrtc_compile
 
     handed = []
     for name in ("nvrtcGetProgramLog", "nvrtcGetCUBIN"):

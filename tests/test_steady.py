@@ -13,9 +13,9 @@ import pytest
 
 from tests.fake_backend import FakeBackend, base_ms
 from tests.test_paired import REFERENCE, Recorder, job
-from tuner.measure import Measurer
-from tuner.paired import PairSeries, blocks_differ
-from tuner.steady import SteadyRule, trend, warm_until_steady
+from tuner.device.timing import Measurer
+from tuner.measurement.paired import PairSeries, blocks_differ
+from tuner.measurement.steady import SteadyRule, trend, warm_until_steady
 
 CANDIDATE = {"X": 300}
 TRUTH = base_ms(CANDIDATE) / base_ms(REFERENCE)  # the warm ratio

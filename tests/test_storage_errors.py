@@ -154,7 +154,7 @@ def test_postgres_that_never_answers_times_out(silent_server):
 def test_postgres_statement_timeout(postgres_url, monkeypatch):
     import sqlalchemy
 
-    from tuner.storage import open_storage
+    from tuner.store.storage import open_storage
 
     monkeypatch.setenv("TUNER_DB_STATEMENT_TIMEOUT_S", "1")
     storage = open_storage(postgres_url)

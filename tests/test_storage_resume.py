@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
 from tuner.errors import UserError
-from tuner.storage import open_storage, redact
+from tuner.store.storage import open_storage, redact
 from tuner.testing import run_summary as summary_of
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"

@@ -7,8 +7,8 @@ import pytest
 
 from tests.conftest import PNPOLY, ROOT, tuner
 from tuner.errors import UserError
-from tuner.options import OPTIONS
-from tuner.study_file import load_study
+from tuner.study.file import load_study
+from tuner.study.options import OPTIONS
 
 GOOD = textwrap.dedent(
     f"""

@@ -6,14 +6,14 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from tests.test_sampler import recorded_space
-from tuner import parzen
-from tuner.parzen import ParzenSearch
-from tuner.pool import PRIOR_WEIGHT, Observations, Pool
-from tuner.replay import Record, make_replay_spec
-from tuner.sampler import ValidOnlySampler
-from tuner.space import Space
-from tuner.transfer import SpaceMap, nearest_value
-from tuner.warm_start import MOVED_MARK, MOVED_WEIGHT, prior_trials, space_map, transfer_message, warm_start
+from tuner.evaluate.replay import Record, make_replay_spec
+from tuner.search import parzen
+from tuner.search.parzen import ParzenSearch
+from tuner.search.pool import PRIOR_WEIGHT, Observations, Pool
+from tuner.search.sampler import ValidOnlySampler
+from tuner.search.space import Space
+from tuner.search.transfer import SpaceMap, nearest_value
+from tuner.search.warm_start import MOVED_MARK, MOVED_WEIGHT, prior_trials, space_map, transfer_message, warm_start
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

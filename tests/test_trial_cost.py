@@ -11,7 +11,10 @@ import numpy as np
 import optuna
 
 from tests.conftest import PNPOLY
-from tuner import cli, objective, optuna_private, parzen, runner
+from tuner.cli import commands as cli
+from tuner.run import objective, runner
+from tuner.search import parzen
+from tuner.store import optuna_private
 
 TRIALS = 300
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tuner.arch import plain_target
-from tuner.numerics import bf16_to_f32, f32_to_bf16
-from tuner.precision import Tolerance
-from tuner.spec import EXPECTED, Buffer, Scalar, host_inputs, load_spec
-from tuner.verify import (
+from tuner.contract.arch import plain_target
+from tuner.contract.kernel_spec import EXPECTED, Buffer, Scalar, host_inputs, load_spec
+from tuner.contract.numerics import bf16_to_f32, f32_to_bf16
+from tuner.contract.precision import Tolerance
+from tuner.device.verify import (
     VERIFY_SOURCE,
     CheckResult,
     compile_source,
@@ -46,13 +46,13 @@ def test_comparison_kernels_compile(arch):
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_90a", "sm_100a"])
 def test_input_generator_compiles(arch):
-    from tuner.device_inputs import GENERATOR_SOURCE
+    from tuner.device.inputs import GENERATOR_SOURCE
 
     assert compile_source("generate.cu", GENERATOR_SOURCE, arch)
 
 
 def test_helper_kernels_come_from_the_compile_cache(tmp_path, monkeypatch):
-    from tuner import compile as compile_module
+    from tuner.compile import nvrtc as compile_module
 
     monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path))
     first = compile_source("verify.cu", VERIFY_SOURCE, "sm_90")
@@ -74,7 +74,7 @@ def emulate(ref, inputs, problem):
     assert (m.value, n.value, k.value) == (problem["M"], problem["N"], problem["K"])
     gx, gy, _ = ref.launch.grid
     assert gx * 128 >= problem["N"] and gy * 128 >= problem["M"] and ref.launch.block == (256, 1, 1)
-    from tuner.numerics import fp8_to_f32
+    from tuner.contract.numerics import fp8_to_f32
 
     v = fp8_to_f32(inputs["A"]).astype(np.float64) @ fp8_to_f32(inputs["W"]).astype(np.float64).T
     if isinstance(bias, Buffer):

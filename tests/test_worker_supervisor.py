@@ -5,7 +5,7 @@ import time
 import pytest
 
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
-from tuner.supervisor import Supervisor
+from tuner.device.supervisor import Supervisor
 from tuner.testing import measure_job
 
 EXAMPLE_SPEC = str(ROOT / "kernel" / "example_sgemm.py")
@@ -96,7 +96,7 @@ def test_the_worker_does_not_rerun_the_parents_main_module(tmp_path):
     main = tmp_path / "heavy_main.py"
     main.write_text(
         "import optuna, pandas, sys\n"
-        "from tuner.supervisor import Supervisor\n"
+        "from tuner.device.supervisor import Supervisor\n"
         "if __name__ == '__main__':\n"
         f"    supervisor = Supervisor({str(backend) + ':ModulesBackend'!r})\n"
         "    print(supervisor.start()['loaded'])\n"

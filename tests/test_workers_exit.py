@@ -14,8 +14,8 @@ from optuna.trial import TrialState
 
 from tests.conftest import FAKE_BACKEND, ROOT
 from tests.test_reliability import wait_for
-from tuner.scale import WORKER_KILLED, exit_code
-from tuner.storage import open_storage
+from tuner.run.scale import WORKER_KILLED, exit_code
+from tuner.store.storage import open_storage
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"
 BUDGET = 6

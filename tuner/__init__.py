@@ -8,7 +8,7 @@ first use: the GPU worker imports this package too and needs none of them.
 __version__ = "0.1.0"
 
 _API = {"tune": "tuner.api", "load": "tuner.api", "tune_kernel": "tuner.api", "kernel_study": "tuner.api",
-        "Result": "tuner.api", "In": "tuner.light", "Out": "tuner.light", "Scalar": "tuner.spec"}
+        "Result": "tuner.api", "In": "tuner.contract.light", "Out": "tuner.contract.light", "Scalar": "tuner.contract.kernel_spec"}
 __all__ = ["__version__", *_API]
 
 

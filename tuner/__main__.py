@@ -1,6 +1,6 @@
 import sys
 
-from tuner.launch import main
+from tuner.cli.launch import main
 
 if __name__ == "__main__":  # spawned worker processes import this module too
     sys.exit(main())

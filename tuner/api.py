@@ -5,7 +5,7 @@
     result.to_header("best.h")
     tuner.load("studies/example_sgemm.toml").best_params                # a later session
 
-Both run on :class:`tuner.session.Session`, as ``tuner run`` and ``tuner best`` do: the same
+Both run on :class:`tuner.run.session.Session`, as ``tuner run`` and ``tuner best`` do: the same
 settings, storage, resume and confirmation. Bad input raises :class:`tuner.errors.UserError`
 with the line the command would print.
 """
@@ -22,10 +22,10 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial
 
-from tuner import options
+from tuner.contract.kernel_spec import Scalar, Value
+from tuner.contract.light import In, Out
 from tuner.errors import UserError
-from tuner.light import In, Out
-from tuner.spec import Scalar, Value
+from tuner.study import options
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Result:
 
     @classmethod
     def of(cls, study: optuna.Study, summary: dict[str, Any] | None = None) -> Result:
-        from tuner.confirm import confirmed_best
+        from tuner.evaluate.confirm import confirmed_best
 
         best, confirmation = confirmed_best(study)
         return cls(study, best, confirmation, summary)
@@ -65,7 +65,7 @@ class Result:
     @property
     def metric(self) -> str:
         """``ratio`` (to the reference config, paired timing) or ``ms``."""
-        from tuner.results import metric_of
+        from tuner.store.results import metric_of
 
         return metric_of(self.study)
 
@@ -81,15 +81,15 @@ class Result:
 
     @property
     def trials(self) -> pd.DataFrame:
-        """Every trial in the results schema (:mod:`tuner.results`): the defines, then value, ms, status, ..."""
-        from tuner.results import trials_frame
+        """Every trial in the results schema (:mod:`tuner.store.results`): the defines, then value, ms, status, ..."""
+        from tuner.store.results import trials_frame
 
         axes = self.study.user_attrs.get("axes")
         return trials_frame(self.study.get_trials(deepcopy=False), axes if isinstance(axes, list) else None)
 
     def to_header(self, path: str | Path) -> Path:
         """Write the winner's defines as ``#ifndef`` / ``#define`` guards; the path written."""
-        from tuner.header import write_header
+        from tuner.store.header import write_header
 
         return write_header(Path(path), self.study, self.best_trial)
 
@@ -129,7 +129,7 @@ def tune(study: str | Path | None, *, trials: int | None = None, storage: str | 
     ``NAME.replay``); ``settings``: any [search] / [measure] key or run option by name
     (``sampler="random"``, ``seed=3``, ``repeats=100``, ``study_name="x"``, ...).
     """
-    from tuner.session import Session
+    from tuner.run.session import Session
 
     given = _given({**settings, **({"trials": trials} if trials is not None else {}),
                     **({"replay": replay} if replay is not None else {})})
@@ -141,7 +141,7 @@ def tune(study: str | Path | None, *, trials: int | None = None, storage: str | 
 def load(study: str | Path, *, storage: str | None = None) -> Result:
     """A stored study's result, as ``tuner best`` reads it: ``study`` is a study file (its GPU
     run, else its grid, else its replay) or a study's name in the storage."""
-    from tuner.session import open_study
+    from tuner.run.session import open_study
 
     path = Path(study)
     with _quiet_optuna():
@@ -181,8 +181,8 @@ def kernel_study(kernel_name: str, kernel_source: str, problem: Mapping[str, Val
                  flops: str | None = None, arch: str = "native", folder: str | Path | None = None) -> Path:
     """:func:`tune_kernel`'s kernel written as a study: the study file's path (for ``tuner check
     --compile``, ``tuner run``, or :func:`tune` with settings of its own)."""
-    from tuner.inline import write_kernel
-    from tuner.study_file import load_study
+    from tuner.study.file import load_study
+    from tuner.study.inline import write_kernel
 
     path = write_kernel(kernel_name, kernel_source, problem, arguments, tune_params, grid=grid, block=block,
                         reference=reference, restrictions=restrictions, derived=derived, flops=flops, arch=arch,

@@ -48,7 +48,7 @@ def render(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def seed_table(table: pd.DataFrame, axes: Sequence[str]) -> str:
-    """The results table (:func:`tuner.results.ranked`) in the classic layout; the first ok row is BEST."""
+    """The results table (:func:`tuner.store.results.ranked`) in the classic layout; the first ok row is BEST."""
     headers = [SHORT.get(a, a) for a in axes] + ["REGS", "SPILL", "SMEM_KB", "MS", "TFLOPS", "CHECKSUM", "STATUS"]
     body = []
     for i, r in enumerate(table.to_dict("records")):

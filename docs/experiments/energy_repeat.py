@@ -30,11 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tuner.gpu import GpuEvaluator  # noqa: E402
-from tuner.space import Space  # noqa: E402
-from tuner.spec import load_spec  # noqa: E402
-from tuner.study_file import load_study  # noqa: E402
-from tuner.warm_start import start_params  # noqa: E402
+from tuner.evaluate.gpu import GpuEvaluator  # noqa: E402
+from tuner.search.space import Space  # noqa: E402
+from tuner.contract.kernel_spec import load_spec  # noqa: E402
+from tuner.study.file import load_study  # noqa: E402
+from tuner.search.warm_start import start_params  # noqa: E402
 
 STUDY = ROOT / "studies" / "patch_embed_sm90a.toml"
 KEEP = ("status", "reason", "ms", "ratio", "sm_clock_mhz", "energy_mj_per_launch", "energy_mj_per_launch_err", "power_w",

@@ -159,7 +159,7 @@ class Alternate:
     """ParzenSearch and GaussianSearch proposals in turn."""
 
     def __init__(self, seed=None):
-        from tuner.parzen import ParzenSearch
+        from tuner.search.parzen import ParzenSearch
 
         self.parzen, self.gp, self.calls = ParzenSearch(seed=seed), GaussianSearch(seed=seed), 0
 

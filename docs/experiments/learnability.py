@@ -28,8 +28,8 @@ from bench_sampler import RECORDINGS, space_for, user_recordings  # noqa: E402
 
 from parzen_variants import product_levels  # noqa: E402
 
-from tuner.pool import Pool  # noqa: E402
-from tuner.replay import load_recording  # noqa: E402
+from tuner.search.pool import Pool  # noqa: E402
+from tuner.evaluate.replay import load_recording  # noqa: E402
 
 
 def one_hot(codes: np.ndarray, levels: list[int], pairs: bool) -> np.ndarray:

@@ -41,7 +41,8 @@ def dump(path: str) -> None:
 
 
 def _worker_timers() -> None:
-    from tuner import measure, worker
+    from tuner.device import timing as measure
+    from tuner.device import worker
 
     timed(worker.Channel, "block", "worker: send block + wait for the verdict")
     timed(worker.CudaBackend, "load", "worker: load module")
@@ -52,7 +53,7 @@ def _worker_timers() -> None:
 
 
 try:
-    from tuner.worker import CudaBackend
+    from tuner.device.worker import CudaBackend
 except ImportError:  # no CUDA here: only the parent's side is useful
     CudaBackend = object
 
@@ -76,7 +77,11 @@ if __name__ == "__main__":
     out = sys.argv[1]
     os.environ["PROFILE_OUT"] = out
     os.environ["TUNER_WORKER_BACKEND"] = f"{os.path.abspath(__file__)}:TimedCudaBackend"
-    from tuner import cli, compile, objective, pipeline, supervisor
+    from tuner.cli import commands as cli
+    from tuner.compile import nvrtc as compile
+    from tuner.run import objective
+    from tuner.run import pipeline
+    from tuner.device import supervisor
 
     timed(objective.Objective, "_stored", "parent: stored result look-up")
     timed(objective.Objective, "_await_twin", "parent: twin look-up")

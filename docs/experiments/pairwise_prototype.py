@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from tuner.parzen import Mixture, ParzenSearch
+from tuner.search.parzen import Mixture, ParzenSearch
 
 GRID = [(m, p, s) for m in (0.5, 1.0) for p in (0.1, 0.3, 1.0) for s in (0.01, 0.05, 0.2)]
 

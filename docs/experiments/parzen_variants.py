@@ -1,6 +1,6 @@
 """Variants of ParzenSearch tried against the default (experiments, not product code).
 
-Each patches one step of ``tuner.parzen`` for the duration of a proposal; compare with
+Each patches one step of ``tuner.search.parzen`` for the duration of a proposal; compare with
 
     cd docs/experiments && PYTHONPATH=. python3 sampler_sim.py --seeds 40 --budget 100 --paired parzen_variants:NAME
 
@@ -10,7 +10,7 @@ import contextlib
 
 import numpy as np
 
-import tuner.parzen as P
+import tuner.search.parzen as P
 
 
 @contextlib.contextmanager

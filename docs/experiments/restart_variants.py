@@ -12,8 +12,8 @@ incumbent is never lost: the fraction measured is of the best found by the whole
 """
 import contextlib
 
-import tuner.parzen as P
-from tuner.pool import Observations
+import tuner.search.parzen as P
+from tuner.search.pool import Observations
 
 ORIG_SPLIT = P._split
 

@@ -28,7 +28,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from tuner.spec import DeviceInfo, KernelSpec, load_spec
+from tuner.contract.kernel_spec import DeviceInfo, KernelSpec, load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 

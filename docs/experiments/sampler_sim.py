@@ -28,10 +28,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_sampler import OURS, RECORDINGS, mean_over_spaces, space_for, user_recordings  # noqa: E402
 
-from tuner.parzen import ParzenSearch  # noqa: E402
-from tuner.pool import Pool  # noqa: E402
-from tuner.replay import load_recording  # noqa: E402
-from tuner.sampler import ordered_axis  # noqa: E402
+from tuner.search.parzen import ParzenSearch  # noqa: E402
+from tuner.search.pool import Pool  # noqa: E402
+from tuner.evaluate.replay import load_recording  # noqa: E402
+from tuner.search.sampler import ordered_axis  # noqa: E402
 
 
 def recorded_times(recording, space) -> np.ndarray:

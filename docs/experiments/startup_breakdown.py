@@ -9,10 +9,10 @@ import time
 import numpy as np
 
 t0 = time.perf_counter()
-from tuner.space import Space  # noqa: E402
-from tuner.spec import load_spec  # noqa: E402
-from tuner.study_file import load_study  # noqa: E402
-from tuner.worker import CudaBackend  # noqa: E402
+from tuner.search.space import Space  # noqa: E402
+from tuner.contract.kernel_spec import load_spec  # noqa: E402
+from tuner.study.file import load_study  # noqa: E402
+from tuner.device.worker import CudaBackend  # noqa: E402
 
 marks = [("imports", time.perf_counter() - t0)]
 
@@ -39,10 +39,10 @@ if __name__ == "__main__":
         t = time.perf_counter()
         backend.prepare(spec, cfg.problem, seed=0)
         mark(f"worker: prepare ({attempt}): inputs, helper kernels, expected output", t)
-    from tuner.cli import _reference
-    from tuner.compile import CompilePool
-    from tuner.measure import Measurer, Timing
-    from tuner.protocol import Kernel, MeasureJob
+    from tuner.cli.commands import _reference
+    from tuner.compile.nvrtc import CompilePool
+    from tuner.device.timing import Measurer, Timing
+    from tuner.device.protocol import Kernel, MeasureJob
 
     t = time.perf_counter()
     reference = _reference(cfg, space)

@@ -9,7 +9,7 @@ import time
 
 import optuna
 
-from tuner.optuna_private import set_user_attrs
+from tuner.store.optuna_private import set_user_attrs
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import optuna
 
-from tuner.storage import open_storage
+from tuner.store.storage import open_storage
 
 
 def main() -> None:

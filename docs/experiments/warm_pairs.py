@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 from bench_sampler import run_tuner, space_for  # noqa: E402
 
-from tuner.replay import load_recording  # noqa: E402
+from tuner.evaluate.replay import load_recording  # noqa: E402
 
 CACHES = ROOT / "tests/data/kernel_tuner"
 

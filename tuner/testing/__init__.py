@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuner.inline import toml_text
+from tuner.study.inline import toml_text
 
 if TYPE_CHECKING:
-    from tuner.protocol import MeasureJob
-    from tuner.replay import Recording
-    from tuner.space import Space
+    from tuner.device.protocol import MeasureJob
+    from tuner.evaluate.replay import Recording
+    from tuner.search.space import Space
 
 #: the repository's example kernel spec (a small FP32 GEMM), for study files written by tests
 EXAMPLE_SGEMM = Path(__file__).resolve().parents[2] / "kernel" / "example_sgemm.py"
@@ -32,7 +32,7 @@ def run_summary(result: subprocess.CompletedProcess) -> dict:
 
 def replay_space(path: str | Path):
     """(the recording, its space) of a recorded table or Kernel Tuner cache."""
-    from tuner.replay import load_recording, recording_space
+    from tuner.evaluate.replay import load_recording, recording_space
 
     recording = load_recording(path)
     return recording, recording_space(recording)
@@ -41,8 +41,8 @@ def replay_space(path: str | Path):
 def measure_job(spec_path: str | Path, problem: Mapping[str, Any], config: Mapping[str, Any],
                 reference: Mapping[str, Any] | None = None, **timing: Any) -> MeasureJob:
     """A measure job as the GPU evaluator sends it to the worker (a fake backend never opens the cubins)."""
-    from tuner.measure import Timing
-    from tuner.protocol import Kernel, MeasureJob
+    from tuner.device.protocol import Kernel, MeasureJob
+    from tuner.device.timing import Timing
 
     return MeasureJob(spec_path=str(spec_path), problem=dict(problem), seed=0,
                       candidate=Kernel(dict(config), "candidate.cubin"),
@@ -78,7 +78,7 @@ class CliResult:
 
 def cli(*args: Any) -> CliResult:
     """``tuner ARGS`` in this process (the console script's code path, less the early worker spawn)."""
-    from tuner.cli import main
+    from tuner.cli.commands import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -95,8 +95,8 @@ def ask_seconds(space: Space, recording: Recording, trials: int) -> list[float]:
 
     import optuna
 
-    from tuner.distributions import suggest
-    from tuner.sampler import ValidOnlySampler, make_base_sampler
+    from tuner.search.distributions import suggest
+    from tuner.search.sampler import ValidOnlySampler, make_base_sampler
 
     study = optuna.create_study(sampler=ValidOnlySampler(space, make_base_sampler("tpe", 0), seed=0))
     costs = []

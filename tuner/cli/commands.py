@@ -1,0 +1,495 @@
+"""``tuner``: the command line.
+
+    tuner run STUDY.toml [--storage URL] [--replay FILE] [--json]   Bayesian search
+    tuner grid STUDY.toml [--csv FILE]                              every valid config, as a table and a CSV
+    tuner check STUDY.toml... [--compile [--all] [--arch A]] [--json]  space summary; the preflight without a GPU
+    tuner check STUDY.toml --host-dry-run                           a GPU not at hand: its launches into a stub here
+    tuner best STUDY.toml|--study NAME [--header FILE] [--json]     the winner's -D flags
+    tuner status [--storage URL] [--json]                           studies in a storage
+    tuner export STUDY.toml|--study NAME -o FILE.csv                trials to CSV
+    tuner worker STUDY.toml --storage URL                           join a study from any host
+    tuner report / tuner dashboard                                  Plotly reports, optuna-dashboard
+
+Bad input exits with code 2 and one line that says what to fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import sys
+import typing
+import warnings
+from pathlib import Path
+
+import optuna
+
+from tuner import __version__
+from tuner.errors import UserError, as_user_error, interrupted
+from tuner.store.storage import DEFAULT_URL
+from tuner.study import options
+
+if typing.TYPE_CHECKING:
+    from tuner.device.supervisor import Supervisor
+    from tuner.run.session import Session
+
+#: entry points in this group add subcommands: each is called with the subparsers object
+#: (views such as ``dashboards`` register ``report`` and ``dashboard`` this way)
+COMMANDS_GROUP = "tuner.commands"
+
+
+def main(argv: list[str] | None = None, worker: Supervisor | None = None) -> int:
+    """``worker``: a GPU worker already starting for this command (:mod:`tuner.cli.launch`)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.gpu_worker = worker
+    # tuner reports every trial's outcome itself; Optuna's per-trial warnings would repeat it
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    try:
+        args.given = options.from_flags(args, args.command)
+        if args.command == "worker" and os.environ.get(options.ENV):
+            args.given = {**options.decode(os.environ[options.ENV]), **args.given}
+        args.run = options.run_options(args.given)
+        return args.func(args) or 0
+    except KeyboardInterrupt:
+        return _interrupted()
+    except BrokenPipeError:  # `tuner check ... | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as exc:
+        if interrupted(exc):  # something broke while Ctrl-C unwound the run
+            return _interrupted()
+        error = as_user_error(exc)
+        if error is None:  # a bug: the traceback is for us
+            raise
+        _error(str(error))
+        return error.exit_code
+
+
+def _error(message: str) -> None:
+    """The one line of a failed command, passwords hidden."""
+    from tuner.store.storage import redact
+    from tuner.table import printable
+
+    print(f"tuner: error: {printable(' '.join(redact(message).split()))}", file=sys.stderr)
+
+
+def _interrupted() -> int:
+    print("tuner: interrupted; finished trials are stored, run the same command to resume", file=sys.stderr)
+    return 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's one-line errors (``tuner: error: ...``, exit code 2); the
+    usage stays a ``--help`` away."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        from tuner.store.storage import redact
+
+        print(f"tuner: error: {self.prog}: {' '.join(redact(message).split())} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tuner", description="Bayesian autotuning of CUDA kernel defines.")
+    parser.add_argument("--version", action="version", version=f"tuner {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def storage_arg(p):
+        p.add_argument("--storage", help=f"sqlite:///FILE.db (default {DEFAULT_URL}), postgresql+psycopg://..., or FILE.log")
+
+    run = sub.add_parser("run", help="search a study (Bayesian by default)")
+    run.add_argument("study_file", nargs="?", help="studies/NAME.toml (optional with a Kernel Tuner --replay file)")
+    storage_arg(run)
+    options.add_flags(run, "run")
+    run.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
+    run.set_defaults(func=cmd_run)
+
+    worker = sub.add_parser("worker", help="join a shared study as one more worker (one GPU)",
+                            description=f"Settings not given as flags come from ${options.ENV} (JSON), "
+                                        "which `tuner run --workers N` sets for its workers.")
+    worker.add_argument("study_file", nargs="?", help="studies/NAME.toml (optional with a Kernel Tuner --replay file)")
+    storage_arg(worker)
+    options.add_flags(worker, "worker")
+    worker.add_argument("--json", action="store_true")
+    worker.set_defaults(func=cmd_worker)
+
+    grid = sub.add_parser("grid", help="evaluate every valid config; print the table and a CSV")
+    grid.add_argument("study_file")
+    storage_arg(grid)
+    options.add_flags(grid, "grid")
+    grid.add_argument("--csv", type=Path, help="where to write the table as CSV (default NAME_grid.csv)")
+    grid.add_argument("--json", action="store_true")
+    grid.set_defaults(func=cmd_grid)
+
+    check = sub.add_parser("check", help="count valid configs; with --compile, the preflight: compile and check them (no GPU)",
+                           description="Exit codes: 0 all checked configs pass (or are rejected by the constraint "
+                                       "model or compile limits), 1 the preflight found a config that would fail on "
+                                       "a GPU, 2 bad input.")
+    check.add_argument("study_file", nargs="+")
+    check.add_argument("--compile", action="store_true",
+                       help="compile the valid configs and check each CUBIN against its launch and the target's limits")
+    check.add_argument("--all", action="store_true", help="with --compile: every valid config, not a stratified sample")
+    check.add_argument("--arch", help="with --compile: the target of an arch = \"native\" study (default: every target of the spec)")
+    check.add_argument("--host-dry-run", action="store_true",
+                       help="on a GPU host: every valid config's launch into an ABI twin of a kernel for a GPU not "
+                            "at hand (sm_100a on an H100), compared byte for byte with what the spec meant")
+    options.add_flags(check, "check")
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(func=cmd_check)
+
+    confirm = sub.add_parser("confirm", help="re-measure a study's best configs against each other on this GPU")
+    confirm.add_argument("study_file")
+    storage_arg(confirm)
+    options.add_flags(confirm, "confirm")
+    confirm.add_argument("--json", action="store_true")
+    confirm.set_defaults(func=cmd_confirm)
+
+    best = sub.add_parser("best", help="print the best config's -D flags")
+    best.add_argument("study_file", nargs="?")
+    best.add_argument("--study", help="study name in the storage")
+    storage_arg(best)
+    best.add_argument("--header", type=Path, help="write a header of #defines")
+    best.add_argument("--json", action="store_true")
+    best.add_argument("--pareto", action="store_true", help="the Pareto front of time and energy ([search] objectives)")
+    best.set_defaults(func=cmd_best)
+
+    status = sub.add_parser("status", help="studies in a storage: trials per status, best, device")
+    storage_arg(status)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+
+    export = sub.add_parser("export", help="trials to CSV")
+    export.add_argument("study_file", nargs="?")
+    export.add_argument("--study", help="study name in the storage")
+    storage_arg(export)
+    export.add_argument("-o", "--output", type=Path, required=True,
+                        help="FILE.csv: the results table; FILE.json: a Kernel Tuner cache")
+    export.set_defaults(func=cmd_export)
+
+    for plugin in importlib.metadata.entry_points(group=COMMANDS_GROUP):
+        plugin.load()(sub)
+    return parser
+
+
+# -- building blocks ------------------------------------------------------------------------
+
+
+def _session(args) -> Session:
+    """What this command is asked to do, for :mod:`tuner.run.session` (which runs every command's study)."""
+    from tuner.run.session import Session
+
+    quiet = getattr(args, "json", False)
+    return Session(args.study_file, storage=args.storage, given=args.given, command=args.command,
+                   progress=not quiet and sys.stderr.isatty(), say=None if quiet else _say)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def _file_named(name: str, suffix: str) -> Path:
+    """``NAME{suffix}`` in the working folder; one line if the name cannot be a file name."""
+    path = Path(f"{name}{suffix}")
+    if len(path.name.encode()) > 255:  # NAME_MAX of Linux file systems
+        raise UserError(f"study name of {len(name)} characters is too long for the file {name[:40]}...{suffix}: "
+                        "give --csv FILE, or a shorter --study-name")
+    return path
+
+
+def _check_output(path: Path | None, flag: str) -> None:
+    """Refuse an output path that cannot be written, before any work is done for it."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise UserError(f"{flag} {path} is a folder: give a file name")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise UserError(f"{flag} {path} is not writable: give a path you can write")
+        return
+    folder = path.parent
+    while not folder.exists():  # the folders that do not exist yet are created on writing
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UserError(f"{flag} {path}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: folder {folder} is not writable; give a path you can write")
+
+
+def _print_summary(summary: dict, as_json: bool) -> None:
+    from tuner.run.runner import best_line
+    from tuner.table import printable
+
+    if as_json:
+        print(json.dumps(summary))
+        return
+    statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary["statuses"].items()))
+    print(f"study {printable(summary['study'])} in {printable(summary['storage'])}: {summary['trials']} trials ({statuses})")
+    print(best_line(summary.get("best")))
+    if summary.get("trials_run"):
+        rate = summary.get("trials_per_s")
+        print(f"this run: {summary['trials_run']} trials in {summary['run_s']:.1f} s, first result after "
+              f"{summary['first_trial_s']:.2f} s" + (f", {rate:.2f} trials/s sustained" if rate else ""))
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def cmd_run(args) -> int:
+    from tuner.run.session import StartupClock
+    from tuner.store.storage import check_workers
+
+    if args.run.workers > 1:
+        check_workers(args.storage, args.run.workers)
+        from tuner.run.scale import run_workers
+
+        return run_workers(args)
+    startup = StartupClock()
+    startup.mark("command_started")  # the command line's imports are done
+    # the worker spawned by tuner.cli.launch before those imports: its CUDA start overlaps loading the study
+    summary, _ = _session(args).run(None if args.run.replay else args.gpu_worker, startup)
+    _print_summary(summary, args.json)
+    return 0
+
+
+def cmd_confirm(args) -> int:
+    """Re-measure a stored study's top configs in this session (a later one, or another GPU of the model)."""
+    name, confirmed = _session(args).confirm_stored()
+    if confirmed is None:
+        raise UserError(f"study {name!r} has fewer than 2 completed configs: nothing to confirm yet")
+    if args.json:
+        print(json.dumps({"study": name, **confirmed}))
+    else:
+        for row in confirmed["standings"]:
+            print(f"trial {row['trial']:>5}  x{row['to_winner']:.4f} of the winner "
+                  f"[{row['to_winner_ci'][0]:.4f}, {row['to_winner_ci'][1]:.4f}]  {'TIED' if row['tied'] else ''}")
+    return 0
+
+
+def cmd_worker(args) -> int:
+    from tuner.run.scale import PARENT_ENV
+
+    parent = os.environ.get(PARENT_ENV)
+    if parent and parent.isdigit():  # a worker of `tuner run --workers N`: it stops when that run dies
+        import signal
+
+        from tuner.lifetime import die_with_parent
+
+        signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: trials in flight are failed and queued again
+        die_with_parent(int(parent), signal.SIGTERM)
+    return cmd_run(args)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def cmd_grid(args) -> int:
+    import datetime as dt
+
+    from tuner.store.results import ranked, trials_frame, write_table
+    from tuner.table import seed_table
+
+    _check_output(args.csv, "--csv")
+
+    def default_csv_writable(name: str) -> None:  # NAME.csv must be writable before the grid runs, not after
+        if args.csv is None:
+            _check_output(_file_named(name, ".csv"), "the grid's CSV (name it with --csv)")
+
+    summary, runner = _session(args).run(named=default_csv_writable)
+    axes = runner.space.axis_names
+    table = ranked(trials_frame(runner.study.get_trials(deepcopy=False), axes))
+    csv_path = args.csv or _file_named(runner.settings.study_name, ".csv")
+    write_table(table, csv_path, device=runner.study.user_attrs.get("device_name", ""), date=dt.date.today().isoformat())
+    if args.json:
+        _print_summary(summary, True)
+    else:
+        print(seed_table(table, axes))
+        print(f"\n{len(table)} configs; CSV written to {csv_path}")
+        _print_summary(summary, False)
+    return 0
+
+
+def cmd_check(args) -> int:
+    return max(_check_study(args, Path(path)) for path in args.study_file)
+
+
+def _check_study(args, path: Path) -> int:
+    from tuner.check.preflight import run_preflight
+    from tuner.compile.nvrtc import CompileLimits
+    from tuner.compile.targets import check_supported, check_targets
+    from tuner.contract.kernel_spec import load_spec, user_code
+    from tuner.search.space import Space
+    from tuner.study.file import load_study
+    from tuner.table import SHORT, render
+
+    cfg = load_study(path)
+    spec = load_spec(cfg.kernel)
+    check_supported(cfg.arch, spec, str(path))
+    space = Space.from_study(cfg, spec)
+    if args.host_dry_run:
+        from tuner.check.host_dry_run import command
+
+        return command(cfg, spec, space, args.run.jobs, args.json)
+    summary = space.summary()
+    configs: list[dict[str, typing.Any]] = []
+    preflight = None
+    if args.compile:
+        targets = check_targets(cfg.arch, spec, str(path), args.arch)
+        progress = None
+        if not args.json and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            bar = tqdm(desc="compiling", unit="config", file=sys.stderr)
+            progress = lambda: bar.update(1)  # noqa: E731
+        preflight = run_preflight(spec, space.problem, space.valid, space.full_config, targets,
+                                  CompileLimits(cfg.measure.max_regs, cfg.measure.reject_spills), every=args.all,
+                                  study=cfg.name, cache_dir=args.run.cache_dir, jobs=args.run.jobs, progress=progress)
+        skipped = [a for a in spec.archs if a not in targets] if cfg.arch == "native" and not args.arch else []
+        if skipped:
+            preflight.notes.append(f"not built for {', '.join(skipped)}: this NVRTC cannot compile for them")
+        for checked in preflight.checked:
+            r = checked.compiled
+            with user_code(spec.path, "derive()"):
+                smem = spec.derive(space.full_config(checked.params), space.problem).get("smem_bytes", r.smem_static)
+            configs.append({"params": checked.params, "arch": checked.arch, "regs": r.regs, "spills": r.spills,
+                            "smem_bytes": smem, "status": r.status, "reason": r.reason, "compile_s": round(r.compile_s, 3),
+                            "preflight": checked.status, "problems": checked.reasons})
+        compiled: dict[str, int] = {}
+        for c in configs:
+            compiled[c["status"]] = compiled.get(c["status"], 0) + 1
+        summary["compiled"] = compiled
+        summary["preflight"] = preflight.to_json()
+    code = preflight.exit_code if preflight else 0
+    if args.json:
+        print(json.dumps({**summary, "study": cfg.name, "configs": configs}))
+        return code
+    print(f"{cfg.name}: {summary['total']} configs, {summary['valid']} valid, {summary['total'] - summary['valid']} invalid")
+    for kind, count in space.invalid.most_common():
+        print(f"  invalid x{count}: {space.invalid_examples[kind]}" + ("  (and like it)" if count > 1 else ""))
+    if preflight is not None:
+        axes = space.axis_names
+        several = len({c["arch"] for c in configs}) > 1
+        headers = [SHORT.get(a, a) for a in axes] + (["ARCH"] if several else []) + ["REGS", "SPILL", "SMEM_KB", "STATUS"]
+        order = sorted(configs, key=lambda c: (c["preflight"] == "passed", c["status"] != "ok", [str(c["params"][a]) for a in axes]))
+        print(render(headers, [[c["params"][a] for a in axes] + ([c["arch"]] if several else []) + [
+            c["regs"], c["spills"], round(c["smem_bytes"] / 1024, 1) if c["smem_bytes"] is not None else None,
+            "ok" if c["preflight"] == "passed" else f"{c['status']}: {c['reason'][:60]}" if c["preflight"] == "rejected"
+            else f"failed: {c['problems'][0][:80]}"] for c in order]))
+        print("compiled: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["compiled"].items())))
+        for note in preflight.notes:
+            print(f"note: {note}")
+        counts = preflight.counts()
+        print(f"preflight: {'passed' if preflight.ok else 'FAILED'}: " + ", ".join(f"{k}={counts.get(k, 0)}" for k in
+              ("passed", "rejected", "failed")) + f" ({preflight.seconds:.1f} s)")
+        for count, reason in preflight.by_reason():
+            print(f"  x{count}: {reason}")
+    return code
+
+
+def _open_study(args):
+    from tuner.run.session import open_study
+
+    return open_study(args.storage, args.study_file, args.study)
+
+
+def cmd_best(args) -> int:
+    from tuner.evaluate.confirm import confirmed_best, describe
+    from tuner.store.header import write_header
+    from tuner.store.results import metric_of
+
+    _check_output(args.header, "--header")
+    study = _open_study(args)
+    if args.pareto:
+        from tuner.measurement.pareto import print_front
+
+        return print_front(study, args.json)
+    best, confirmation = confirmed_best(study)
+    flags = best.user_attrs.get("flags", "")
+    metric = metric_of(study)
+    if args.header:
+        write_header(args.header, study, best)
+    tied = confirmation["tied"] if confirmation else None
+    if args.json:
+        print(json.dumps({"study": study.study_name, metric: best.value, "params": best.params, "flags": flags,
+                          "trial": best.number, "confirmed": confirmation is not None, "tied": tied}))
+    else:
+        print(flags)
+        if confirmation:  # stdout stays the flags alone, for $(tuner best ...)
+            print(describe(confirmation), file=sys.stderr)
+    return 0
+
+
+def cmd_status(args) -> int:
+    from tuner.evaluate.confirm import session_factors
+    from tuner.measurement.paired import CI_TARGET
+    from tuner.run.runner import summarize
+    from tuner.store.storage import open_storage, redact, resolve_url
+    from tuner.table import render
+
+    storage = open_storage(args.storage, create=False)
+    rows = []
+    for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        study = optuna.load_study(study_name=s.study_name, storage=storage)
+        summary = summarize(study, resolve_url(args.storage))
+        trials = study.get_trials(deepcopy=False)
+        ends = [end for t in trials if (end := t.datetime_complete or t.datetime_start) is not None]
+        summary.update(
+            device=study.user_attrs.get("device_name", ""),
+            kind=study.user_attrs.get("kind", ""),
+            last_update=max(ends).isoformat(timespec="seconds") if ends else None,
+            session_factors=session_factors(study),
+        )
+        rows.append(summary)
+    if args.json:
+        print(json.dumps({"storage": redact(resolve_url(args.storage)), "studies": rows}))
+        return 0
+    if not rows:
+        print(f"no studies in {redact(resolve_url(args.storage))}")
+        return 0
+    print(render(
+        ["STUDY", "KIND", "DEVICE", "TRIALS", "STATUSES", "BEST_MS", "SESSION_FACTORS", "LAST_UPDATE"],
+        [[r["study"], r["kind"], r["device"], r["trials"],
+          " ".join(f"{k}={v}" for k, v in sorted(r["statuses"].items())),
+          r["best"]["ms"] if r["best"] else None, " ".join(f"{f['factor']:.4f}" for f in r["session_factors"]) or None,
+          r["last_update"]] for r in rows],
+    ))
+    for r in rows:  # a session that measured the same configs otherwise: values across sessions do not compare
+        for f in r["session_factors"]:
+            if abs(f["factor"] - 1.0) > CI_TARGET:
+                print(f"warning: study {r['study']}: the confirmation of {f['at']} on {f['device_name']} measured its "
+                      f"{f['anchors']} configs {100 * (f['factor'] - 1):+.2f} % against their stored values, more than "
+                      f"the resolution (+-{100 * CI_TARGET:.2f} %): compare values within one session", file=sys.stderr)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from tuner.store.results import trials_frame, write_table
+    from tuner.table import printable
+
+    _check_output(args.output, "--output")
+    study = _open_study(args)
+    axes = study.user_attrs.get("axes")
+    trials = study.get_trials(deepcopy=False)
+    device = study.user_attrs.get("device_name", "")
+    if args.output.suffix == ".json":  # the Kernel Tuner cache format, which replay also reads
+        from tuner.store.results import kernel_tuner_cache
+
+        names = axes if isinstance(axes, list) else list(dict.fromkeys(n for t in trials for n in t.params))
+        problem = study.user_attrs.get("problem")
+        cache = kernel_tuner_cache(trials, names, device=device, kernel=str(study.user_attrs.get("kernel", "")),
+                                   problem=problem if isinstance(problem, dict) else {})
+        args.output.write_text(json.dumps(cache, indent=1))
+        print(f"{len(cache['cache'])} configs of {printable(study.study_name)} written to {args.output} (Kernel Tuner cache)")
+        return 0
+    frame = trials_frame(trials, axes if isinstance(axes, list) else None)
+    write_table(frame, args.output, device=device)
+    print(f"{len(frame)} trials of {printable(study.study_name)} written to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,443 @@
+"""Compile one configuration with NVRTC to a CUBIN, read ptxas's figures, cache the result.
+
+NVRTC is driven through ``cuda.bindings.nvrtc``; defines travel as ``-D`` options in a
+list (never through a shell). The cache key covers everything that changes the binary:
+the source with its local includes, the options, the NVRTC version and the arch.
+Cache writes go to a temporary file and are renamed into place, so several processes
+can share one cache directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import multiprocessing as mp
+import os
+import re
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TypedDict
+
+from tuner.contract.kernel_spec import Config, KernelSpec, Problem, load_spec
+from tuner.contract.source import SourceBundle
+from tuner.lifetime import exit_with
+
+_REGS = re.compile(r"Used (\d+) registers")
+_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_STACK = re.compile(r"(\d+) bytes stack frame")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+@dataclass
+class CompileResult:
+    """What a compile produced; ``status`` uses the trial-record vocabulary."""
+
+    status: str  # ok | compile_error | too_many_regs | spills
+    reason: str = ""
+    regs: int | None = None
+    spills: int | None = None  # spill store + load bytes
+    stack: int | None = None
+    smem_static: int | None = None
+    compile_s: float = 0.0
+    cached: bool = False
+    log: str = ""
+    cubin_path: str | None = None
+    flags: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class CompileLimits:
+    """Post-compile rules: configurable per study."""
+
+    max_regs: int = 255
+    reject_spills: bool = True
+
+
+def nvrtc_version() -> str:
+    from cuda.bindings import nvrtc
+
+    err, major, minor = nvrtc.nvrtcVersion()
+    _check(err, "nvrtcVersion")
+    return f"{major}.{minor}"
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("TUNER_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tuner" / "cubin"
+
+
+class PtxasStats(TypedDict):
+    """What ptxas reports of a build (None: not in its output)."""
+
+    regs: int | None
+    spills: int | None
+    stack: int | None
+    smem_static: int | None
+
+
+def parse_ptxas(log: str) -> PtxasStats:
+    """Registers, spill bytes, stack and static SMEM from ptxas's verbose output.
+
+    With several kernels in one file the maximum over entries is kept: the tuner
+    launches one entry, and the others are usually small helpers.
+    """
+
+    def biggest(pattern: re.Pattern, groups: int = 1) -> int | None:
+        found = [sum(int(g) for g in m.groups()[:groups]) for m in pattern.finditer(log)]
+        return max(found) if found else None
+
+    return PtxasStats(regs=biggest(_REGS), spills=biggest(_SPILL, groups=2), stack=biggest(_STACK),
+                      smem_static=biggest(_SMEM))
+
+
+def compile_options(spec: KernelSpec, config: Config, problem: Problem, arch: str) -> list[str]:
+    return [f"--gpu-architecture={arch}", "--ptxas-options=-v", *spec.compile_options, *spec.flags(config, problem).split()]
+
+
+def compile_kernel(
+    spec: KernelSpec,
+    config: Config,
+    problem: Problem,
+    arch: str,
+    cache_dir: Path | str | None = None,
+    limits: CompileLimits | None = None,
+) -> CompileResult:
+    """Compile ``config`` for ``arch``; return stats, the CUBIN's path and a status."""
+    limits = limits or CompileLimits()
+    options = compile_options(spec, config, problem, arch)
+    flags = spec.flags(config, problem)
+    bundle = SourceBundle.load(spec.source_path)
+    version = nvrtc_version()
+    key = hashlib.sha256(
+        "\0".join([bundle.digest(), version, arch, *options]).encode()
+    ).hexdigest()[:32]
+
+    cache = _Cache(Path(cache_dir) if cache_dir else default_cache_dir())
+    hit = cache.get(key)
+    if hit is not None:
+        hit.cached = True
+        hit.flags = flags
+        return _apply_limits(hit, limits)
+
+    start = time.perf_counter()
+    ok, log, cubin = _compiler()(bundle, options)
+    elapsed = time.perf_counter() - start
+    if not ok:
+        first = next((line for line in log.splitlines() if "error" in line), "compile failed")
+        result = CompileResult("compile_error", first.strip()[:300], compile_s=elapsed, log=log, flags=flags)
+        cache.put(key, result, None)
+        return result
+    stats = parse_ptxas(log)
+    result = CompileResult("ok", compile_s=elapsed, log=log, flags=flags, **stats)
+    cache.put(key, result, cubin)
+    return _apply_limits(result, limits)
+
+
+def kernel_ptx(spec: KernelSpec, config: Config, problem: Problem, arch: str, fast: bool = False) -> str:
+    """The PTX of one configuration for ``arch``: its entry's parameter list and launch directives,
+    for checks that need no CUBIN (NVRTC only, no ptxas, no cache). ``fast``: NVRTC's least
+    optimisation where it has one (12.8+; about 5x quicker): the declarations, not the code, are the same."""
+    options = [o for o in compile_options(spec, config, problem, arch)[1:] if not o.startswith("--ptxas-options")]
+    if fast and tuple(int(v) for v in nvrtc_version().split(".")) >= (12, 8):
+        options.append("--Ofast-compile=max")
+    return source_ptx(SourceBundle.load(spec.source_path), arch, options)
+
+
+def source_ptx(bundle: SourceBundle, arch: str, options: Sequence[str] = ("-std=c++17",)) -> str:
+    """NVRTC's PTX of ``bundle`` for ``arch`` (``sm_90a`` is built as ``compute_90a``); raises
+    with the log when it does not compile."""
+    target = f"--gpu-architecture={arch.replace('sm_', 'compute_')}"
+    ok, log, ptx = _nvrtc_compile(bundle, [target, *options], output="ptx")
+    if not ok:
+        raise RuntimeError(f"{bundle.name} does not compile for {arch}: {log[-2000:]}")
+    return ptx.rstrip(b"\0").decode()
+
+
+def helper_cubin(name: str, text: str, arch: str) -> bytes:
+    """A tuner-owned kernel (output checks, input generators) built with NVRTC, through the
+    compile cache; raises with the log when it does not compile."""
+    options = [f"--gpu-architecture={arch}", "-std=c++17"]
+    bundle = SourceBundle(name, text)
+    key = "helper-" + hashlib.sha256("\0".join([bundle.digest(), nvrtc_version(), *options]).encode()).hexdigest()[:32]
+    cache = _Cache(default_cache_dir())
+    hit = cache.get(key)
+    if hit is not None and hit.cubin_path:
+        try:
+            return Path(hit.cubin_path).read_bytes()
+        except OSError:
+            pass
+    ok, log, cubin = _nvrtc_compile(bundle, options)
+    if not ok:
+        raise RuntimeError(f"{name} does not compile for {arch}: {log[-2000:]}")
+    cache.put(key, CompileResult("ok", log=log), cubin)
+    return cubin
+
+
+def _apply_limits(result: CompileResult, limits: CompileLimits) -> CompileResult:
+    if result.status not in ("ok", "too_many_regs", "spills"):
+        return result
+    result.status, result.reason = "ok", ""
+    if result.regs is not None and result.regs > limits.max_regs:
+        result.status, result.reason = "too_many_regs", f"{result.regs} registers > {limits.max_regs}"
+    elif limits.reject_spills and result.spills:
+        result.status, result.reason = "spills", f"{result.spills} bytes of spill stores+loads"
+    return result
+
+
+#: swaps NVRTC for a test double ("module:function" or "path/file.py:function"), as
+#: TUNER_WORKER_BACKEND swaps the GPU worker's backend: pipeline timing is tested without a GPU
+COMPILER_ENV = "TUNER_COMPILER"
+
+
+def _compiler():
+    name = os.environ.get(COMPILER_ENV)
+    if not name:
+        return _nvrtc_compile
+    target, _, attr = name.rpartition(":")
+    if target.endswith(".py"):
+        spec = importlib.util.spec_from_file_location("tuner_test_compiler", target)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    return getattr(module, attr)
+
+
+def _check(err, what: str) -> None:
+    from cuda.bindings import nvrtc
+
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"{what} failed: {err}")
+
+
+def _nvrtc_compile(bundle: SourceBundle, options: Sequence[str], output: str = "cubin") -> tuple[bool, str, bytes]:
+    """NVRTC on ``bundle``: (compiled, log, the CUBIN or with ``output="ptx"`` the PTX)."""
+    from cuda.bindings import nvrtc
+
+    names = sorted(bundle.headers)
+    err, prog = nvrtc.nvrtcCreateProgram(
+        bundle.text.encode(),
+        bundle.name.encode(),
+        len(names),
+        [bundle.headers[n].encode() for n in names],
+        [n.encode() for n in names],
+    )
+    _check(err, "nvrtcCreateProgram")
+    try:
+        encoded = [o.encode() for o in options]
+        (compile_err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
+        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        _check(err, "nvrtcGetProgramLogSize")
+        # NVRTC writes into the buffer: it must be a fresh mutable one (``b" " * 1`` is CPython's
+        # shared one-byte object, and writing into it turns every encoded space into NUL).
+        log_buf = bytearray(size)
+        (err,) = nvrtc.nvrtcGetProgramLog(prog, log_buf)
+        log = bytes(log_buf).rstrip(b"\0 ").decode(errors="replace")
+        if compile_err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return False, log, b""
+        if output == "ptx":
+            err, size = nvrtc.nvrtcGetPTXSize(prog)
+            _check(err, "nvrtcGetPTXSize")
+            ptx = bytearray(size)
+            (err,) = nvrtc.nvrtcGetPTX(prog, ptx)
+            _check(err, "nvrtcGetPTX")
+            return True, log, bytes(ptx)
+        err, size = nvrtc.nvrtcGetCUBINSize(prog)
+        _check(err, "nvrtcGetCUBINSize")
+        cubin = bytearray(size)
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
+        _check(err, "nvrtcGetCUBIN")
+        return True, log, bytes(cubin)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+class _Cache:
+    """``<key>.json`` (the result) and ``<key>.cubin`` in one directory, written atomically.
+
+    An unwritable or full cache directory is not fatal: compiles go on uncached.
+    """
+
+    _warned: set[str] = set()
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def get(self, key: str) -> CompileResult | None:
+        meta = self.root / f"{key}.json"
+        try:
+            data = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            return None
+        result = CompileResult(**data)
+        if result.cubin_path is not None:
+            cubin = self.root / f"{key}.cubin"
+            if not cubin.is_file():
+                return None
+            result.cubin_path = str(cubin)
+        return result
+
+    def put(self, key: str, result: CompileResult, cubin: bytes | None) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            if cubin is not None:
+                result.cubin_path = str(self.root / f"{key}.cubin")
+                self._write(f"{key}.cubin", cubin)
+            self._write(f"{key}.json", json.dumps(result.to_json()).encode())
+        except OSError as exc:
+            if cubin is not None:  # keep the binary usable for this run
+                fd, tmp = tempfile.mkstemp(suffix=".cubin")
+                with os.fdopen(fd, "wb") as f:
+                    f.write(cubin)
+                result.cubin_path = tmp
+            if str(self.root) not in self._warned:
+                self._warned.add(str(self.root))
+                warnings.warn(f"compile cache {self.root} not writable ({exc.strerror}); compiling uncached", stacklevel=2)
+
+    def _write(self, name: str, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.root / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def _compile_job(job: tuple) -> dict:
+    spec_path, config, problem, arch, cache_dir, limits = job
+    with warnings.catch_warnings(record=True) as caught:  # passed on: the caller warns once, not each process
+        warnings.simplefilter("always")
+        result = compile_kernel(load_spec(spec_path), config, problem, arch, cache_dir, limits)
+    data = result.to_json()
+    data["log"] = data["log"][-4000:]
+    data["warnings"] = [str(w.message) for w in caught]
+    return data
+
+
+_warned: set[str] = set()
+
+
+def _result(data: dict) -> CompileResult:
+    for message in data.pop("warnings", []):
+        if message not in _warned:
+            _warned.add(message)
+            warnings.warn(message, stacklevel=2)
+    return CompileResult(**data)
+
+
+def default_jobs() -> int:
+    """Compile processes when not told: one per core this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+class CompilePool:
+    """Compiles configs in background processes; results are asked for by config.
+
+    ``submit`` starts a compile and returns at once; ``result`` waits for it (compiling
+    in this process if it was never submitted). With ``jobs == 0`` nothing runs in the
+    background. Processes come from a forkserver, never a fork of this (threaded) process,
+    and start on the first submit.
+    """
+
+    def __init__(self, spec: KernelSpec, problem: Problem, arch: str, cache_dir: Path | str | None = None,
+                 limits: CompileLimits | None = None, jobs: int | None = None):
+        self.spec, self.problem, self.arch = spec, problem, arch
+        self.cache_dir = str(cache_dir) if cache_dir else None
+        self.limits = limits or CompileLimits()
+        self.jobs = default_jobs() if jobs is None else jobs
+        self._executor: ProcessPoolExecutor | None = None
+        self._pending: dict[str, Future] = {}
+        self._lock = threading.Lock()  # the runner submits while its measuring thread takes results
+
+    def _job(self, config: Config) -> tuple:
+        return (str(self.spec.path), dict(config), self.problem, self.arch, self.cache_dir, self.limits)
+
+    @staticmethod
+    def _key(config: Config) -> str:
+        return json.dumps(config, sort_keys=True, default=str)
+
+    def submit(self, config: Config) -> None:
+        if self.jobs <= 0:
+            return
+        key = self._key(config)
+        with self._lock:
+            if key in self._pending:
+                return
+            if self._executor is None:
+                self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("forkserver"),
+                                                     initializer=exit_with, initargs=(os.getpid(),))
+            self._pending[key] = self._executor.submit(_compile_job, self._job(config))
+
+    def result(self, config: Config) -> CompileResult:
+        with self._lock:
+            future = self._pending.pop(self._key(config), None)
+        if future is not None:
+            try:
+                return _result(future.result())
+            except Exception:  # a broken pool (a child killed): compile here instead
+                pass
+        return _result(_compile_job(self._job(config)))
+
+    def close(self) -> None:
+        with self._lock:
+            for future in self._pending.values():
+                future.cancel()
+            self._pending.clear()
+            if self._executor is not None:
+                # Waiting costs no more than the interpreter's own join of the pool at exit (the
+                # compiles already running), and leaves no pool thread closing its pipe while
+                # Python 3.11's exit hook writes to it (an "Exception ignored" traceback on Ctrl-C).
+                self._executor.shutdown(wait=True, cancel_futures=True)
+                self._executor = None
+
+    def __enter__(self) -> CompilePool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def compile_many(
+    spec: KernelSpec,
+    configs: Iterable[Config],
+    problem: Problem,
+    arch: str,
+    cache_dir: Path | str | None = None,
+    limits: CompileLimits | None = None,
+    jobs: int | None = None,
+    progress=None,
+) -> list[CompileResult]:
+    """Compile many configs in parallel processes; results in the order given."""
+    configs = list(configs)
+    jobs = jobs or default_jobs()
+    results: list[CompileResult] = []
+    with CompilePool(spec, problem, arch, cache_dir, limits, 0 if jobs == 1 or len(configs) <= 1 else jobs) as pool:
+        for config in configs:
+            pool.submit(config)
+        for config in configs:
+            results.append(pool.result(config))
+            if progress:
+                progress()
+    return results

@@ -1,0 +1,288 @@
+"""The measurement protocol the GPU worker runs, over a small :class:`Backend` seam.
+
+One trial: the candidate is loaded, its output checked, and then it is timed in
+pairs with a fixed reference (another config of the same kernel, or a spec's
+host-side baseline such as cuBLAS), launch by launch, until the ratio's interval is
+narrow enough (:class:`tuner.measurement.paired.StopRule`) or the parent says stop. A
+confirmation times several configs round-robin against each other.
+
+The protocol lives here once; a backend only loads, launches, times and checks. The
+CUDA backend (:mod:`tuner.device.worker`) is one implementation, the test doubles in
+``tests/`` are others, so the pairing logic is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tuner.device.energy import Counter, Energy, measure_energy
+from tuner.device.protocol import Timing
+from tuner.measurement.paired import PairSeries
+from tuner.measurement.steady import WarmUp, warm_until_steady
+from tuner.measurement.value import Measurement
+
+if TYPE_CHECKING:
+    from tuner.device.protocol import CheckedJob, ConfirmJob, MeasureJob, PrepareJob, WarmUpJob
+
+REGIMES = ("sustained", "burst")
+
+
+class LaunchFailed(Exception):
+    """A load or launch failed; ``restart`` when the device context is unusable after it."""
+
+    def __init__(self, reason: str, restart: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.restart = restart
+
+
+class Channel(Protocol):
+    def ready(self) -> None: ...
+
+    def block(self, step: int, value: float, samples: list[float], pairs: int) -> bool:
+        """Report a block of pair ratios; True when the parent says stop."""
+        ...
+
+
+class Backend(Protocol):
+    """What the protocol needs from a device. Handles are opaque to it."""
+
+    def hello(self) -> dict[str, Any]: ...
+
+    def prepare(self, spec: Any, problem: dict, seed: int) -> None:
+        """Inputs and outputs of ``problem`` in place (once per problem: they are large)."""
+        ...
+
+    def load(self, spec: Any, config: dict, problem: dict, cubin_path: str) -> Any: ...
+
+    def load_baseline(self, spec: Any, problem: dict) -> Any:
+        """The spec's host-side baseline (e.g. cuBLAS) as a launchable handle."""
+        ...
+
+    def unload(self, handle: Any) -> None: ...
+
+    def check(self, handle: Any, spec: Any, problem: dict, check_rows: int, seed: int,
+              tolerance: dict | None = None) -> Measurement:
+        """Launch once on poisoned outputs and compare: status ``ok`` or why not. ``tolerance``:
+        the study's (:meth:`tuner.contract.precision.Tolerance.as_job`), None for the spec's own."""
+        ...
+
+    def time(self, handles: Sequence[Any], rounds: int) -> list[list[float]]:
+        """``rounds`` rounds, each launching every handle once; ms per round and handle.
+
+        The launch order rotates from round to round so no handle always goes first.
+        """
+        ...
+
+    def sensors(self) -> dict[str, float]:
+        """Whatever the device reports: ``sm_clock_mhz``."""
+        ...
+
+    def energy_counter(self) -> Counter | None:
+        """The device's running energy counter, where it has one (:mod:`tuner.device.energy`)."""
+        ...
+
+
+#: how long the worker keeps the GPU warm for a first trial that has not come yet
+WARM_WAIT_S = 10.0
+
+
+class Measurer:
+    """Runs jobs on a backend; keeps the reference loaded across trials of one problem."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+        self._problem_key: str | None = None
+        self._reference: tuple[str, Any] | None = None
+        self._session: WarmUp | None = None  # how the session's warm-up ended (None: not yet)
+        self._session_reported = False
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def measure(self, job: MeasureJob, channel: Channel) -> tuple[Measurement, bool]:
+        """One trial: check, then paired timing. Returns (measurement, restart the worker)."""
+        spec, problem = self._prepare(job)
+        channel.ready()
+        timing = job.timing
+        handle = None
+        try:
+            handle = self.backend.load(spec, job.candidate.config, problem, job.candidate.cubin_path)
+            checked = self._check(handle, job, spec, problem)
+            if checked.status != "ok":
+                return checked, False
+            reference = self._reference_handle(job, spec, problem)
+            result = self._paired(handle, reference, timing, channel)
+            for key in ("checksum", "max_err"):
+                setattr(result, key, getattr(checked, key))
+            result.extra = {**checked.extra, **result.extra}
+            return result, False
+        except LaunchFailed as exc:
+            return Measurement("launch_error", reason=exc.reason), exc.restart
+        finally:
+            if handle is not None:
+                self.backend.unload(handle)
+
+    def confirm(self, job: ConfirmJob, channel: Channel) -> tuple[Measurement, bool]:
+        """Round-robin timing of ``job.kernels`` (index 0: the reference); times come back."""
+        spec, problem = self._prepare(job)
+        channel.ready()
+        timing = job.timing
+        handles: list[Any] = []
+        try:
+            reference = self._reference_handle(job, spec, problem)
+            for kernel in job.kernels:
+                handle = self.backend.load(spec, kernel.config, problem, kernel.cubin_path)
+                handles.append(handle)
+                checked = self._check(handle, job, spec, problem)
+                if checked.status != "ok":
+                    checked.reason = f"config {kernel.config}: {checked.reason}"
+                    return checked, False
+            everyone = [reference, *handles]
+            self._warm_up(everyone, timing)
+            rounds: list[list[float]] = []
+            step = 0
+            while len(rounds) < job.rounds:
+                rounds += self.backend.time(everyone, min(timing.block, job.rounds - len(rounds)))
+                channel.block(step, statistics.median(r[1] / r[0] for r in rounds), [], len(rounds))
+                step += 1
+            done = Measurement("ok", extra={"times": rounds, **_sensor_attrs(self.backend.sensors())})
+            return done, False
+        except LaunchFailed as exc:
+            return Measurement("launch_error", reason=exc.reason), exc.restart
+        finally:
+            for handle in handles:
+                self.backend.unload(handle)
+
+    def prepare(self, job: PrepareJob) -> None:
+        """A problem's inputs in place before its first job."""
+        self._prepare(job)
+
+    def warm_up(self, job: WarmUpJob, job_waiting: Callable[[], bool]) -> None:
+        """The session warm-up before the first trial (sustained regime), while the tuner still
+        sets up: the reference runs until its time is steady (:mod:`tuner.measurement.steady`) and then on
+        until a job arrives (at most ``WARM_WAIT_S``), so the first trial finds the GPU at its
+        loaded clocks."""
+        timing = job.timing
+        if timing.regime != "sustained" or self._session is not None:
+            return
+        spec, problem = self._prepare(job)
+        reference = self._reference_handle(job, spec, problem)
+        self._warm_session(reference, timing)
+        until = time.monotonic() + WARM_WAIT_S
+        while not job_waiting() and time.monotonic() < until:
+            self._run_for([reference], 20.0, 1)
+
+    def _warm_session(self, reference: Any, timing: Timing) -> None:
+        self._session = warm_until_steady(lambda n: [r[0] for r in self.backend.time([reference], n)],
+                                          timing.steady_rule)
+
+    # -- parts ---------------------------------------------------------------------------------
+    def _prepare(self, job: PrepareJob) -> tuple[Any, dict]:
+        import json
+
+        from tuner.contract.kernel_spec import load_spec
+
+        spec = load_spec(job.spec_path)
+        problem = job.problem
+        key = json.dumps([job.spec_path, problem, job.seed], sort_keys=True)
+        if key != self._problem_key:
+            self._drop_reference()  # its launch arguments point at the old buffers
+            self.backend.prepare(spec, problem, job.seed)
+            self._problem_key = key
+        return spec, problem
+
+    def _check(self, handle: Any, job: CheckedJob, spec: Any, problem: dict) -> Measurement:
+        return self.backend.check(handle, spec, problem, job.check_rows, job.seed, job.tolerance)
+
+    def _reference_handle(self, job: WarmUpJob, spec: Any, problem: dict) -> Any:
+        from tuner.device.protocol import Kernel
+
+        ref = job.reference
+        key = ref.cubin_path if isinstance(ref, Kernel) else "baseline"
+        if self._reference is None or self._reference[0] != key:
+            self._drop_reference()
+            if isinstance(ref, Kernel):
+                handle = self.backend.load(spec, ref.config, problem, ref.cubin_path)
+            else:
+                handle = self.backend.load_baseline(spec, problem)
+            self._reference = (key, handle)
+        return self._reference[1]
+
+    def _drop_reference(self) -> None:
+        if self._reference is not None:
+            self.backend.unload(self._reference[1])
+            self._reference = None
+
+    def _warm_up(self, handles: Sequence[Any], timing: Timing) -> None:
+        """At least ``warmup`` rounds and ``warmup_ms`` of them: an idle GPU starts at low clocks.
+
+        Sustained: the first trial of a session first runs the reference alone until its time
+        is steady (unless :meth:`warm_up` did), so the GPU reaches the clocks it holds under load.
+        Burst: the GPU rests ``idle_s`` first and warms with one round only.
+        """
+        if timing.regime == "burst":
+            time.sleep(timing.idle_s)
+            self.backend.time(handles, 1)
+            return
+        if self._session is None:
+            self._warm_session(handles[0], timing)
+        self._run_for(handles, timing.warmup_ms, timing.warmup)
+
+    def _run_for(self, handles: Sequence[Any], min_ms: float, min_rounds: int) -> None:
+        """At least ``min_rounds`` rounds and ``min_ms`` of device time (launches, not gaps)."""
+        busy_ms, rounds = 0.0, 0
+        while rounds < min_rounds or busy_ms < min_ms:
+            busy_ms += sum(map(sum, self.backend.time(handles, max(1, min_rounds))))
+            rounds += max(1, min_rounds)
+
+    def _paired(self, candidate: Any, reference: Any, timing: Timing, channel: Channel) -> Measurement:
+        self._warm_up([reference, candidate], timing)
+        series = PairSeries()
+        rule = timing.stop_rule
+        step = 0
+        while True:
+            n = min(timing.block, rule.max_pairs - len(series))
+            block = [series.add(c, r) for r, c in self.backend.time([reference, candidate], n)]
+            summary = series.summary(timing.block)
+            stop = channel.block(step, summary.ratio, block, len(series))
+            step += 1
+            if stop and not rule.done(summary):
+                return Measurement("pruned_slow", reason=f"slower than the best: ratio {summary.ratio:.4f} "
+                                   f"[{summary.lo:.4f}, {summary.hi:.4f}] after {len(series)} pairs",
+                                   ratio=summary.ratio, reference_ms=summary.reference_ms,
+                                   extra=_ratio_attrs(summary, timing))
+            if rule.done(summary):
+                break
+        extra = {**_ratio_attrs(summary, timing), **_sensor_attrs(self.backend.sensors())}
+        if self._session is not None and not self._session_reported:  # the first trial tells how the session began
+            extra.update(self._session.attrs())
+            self._session_reported = True
+        if timing.energy_s > 0:
+            extra.update(self._energy(candidate, summary.candidate_ms, timing).attrs())
+            extra.update(self._energy(reference, summary.reference_ms, timing).attrs("reference_"))
+        return Measurement("ok", ms=summary.candidate_ms, ratio=summary.ratio, reference_ms=summary.reference_ms,
+                           extra=extra)
+
+    def _energy(self, handle: Any, launch_ms: float | None, timing: Timing) -> Energy:
+        """``handle`` alone for ``energy_s``, on a window from one energy counter step to another."""
+        counter = getattr(self.backend, "energy_counter", lambda: None)()
+        if counter is None:
+            return Energy(note="this device has no energy counter")
+        return measure_energy(lambda n: self.backend.time([handle], n), counter, launch_ms or 1.0, timing.energy_s)
+
+
+def _ratio_attrs(summary, timing: Timing) -> dict[str, Any]:
+    """The ratio's interval and how it was measured (the ratio itself is a field of the Measurement)."""
+    return {
+        "ratio_lo": summary.lo,
+        "ratio_hi": summary.hi,
+        "pairs": summary.pairs,
+        "regime": timing.regime,
+    }
+
+
+def _sensor_attrs(after: dict) -> dict[str, Any]:
+    """The SM clock after timing. (Energy and power need longer windows: :mod:`tuner.device.energy`.)"""
+    return {"sm_clock_mhz": after["sm_clock_mhz"]} if "sm_clock_mhz" in after else {}

@@ -1,0 +1,2 @@
+"""Where a config's value comes from: the GPU, a recorded replay, and the confirmation of the top configs.
+"""

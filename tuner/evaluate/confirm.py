@@ -1,0 +1,147 @@
+"""A statistical winner: the study's top configs re-measured against each other.
+
+Trials are measured one after another, each against the reference; configs whose
+values lie within a fraction of a per cent of each other may trade places on another
+day. A confirmation times the top ``k`` distinct configs round-robin in one session
+and reports the winner together with every config statistically tied with it (see
+:func:`tuner.measurement.paired.rank_interleaved`). Each confirmation is kept on the study
+(session, device, clocks), so drift between sessions and GPUs stays visible: its
+``session_factor`` is the median of the confirmed ratios over the ratios the same configs
+were stored with (1: this session measures as the earlier ones did; ``tuner status`` shows
+it and warns when it moves more than the study's resolution).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import socket
+import statistics
+from typing import Any, Protocol
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.contract.kernel_spec import Value
+from tuner.errors import UserError
+from tuner.measurement.paired import Standing
+from tuner.measurement.pareto import front, is_multi
+from tuner.search.space import Space
+from tuner.store.results import best_trial, value_of
+
+CONFIRMATIONS = "confirmations"  # study user attr: every confirmation, oldest first
+
+
+class Confirms(Protocol):
+    def confirm(self, configs: list[dict[str, Value]], rounds: int) -> tuple[list[Standing], dict]: ...
+
+
+#: statuses of PRUNED trials whose config was measured in part: a confirmation may take them
+#: when fewer than ``k`` configs were measured to the end (the sign test stops at 95 %, not for sure)
+PARTLY_MEASURED = ("pruned_slow",)
+
+
+def top_trials(study: optuna.Study, space: Space, k: int) -> list[FrozenTrial]:
+    """The ``k`` best complete trials, one per config (a duplicate's original stands for it);
+    where fewer configs were complete, the best of those the pruner stopped fill the places, so
+    a short run whose pruner stopped all but one config still confirms its winner against the
+    nearest others."""
+    seen: set[tuple] = set()
+    chosen = []
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    if is_multi(study):  # several objectives: the Pareto set, fastest first (no trial is pruned for time)
+        trials = front(study)
+    complete = sorted((t for t in trials if t.state == TrialState.COMPLETE), key=value_of)
+    stopped = sorted((t for t in trials if t.state == TrialState.PRUNED and t.values
+                      and t.user_attrs.get("status") in PARTLY_MEASURED), key=value_of)
+    for trial in [*complete, *stopped]:
+        if not trial.params or not all(a in trial.params for a in space.axis_names):
+            continue
+        key = space.key(trial.params)
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(trial)
+        if len(chosen) == k:
+            break
+    return chosen
+
+
+def confirm_study(study: optuna.Study, space: Space, evaluator: Confirms, device: dict[str, Any],
+                  top: int = 5, rounds: int = 100) -> dict | None:
+    """Re-measure the top configs against each other; store and return the record (None: < 2 configs)."""
+    trials = top_trials(study, space, top)
+    if len(trials) < 2:
+        return None
+    standings, sensors = evaluator.confirm([space.full_config(dict(t.params)) for t in trials], rounds)
+    rows = []
+    for s in standings:
+        trial = trials[s.index - 1]
+        rows.append({
+            "trial": trial.number,
+            "value": value_of(trial) if trial.values else None,
+            "ratio": s.to_reference.ratio,
+            "to_winner": s.to_winner.ratio,
+            "to_winner_ci": [s.to_winner.lo, s.to_winner.hi],
+            "tied": s.tied,
+            "flags": trial.user_attrs.get("flags", ""),
+        })
+    record = {
+        **session_factor(trials, standings),
+        "at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "session": f"{socket.gethostname()}:{os.getpid()}",
+        "device_name": device.get("name", ""),
+        "device_uuid": device.get("uuid", ""),
+        "rounds": rounds,
+        "winner": rows[0]["trial"],
+        "tied": [r["trial"] for r in rows if r["tied"]],
+        "standings": rows,
+        **sensors,
+    }
+    study.set_user_attr(CONFIRMATIONS, [*study.user_attrs.get(CONFIRMATIONS, []), record])
+    return record
+
+
+def session_factor(trials: list[FrozenTrial], standings: list[Standing]) -> dict[str, Any]:
+    """This session against the stored trials: confirmed ratio / stored ratio, per config (the
+    anchors), and their median; nothing where no trial stored a paired ratio."""
+    factors = [s.to_reference.ratio / stored for s in standings
+               if (stored := trials[s.index - 1].user_attrs.get("ratio"))]
+    if not factors:
+        return {}
+    return {"session_factor": round(statistics.median(factors), 5),
+            "session_factor_range": [round(min(factors), 5), round(max(factors), 5)], "anchors": len(factors)}
+
+
+def session_factors(study: optuna.Study) -> list[dict[str, Any]]:
+    """Every confirmation's session factor, oldest first."""
+    return [{"at": r["at"], "device_name": r.get("device_name", ""), "factor": r["session_factor"],
+             "anchors": r.get("anchors", 0)}
+            for r in study.user_attrs.get(CONFIRMATIONS) or [] if r.get("session_factor") is not None]
+
+
+def last_confirmation(study: optuna.Study) -> dict | None:
+    history = study.user_attrs.get(CONFIRMATIONS) or []
+    return history[-1] if history else None
+
+
+def confirmed_best(study: optuna.Study) -> tuple[FrozenTrial, dict | None]:
+    """The winner of the latest confirmation, else the trial with the best value."""
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    best = best_trial(trials, study.directions[0])
+    if best is None:
+        raise UserError(f"study {study.study_name!r} has no completed trial yet: run it first")
+    record = last_confirmation(study)
+    if record is not None:  # its winner may be a config the pruner had stopped (see top_trials)
+        by_number = {t.number: t for t in trials}
+        if record["winner"] in by_number:
+            return by_number[record["winner"]], record
+    return best, None
+
+
+def describe(record: dict) -> str:
+    """One line: the confirmed winner and its tie set."""
+    others = [n for n in record["tied"] if n != record["winner"]]
+    ties = f"tied with trial(s) {', '.join(map(str, others))}" if others else "no tie"
+    return (f"confirmed winner: trial {record['winner']} ({ties}; {len(record['standings'])} configs, "
+            f"{record['rounds']} rounds on {record['device_name']} at {record['at']})")

@@ -1,0 +1,205 @@
+"""Evaluate configs for real: compile here (NVRTC), measure in the isolated worker.
+
+Every trial is timed in pairs against one reference, compiled once per session: by
+default a config of the same kernel (``[measure] reference``, else the first ``[search]
+start`` config, else the spec's defaults), or the spec's host-side baseline
+(``reference = "baseline"``, e.g. cuBLAS). The trial's value is the median ratio
+candidate / reference; see :mod:`tuner.measurement.paired`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tuner.compile.nvrtc import CompileLimits, CompilePool, CompileResult
+from tuner.compile.targets import run_target
+from tuner.contract.arch import NATIVE
+from tuner.contract.kernel_spec import KernelSpec, Problem, Value
+from tuner.contract.precision import Tolerance
+from tuner.device.protocol import Baseline, ConfirmJob, Kernel, MeasureJob, PrepareJob, Reference, WarmUpJob
+from tuner.device.supervisor import Report, Supervisor, WorkerDied
+from tuner.device.timing import Timing
+from tuner.errors import UserError
+from tuner.measurement.paired import Standing, rank_interleaved
+from tuner.measurement.value import Measurement
+from tuner.search.enumeration import checked_reason
+from tuner.study.file import MeasureSettings
+
+BASELINE = "baseline"
+
+class GpuEvaluator:
+    kind = "gpu"
+
+    def __init__(
+        self,
+        spec: KernelSpec,
+        problem: Problem,
+        arch: str,
+        measure: MeasureSettings,
+        supervisor: Supervisor | None = None,
+        cache_dir: Path | None = None,
+        seed: int = 0,
+        reference: dict[str, Value] | str | None = None,
+        compile_jobs: int | None = None,
+        tolerance: Tolerance | None = None,
+    ):
+        self.spec = spec
+        self.problem = problem
+        self.arch = arch
+        self.measure_settings = measure
+        #: the full-output check's tolerance (the study's precision class); None: the spec's own
+        self.tolerance = tolerance
+        self.supervisor = supervisor or Supervisor.from_env()
+        self.cache_dir = cache_dir
+        self.seed = seed
+        self.limits = CompileLimits(measure.max_regs, measure.reject_spills)
+        #: a full config of the kernel, or BASELINE for the spec's host-side baseline
+        self.reference = reference if reference is not None else dict(spec.params)
+        self._reference_job: Reference | None = None
+        self._study = None  # set by bind(): where "ms" values keep the first session's reference time
+        #: compiles ahead of the measurement (None: one process per core, 0: each config when measured)
+        self.compiler = CompilePool(spec, problem, arch, cache_dir, self.limits, compile_jobs)
+
+    @property
+    def timing(self) -> Timing:
+        m = self.measure_settings
+        return Timing(warmup=m.warmup, warmup_ms=m.warmup_ms, block=m.block, min_pairs=m.min_pairs,
+                      max_pairs=m.repeats, ci_target=m.ci_target, regime=m.regime, idle_s=m.idle_s,
+                      energy_s=m.energy_s)
+
+    def objective_attrs(self) -> dict:
+        """What a study's values mean: a resumed study must have been measured the same way."""
+        if isinstance(self.reference, dict):
+            reference = self.spec.flags(self.reference, self.problem)
+        else:
+            reference = BASELINE
+        metric = "ratio" if self.measure_settings.value == "ratio" else "ms"
+        return {"objective": {"metric": metric, "reference": reference, "regime": self.measure_settings.regime}}
+
+    def bind(self, study) -> None:
+        self._study = study
+
+    def _scale(self, reference_ms: float | None) -> float | None:
+        """Ratio -> value: 1, or (``value = "ms"``) the reference's time in the study's first session."""
+        if self.measure_settings.value == "ratio":
+            return 1.0
+        if self._study is None:
+            return None
+        stored = self._study.user_attrs.get("reference_ms")
+        if stored is None and reference_ms is not None:
+            self._study.set_user_attr("reference_ms", reference_ms)
+            stored = reference_ms
+        return stored
+
+    def reference_job(self) -> Reference:
+        """The reference as the worker loads it (compiled on first use, then from the cache)."""
+        if self._reference_job is None:
+            if not isinstance(self.reference, dict):  # BASELINE
+                self._reference_job = Baseline()
+            else:
+                reason = checked_reason(self.spec, self.reference, self.problem)
+                if reason:
+                    raise UserError(f"[measure] reference is rejected by the kernel's constraint model: {reason}")
+                built = self.compiler.result(self.reference)
+                if not built.ok:
+                    raise UserError(f"[measure] reference does not build ({built.status}: {built.reason}): choose another")
+                self._reference_job = _kernel(self.reference, built)
+        return self._reference_job
+
+    def start(self) -> dict:
+        """Start the worker and check that this GPU can run the study's arch."""
+        reference = self.reference
+        buildable = reference if isinstance(reference, dict) and checked_reason(self.spec, reference, self.problem) is None else None
+        if buildable is not None and self.arch != NATIVE and not self.supervisor.failed_to_start:  # needed by the first trial: builds while the worker starts
+            self.compiler.submit(buildable)  # (not on a host without a GPU: its error would wait for the compile)
+        try:
+            device = self.supervisor.start()
+        except WorkerDied as exc:
+            raise UserError(
+                f"no usable CUDA GPU here ({exc}): replay a recording with `tuner run STUDY --replay FILE`, "
+                "or check compiles with `tuner check --compile STUDY`"
+            ) from None
+        try:  # "native" becomes this GPU's target here, before anything is compiled for it
+            self.arch = self.compiler.arch = run_target(self.arch, self.spec, device.get("cc", (0, 0)), device.get("name", ""))
+        except UserError:
+            self.supervisor.stop()
+            raise
+        if buildable is not None:  # native: builds while the worker prepares the inputs (a fixed arch: already submitted)
+            self.compiler.submit(buildable)
+        self.supervisor.prepare(PrepareJob(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed))
+        try:  # the reference's compile finishes while the worker builds the inputs
+            self.supervisor.prepare(WarmUpJob(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed,
+                                              reference=self.reference_job(), timing=self.timing))
+        except UserError:
+            pass  # an unusable reference: the first trial says why
+        return device
+
+    @property
+    def ahead(self) -> int:
+        """How many trials the runner may propose ahead of the one measured (0: none)."""
+        return self.compiler.jobs
+
+    def prefetch(self, config: dict[str, Value]) -> None:
+        """Start compiling ``config`` now; :meth:`evaluate` picks the result up."""
+        self.compiler.submit(config)
+
+    def close(self) -> None:
+        self.compiler.close()
+        self.supervisor.stop()
+
+    def _job(self) -> dict[str, Any]:
+        """The fields every checked job of this study shares."""
+        return dict(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed, reference=self.reference_job(),
+                    timing=self.timing, check_rows=self.measure_settings.check_rows or 0,  # 0: the spec's own count
+                    tolerance=self.tolerance.as_job() if self.tolerance else None)
+
+    def evaluate(self, params: dict[str, Value], config: dict[str, Value], report: Report) -> Measurement:
+        derived = self.spec.derive(config, self.problem)
+        built = self.compiler.result(config)
+        common: dict[str, Any] = dict(regs=built.regs, spills=built.spills, smem_bytes=derived.get("smem_bytes", built.smem_static),
+                      compile_s=round(built.compile_s, 4), flags=built.flags)
+        logs = {"compile.log": built.log}
+        if not built.ok:
+            return Measurement(built.status, reason=built.reason, artifacts=logs, **common)
+        scale = self._scale(None)
+
+        def scaled(step: int, value: float, samples: list[float]) -> bool:
+            k = scale or 1.0
+            return report(step, value * k, [x * k for x in samples])
+
+        m = self.supervisor.measure(MeasureJob(**self._job(), candidate=_kernel(config, built)),
+                                    self.measure_settings.timeout_s, scaled)
+        if m.status == "ok" and m.ratio is not None:
+            m.value = m.ratio * (self._scale(m.reference_ms) or 1.0)
+        for key, value in common.items():
+            if getattr(m, key) in (None, ""):
+                setattr(m, key, value)
+        m.artifacts = logs
+        return m
+
+    def confirm(self, configs: list[dict[str, Value]], rounds: int) -> tuple[list[Standing], dict]:
+        """Time ``configs`` round-robin with the reference; their standings, best first.
+
+        ``Standing.index`` counts from 1 in ``configs`` order (0 is the reference).
+        """
+        kernels = []
+        for config in configs:
+            self.compiler.submit(config)
+        for config in configs:
+            built = self.compiler.result(config)
+            if not built.ok:
+                raise UserError(f"cannot confirm {built.flags}: {built.status}: {built.reason}")
+            kernels.append(_kernel(config, built))
+        timeout = self.measure_settings.timeout_s * max(1, len(configs))
+        m = self.supervisor.confirm(ConfirmJob(**self._job(), kernels=kernels, rounds=rounds), timeout)
+        if m.status != "ok":
+            raise UserError(f"confirmation stopped: {m.status}: {m.reason}")
+        times = m.extra.pop("times")
+        return rank_interleaved(times, reference=0, tolerance=self.measure_settings.ci_target), m.extra
+
+
+def _kernel(config: dict[str, Value], built: CompileResult) -> Kernel:
+    """A config that built, as the worker loads it (a build that is ok has its CUBIN on disk)."""
+    assert built.cubin_path is not None, f"{built.status} build without a CUBIN"
+    return Kernel(config, built.cubin_path)

@@ -1,0 +1,404 @@
+"""Replay: evaluate against a recorded full-grid table instead of a GPU.
+
+Formats read:
+
+- our results table (:mod:`tuner.store.results`; ``tuner grid`` and ``tuner export`` write it),
+  also in the ``params_`` / ``user_attrs_`` columns of older Optuna exports;
+- a Kernel Tuner cache file (JSON, optionally gzipped), which carries its own space
+  (``tune_params``) in its header, so it needs no study file;
+- a Kernel Tuner T4 results file (JSON, optionally gzipped).
+
+A recorded space becomes a :class:`ReplaySpec`, so the same :class:`~tuner.search.space.Space`,
+sampler and objective run unchanged; configurations absent from the recording are
+invalid (Kernel Tuner's restrictions removed them).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import math
+import statistics
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tuner.contract.kernel_spec import KernelSpec, Value, as_define_value
+from tuner.errors import UserError
+from tuner.measurement.value import EXTRA_STATUSES, STATUSES, Measurement
+from tuner.search.space import Space
+from tuner.store.results import TableError, normalise
+
+# Kernel Tuner's failure strings and T4 invalidity kinds, in our statuses.
+KT_FAILURES = {
+    "InvalidConfig": "invalid",
+    "CompilationFailedConfig": "compile_error",
+    "RuntimeFailedConfig": "launch_error",
+}
+T4_INVALIDITY = {"compile": "compile_error", "runtime": "launch_error", "constraints": "invalid", "correctness": "mismatch"}
+
+
+@dataclass
+class Record:
+    status: str
+    ms: float | None = None
+    times: list[float] = field(default_factory=list)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Recording:
+    path: Path
+    format: str  # "csv" | "kernel_tuner" | "t4"
+    axes: dict[str, list[Value]]
+    records: dict[tuple, Record]
+    device: str = ""
+    kernel: str = ""
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
+
+    def lookup(self, params: dict[str, Value]) -> Record | None:
+        return self.records.get(tuple(params[a] for a in self.axes))
+
+    def optimum(self) -> float:
+        return min(r.ms for r in self.records.values() if r.status == "ok" and r.ms is not None)
+
+
+def _coerce(text: str, where: str) -> Value:
+    """A CSV cell as a define value: a number as the compiler reads it, else the name."""
+    return as_define_value(text, where)
+
+
+#: the most a replay file may hold, uncompressed (the largest recorded space, 1,184 configs
+#: with their samples, is a few MB; a gzip bomb of 1 MB expands to GBs)
+MAX_REPLAY_BYTES = 256 * 2**20
+
+
+def _open_text(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_REPLAY_BYTES + 1)
+            if raw[:2] == b"\x1f\x8b":
+                f.seek(0)
+                with gzip.GzipFile(fileobj=f) as unzipped:
+                    raw = unzipped.read(MAX_REPLAY_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise UserError(f"replay file {path}: {exc.strerror}") from None
+        raise UserError(f"replay file {path}: broken gzip data ({exc})") from None
+    if len(raw) > MAX_REPLAY_BYTES:
+        raise UserError(f"replay file {path}: more than {MAX_REPLAY_BYTES // 2**20} MiB of data (uncompressed): "
+                        "not a recording of a tuning space")
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise UserError(f"replay file {path}: not text (expected CSV or Kernel Tuner JSON)") from None
+
+
+def _time(value: Any, where: str) -> float:
+    """A recorded time in milliseconds: a finite, positive number, else a one-line error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UserError(f"{where}: time {value!r} is not a number")
+    try:
+        number = float(value)
+    except ValueError:
+        raise UserError(f"{where}: time {value!r} is not a number") from None
+    if not math.isfinite(number) or number <= 0:
+        raise UserError(f"{where}: time {value!r} must be finite and positive (milliseconds)")
+    return number
+
+
+def _value(value: Any, where: str) -> Value:
+    """A recorded define value: an integer or an identifier, as the study file's (a number
+    written as text is that number: ``"1"`` and 1 are one value)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (
+            isinstance(value, float) and not value.is_integer()):
+        raise UserError(f"{where}: value {_short(value)} must be an integer or a name")
+    return as_define_value(value, where)
+
+
+def _axis_values(values: list, where: str) -> list[Value]:
+    """An axis's recorded values, normalised; one listed twice (``1`` and ``"1"``) is an error."""
+    out: list[Value] = []
+    for raw in values:
+        value = _value(raw, where)
+        if value in out:
+            raise UserError(f"{where} lists a value twice: {value!r}" + (f" ({raw!r} is {value!r})" if raw != value else ""))
+        out.append(value)
+    return out
+
+
+def load_recording(path: str | Path) -> Recording:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"replay file {path} not found")
+    text = _open_text(path)
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"replay file {path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+        if isinstance(data, dict) and "cache" in data and "tune_params" in data:
+            return _from_kernel_tuner(path, data)
+        if isinstance(data, dict) and "results" in data and "schema_version" in data:
+            return _from_t4(path, data)
+        raise UserError(
+            f"replay file {path}: JSON but neither a Kernel Tuner cache (cache + tune_params) nor T4 (results + schema_version)"
+        )
+    return _from_csv(path, text)
+
+
+def _from_csv(path: Path, text: str) -> Recording:
+    import csv
+
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:
+        raise UserError(f"replay file {path}: not a CSV table ({exc})") from None
+    header = rows[0] if rows else []
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:  # pandas would rename the second to "NAME.1" and take it for another define
+        raise UserError(f"replay file {path}: column {', '.join(map(repr, twice))} appears twice in the header")
+    for line, row in enumerate(rows[1:], start=2):  # pandas would take surplus fields for an index
+        if row and len(row) != len(header):
+            raise UserError(f"replay file {path}, line {line}: {len(row)} fields, the header has {len(header)}")
+    try:
+        frame, axis_names = normalise(pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False))
+    except (TableError, pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise UserError(f"replay file {path}: {' '.join(str(exc).split())[:200]}") from None
+    if frame.empty:
+        raise UserError(f"replay file {path}: a results table needs a header with the define columns, 'ms' and 'status' and rows")
+    axes: dict[str, list[Value]] = {a: [] for a in axis_names}
+    records: dict[tuple, Record] = {}
+    for line, row in enumerate(frame.to_dict("records"), start=2):
+        where = f"replay file {path}, line {line}"
+        if any(row.get(a) in (None, "") for a in axis_names):  # a short (ragged) row
+            raise UserError(f"{where}: no value for {', '.join(a for a in axis_names if row.get(a) in (None, ''))}")
+        key = tuple(_coerce(row[a], f"{where}: {a}") for a in axis_names)
+        for a, v in zip(axis_names, key, strict=True):
+            if v not in axes[a]:
+                axes[a].append(v)
+        status = row["status"] or "ok"
+        if status not in RECORDED_STATUSES:
+            raise UserError(f"{where}: status {status!r} is unknown; expected one of {', '.join(RECORDED_STATUSES)}")
+        ms = _time(row["ms"], where) if row.get("ms") not in (None, "", "-") and status in ("ok", "duplicate") else None
+        if status == "ok" and ms is None:
+            raise UserError(f"{where}: status ok needs its time in 'ms'")
+        if status == "duplicate" and ms is not None:  # a repeat: its stored result is the config's
+            status = "ok"
+        attrs = {}
+        for column in ("regs", "spills", "smem_bytes"):
+            if row.get(column) not in (None, "", "-"):
+                try:
+                    attrs[column] = int(float(row[column]))
+                except (ValueError, OverflowError):
+                    raise UserError(f"{where}: {column} {row[column]!r} is not a number") from None
+        record = Record(status, ms, [], attrs)
+        if key not in records or _rank(record) < _rank(records[key]):
+            records[key] = record
+    for a in axes:
+        axes[a] = sorted(axes[a], key=lambda v: (isinstance(v, str), v))
+    device = str(frame["device"].iloc[0]) if "device" in frame.columns else ""
+    return Recording(path, "csv", axes, records, device=device)
+
+
+#: the statuses a results table holds: a trial record's, and those of trials without one
+#: (:func:`tuner.store.results.status_of`)
+RECORDED_STATUSES = (*STATUSES, *EXTRA_STATUSES, "pruned", "failed", "running", "waiting")
+
+
+def _rank(record: Record) -> tuple[int, float]:
+    """A config recorded several times (a study's repeats): a measured result wins, the fastest."""
+    return (record.status != "ok" or record.ms is None, record.ms if record.ms is not None else 0.0)
+
+
+def _config_key(entry: dict, keys: list[str], at: str) -> tuple:
+    """The recorded config's values in ``keys`` order; a one-line error names what is missing."""
+    missing = [k for k in keys if k not in entry]
+    if missing:
+        raise UserError(f"{at} has no {', '.join(missing)}")
+    return tuple(_value(entry[k], f"{at}: {k!r}") for k in keys)
+
+
+def _field(data: dict, key: str, kind: type | tuple[type, ...], where: str, default: Any = None) -> Any:
+    """``data[key]`` if it is of ``kind`` (``default`` when absent); else one line naming the field."""
+    if key not in data:
+        return default
+    value = data[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        names = " or ".join(dict.fromkeys(_KIND_NAMES.get(k, k.__name__) for k in kinds))
+        raise UserError(f"{where}: field {key!r} must be {names}, got {type(value).__name__} {_short(value)}")
+    return value
+
+
+_KIND_NAMES = {str: "a string", int: "a number", float: "a number", bool: "true or false", list: "a list",
+               dict: "an object"}
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (list, dict)) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+#: Kernel Tuner's objectives and whether higher is better (its ``objective_default_map``)
+KT_OBJECTIVES = {"time": False, "energy": False, "GFLOP/s": True, "TFLOP/s": True, "GB/s": True, "TB/s": True,
+                 "GFLOPS/W": True, "TFLOPS/W": True, "GFLOP/J": True, "TFLOP/J": True}
+
+
+def _kt_objective(data: dict, where: str) -> str:
+    """The cache entry field the replay minimises: the cache's objective where lower is better;
+    ``time`` where the objective is maximised (GFLOP/s, GB/s: the fastest config is their best)."""
+    objective = _field(data, "objective", str, where, "time")
+    higher = _field(data, "objective_higher_is_better", bool, where)
+    if higher is None:
+        if objective not in KT_OBJECTIVES:
+            raise UserError(f"{where}: objective {objective!r} is not one of Kernel Tuner's "
+                            f"({', '.join(KT_OBJECTIVES)}): add \"objective_higher_is_better\": true or false")
+        higher = KT_OBJECTIVES[objective]
+    if not higher:
+        return objective
+    if objective == "energy" or objective.endswith(("/W", "/J")):
+        raise UserError(f"{where}: objective {objective!r} is maximised energy efficiency; the tuner minimises "
+                        "time: replay a recording whose objective is time")
+    return "time"
+
+
+def _from_kernel_tuner(path: Path, data: dict) -> Recording:
+    where = f"replay file {path}"
+    params = _field(data, "tune_params", dict, where)
+    cache = _field(data, "cache", dict, where)
+    if not params:
+        raise UserError(f"{where}: 'tune_params' must not be empty")
+    keys = _field(data, "tune_params_keys", list, where) or list(params)
+    if any(not isinstance(k, str) or k not in params for k in keys):
+        raise UserError(f"{where}: 'tune_params_keys' must name keys of 'tune_params'")
+    axes: dict[str, list[Value]] = {}
+    for k in keys:
+        if not isinstance(params[k], list) or not params[k]:
+            raise UserError(f"{where}: tune_params {k!r} must be a non-empty list of values")
+        axes[k] = _axis_values(params[k], f"{where}: tune_params {k!r}")
+    objective = _kt_objective(data, where)
+    device = _field(data, "device_name", str, where, "")
+    kernel = _field(data, "kernel_name", str, where, "")
+    records: dict[tuple, Record] = {}
+    for name, entry in cache.items():
+        at = f"{where}: cache entry {name!r}"
+        if not isinstance(entry, dict):
+            raise UserError(f"{at} is not an object")
+        key = _config_key(entry, keys, at)
+        if objective not in entry:
+            raise UserError(f"{at} has no {objective!r}")
+        recorded = entry[objective]
+        if isinstance(recorded, str):
+            records[key] = Record(KT_FAILURES.get(recorded, "launch_error"), attrs={"reason": recorded})
+        else:
+            times = _field(entry, "times", list, at, [])
+            records[key] = Record("ok", _time(recorded, f"{at}: {objective!r}"), [_time(t, f"{at}: 'times'") for t in times])
+    return Recording(path, "kernel_tuner", axes, records, device, kernel)
+
+
+def _from_t4(path: Path, data: dict) -> Recording:
+    where = f"replay file {path}"
+    results = _field(data, "results", list, where)
+    if not results:
+        raise UserError(f"{where}: T4 file with no results")
+    first = results[0].get("configuration") if isinstance(results[0], dict) else None
+    if not isinstance(first, dict) or not first:
+        raise UserError(f"{where}: result 0 has no 'configuration'")
+    keys = list(first)
+    axes: dict[str, list[Value]] = {k: [] for k in keys}
+    records: dict[tuple, Record] = {}
+    for i, entry in enumerate(results):
+        at = f"{where}: result {i}"
+        if not isinstance(entry, dict):
+            raise UserError(f"{at} is not an object")
+        config = _field(entry, "configuration", dict, at)
+        if config is None:
+            raise UserError(f"{at} has no 'configuration'")
+        key = _config_key(config, keys, f"{at}: configuration")
+        for k, v in zip(keys, key, strict=True):
+            if v not in axes[k]:
+                axes[k].append(v)
+        invalidity = _field(entry, "invalidity", str, at, "correct")
+        measurements = _field(entry, "measurements", list, at, [])
+        for m in measurements:
+            if not isinstance(m, dict):
+                raise UserError(f"{at}: 'measurements' must hold objects, got {_short(m)}")
+            _field(m, "name", str, f"{at}: measurement")
+        value = next((m.get("value") for m in measurements if m.get("name") == "time"), None)
+        if invalidity != "correct":
+            records[key] = Record(T4_INVALIDITY.get(invalidity, "launch_error"), attrs={"reason": str(value)})
+        elif value is None:
+            raise UserError(f"{at}: a correct result with no 'time' measurement")
+        else:
+            times = _field(_field(entry, "times", dict, at, {}), "runtimes", list, f"{at}: 'times'", [])
+            records[key] = Record("ok", _time(value, at), [_time(t, f"{at}: 'times.runtimes'") for t in times])
+    for k in axes:
+        axes[k] = sorted(axes[k], key=lambda v: (isinstance(v, str), v))
+    return Recording(path, "t4", axes, records)
+
+
+def make_replay_spec(recording: Recording) -> KernelSpec:
+    """A kernel spec whose space is the recording's and whose model is 'was it recorded'."""
+
+    class ReplaySpec(KernelSpec):
+        name = recording.kernel or recording.path.name.split(".")[0]
+        params = {a: v[0] for a, v in recording.axes.items()}
+
+        def check(self, config, problem):
+            record = recording.lookup(config)
+            if record is None:
+                return "not in the recording (restricted)"
+            if record.status == "invalid":
+                return "recorded as invalid"
+            return None
+
+        def source_hash(self) -> str:
+            return recording.digest()
+
+    spec = ReplaySpec(recording.path)
+    return spec
+
+
+def recording_space(recording: Recording) -> Space:
+    """The space a recording carries: its axes, every recorded config that ran valid."""
+    return Space(make_replay_spec(recording), {}, recording.axes, list(recording.axes), [])
+
+
+class ReplayEvaluator:
+    """Looks a config up instead of running it; replays recorded times block by block."""
+
+    kind = "replay"
+
+    def __init__(self, recording: Recording, block: int = 10):
+        self.recording = recording
+        self.block = block
+
+    def evaluate(self, params: dict[str, Value], config: dict[str, Value], report: Callable[[int, float, list[float]], bool]) -> Measurement:
+        record = self.recording.lookup(params)
+        if record is None:
+            return Measurement("invalid", reason="not in the recording")
+        attrs = dict(record.attrs)
+        reason = str(attrs.pop("reason", ""))
+        if record.status != "ok":
+            return Measurement(record.status, reason=reason or f"recorded as {record.status}", **_known(attrs))
+        blocks = [record.times[i : i + self.block] for i in range(0, len(record.times), self.block)]
+        medians = []
+        for step, chunk in enumerate(blocks):
+            medians.append(statistics.median(chunk))
+            if report(step, medians[-1], list(chunk)):
+                return Measurement("pruned_slow", reason=f"running median {statistics.median(medians):.4g} ms after {step + 1} blocks", blocks=medians, **_known(attrs))
+        return Measurement("ok", ms=record.ms, blocks=medians, **_known(attrs))
+
+
+def _known(attrs: dict) -> dict:
+    return {k: v for k, v in attrs.items() if k in ("regs", "spills", "smem_bytes")}

@@ -1,0 +1,369 @@
+"""The evaluation loop: ask ahead, let the evaluator work ahead, measure in order, tell.
+
+``study.optimize`` runs one trial at a time: the GPU idles while NVRTC compiles the next
+config. Here the loop keeps ``ahead`` trials asked beyond the one being measured (Optuna's
+ask/tell). Each asked trial stores its params at once, so it is RUNNING for every sampler
+(ours skips running configs; TPE's constant liar counts them as bad) and for the budget of
+every worker; the evaluator compiles it in the background (:meth:`GpuEvaluator.prefetch`).
+Trials are measured strictly in the order asked. A replay (no ``prefetch``) runs the same
+loop with ``ahead = 0``.
+
+No trial is left RUNNING: on any exit (budget, timeout, error, Ctrl-C) the trials asked but
+not measured are failed and queued again with their params; if this process is killed,
+any worker's next start finds them by their dead runner (:mod:`tuner.store.liveness`: at once in
+the same PID space, by their expired lease from another host or container).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import queue
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.measurement.value import Measurement
+from tuner.run.objective import Begun, Objective
+from tuner.store.liveness import StaleCheck, beat, has_lease, heartbeat_s, runner_attrs
+from tuner.store.optuna_private import ask_with_user_attrs, storage_of, trial_id
+
+if TYPE_CHECKING:
+    import sqlalchemy
+
+#: status of a trial another worker's race pushed past the study's budget (FAIL, never measured)
+OVER_BUDGET = "over_budget"
+
+
+@dataclass
+class Timeline:
+    """When things happened in this run (seconds on the monotonic clock)."""
+
+    started: float = field(default_factory=time.monotonic)
+    first_told: float | None = None
+    last_told: float | None = None
+    told: int = 0  # trials finished by this process (surplus and abandoned ones excluded)
+
+    def tell(self) -> None:
+        now = time.monotonic()
+        self.first_told = self.first_told or now
+        self.last_told = now
+        self.told += 1
+
+    def report(self) -> dict:
+        """``first_trial_s``: from the process's start to the first trial's result;
+        ``trials_per_s``: sustained rate from the first result to the last."""
+        if self.first_told is None or self.last_told is None:
+            return {"trials_run": 0, "first_trial_s": None, "trials_per_s": None}
+        span = self.last_told - self.first_told
+        return {
+            "trials_run": self.told,
+            "first_trial_s": round(self.first_told - self.started, 3),
+            "trials_per_s": round((self.told - 1) / span, 3) if self.told > 1 and span > 0 else None,
+            "run_s": round(self.last_told - self.started, 3),
+        }
+
+
+def process_started() -> float:
+    """``time.monotonic()`` at this process's start (Linux: /proc), else now."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime, clock ticks after boot
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return time.monotonic() - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.monotonic()
+
+
+class _Heartbeat(threading.Thread):
+    """The lease of every trial in flight (:mod:`tuner.store.liveness`; ``study.optimize`` beats only its one)."""
+
+    def __init__(self, storage, interval_s: float):
+        super().__init__(daemon=True, name="tuner-heartbeat")
+        self.storage = storage
+        self.interval_s = interval_s
+        self.ids: set[int] = set()
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+
+    def add(self, trial_id: int) -> None:
+        with self._lock:
+            self.ids.add(trial_id)
+        self._beat([trial_id])
+
+    def discard(self, trial_id: int) -> None:
+        with self._lock:
+            self.ids.discard(trial_id)
+
+    def _beat(self, ids) -> None:
+        for id_ in ids:
+            try:
+                beat(self.storage, id_)
+            except Exception:  # a finished trial, or the database away: the next beat retries
+                pass
+
+    def run(self) -> None:
+        while not self._halt.wait(self.interval_s):
+            with self._lock:
+                ids = list(self.ids)
+            self._beat(ids)
+
+    def stop(self) -> None:
+        self._halt.set()
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """Ctrl-C waits until the block is done (main thread only: signals are delivered there).
+    Where SIGINT is ignored (a background job of a script, nohup) it stays ignored."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield
+        return
+    pending: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+        if pending:
+            raise KeyboardInterrupt
+
+
+class ProposalLock:
+    """Makes "choose a config, store it on the trial" one step across the workers of a study.
+
+    Without it two workers that sample at the same moment both see the other's trial without
+    params and may choose the same config (the second then reuses the first's value, but its
+    place in the run is lost). One host (journal file): a lock file beside the journal;
+    Postgres: an advisory lock on the study; in-process storages need none. Best effort: if the
+    lock cannot be had the proposal goes on unlocked (the twin check still catches repeats).
+    """
+
+    def __init__(self, storage, url: str, study_name: str):
+        from tuner.store.storage import is_journal, journal_path
+
+        self._file: IO[str] | None = None  # the lock file (journal storage)
+        self._conn: sqlalchemy.Connection | None = None  # the advisory lock's session (Postgres)
+        self._key = int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:8], "big") >> 1  # a bigint
+        if is_journal(url):
+            try:
+                self._file = open(f"{journal_path(url)}.propose.lock", "a+")
+            except OSError:
+                self._file = None
+        elif getattr(storage, "engine", None) is not None and storage.engine.dialect.name == "postgresql":
+            self._engine = storage.engine
+
+    def __enter__(self) -> ProposalLock:
+        try:
+            if self._file is not None:
+                import fcntl
+
+                fcntl.flock(self._file, fcntl.LOCK_EX)
+            elif getattr(self, "_engine", None) is not None:
+                self._sql("select pg_advisory_lock(:k)")
+        except Exception:
+            pass
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self._file is not None:
+                import fcntl
+
+                fcntl.flock(self._file, fcntl.LOCK_UN)
+            elif self._conn is not None:
+                self._sql("select pg_advisory_unlock(:k)")
+        except Exception:
+            pass
+
+    def _sql(self, statement: str) -> None:
+        import sqlalchemy
+
+        if self._conn is None:
+            self._conn = self._engine.connect()
+        self._conn.execute(sqlalchemy.text(statement), {"k": self._key})
+        self._conn.commit()
+
+    def close(self) -> None:
+        for thing in (self._file, self._conn):
+            try:
+                if thing is not None:
+                    thing.close()
+            except Exception:
+                pass
+        self._file = self._conn = None
+
+
+class Pipeline:
+    """Runs trials of ``study`` through ``objective`` with ``ahead`` trials asked in advance.
+
+    Two threads: this one asks (sampler), begins (params stored, compile started), records
+    and tells; a measuring thread takes the asked trials in order and measures them, so
+    neither the sampler nor the storage's writes hold the GPU up.
+
+    ``may_ask()`` is asked before every new trial (the shared budget, all workers, not yet
+    spent; candidates left); ``admits(trial)`` after its params are stored (False: another
+    worker's trial got the last place in the budget first, so this one is not measured).
+    """
+
+    def __init__(self, study: optuna.Study, objective: Objective, ahead: int, may_ask: Callable[[], bool],
+                 admits: Callable[[optuna.Trial], bool], timeline: Timeline, deadline: float | None = None,
+                 lock: ProposalLock | None = None):
+        self.study = study
+        self.lock = lock
+        self.objective = objective
+        self.ahead = max(0, ahead)
+        self.may_ask = may_ask
+        self.admits = admits
+        self.timeline = timeline
+        self.deadline = deadline
+        self._in_flight: deque[tuple[optuna.Trial, Begun]] = deque()
+        storage = storage_of(study)
+        self._heartbeat = _Heartbeat(storage, heartbeat_s() / 2) if has_lease(storage) else None
+        self._stale_check = StaleCheck(study, objective.space.axis_names)
+        self._to_measure: queue.Queue = queue.Queue()
+        self._measured: queue.Queue = queue.Queue()
+        self._halt = threading.Event()
+
+    def run(self, max_trials: int) -> int:
+        """At most ``max_trials`` trials; returns how many were asked."""
+        asked = 0
+        measurer = threading.Thread(target=self._measure_loop, daemon=True, name="tuner-measure")
+        measurer.start()
+        if self._heartbeat:
+            self._heartbeat.start()
+        try:
+            while True:
+                while len(self._in_flight) <= self.ahead and asked < max_trials and not self._late():
+                    if self._in_flight and not self._measured.empty():
+                        break  # a result waits: tell it first (the incumbent the pruner and sampler see)
+                    if not self._ask():
+                        break
+                    asked += 1
+                if not self._in_flight:
+                    break
+                trial, begun = self._in_flight[0]
+                measured = self._next_measured()
+                with _ctrl_c_deferred():  # told before a Ctrl-C ends the run: none is left RUNNING
+                    self._in_flight.popleft()
+                    if isinstance(measured, BaseException):
+                        self._tell_fail(trial)
+                        raise measured
+                    self._record(trial, begun, measured)
+                if self._late():
+                    break
+        finally:
+            self._halt.set()
+            self._to_measure.put(None)
+            self._abandon()
+            if self._heartbeat:
+                self._heartbeat.stop()
+        return asked
+
+    def _late(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def _next_measured(self) -> Measurement | BaseException:
+        while True:  # short waits: Ctrl-C reaches this thread at once
+            try:
+                return self._measured.get(timeout=0.5)
+            except queue.Empty:
+                continue
+
+    def _measure_loop(self) -> None:
+        while True:
+            item = self._to_measure.get()
+            if item is None or self._halt.is_set():
+                return
+            trial, begun = item
+            try:
+                self._measured.put(self.objective.measure(trial, begun))
+            except BaseException as exc:  # handed to the main thread, which stops the run
+                self._measured.put(exc)
+                return
+
+    def _ask(self) -> bool:
+        """Ask one trial if the budget has room (False: it has none)."""
+        if self._heartbeat:
+            self._stale_check()  # others' dead trials: failed, their configs queued again
+        with self.lock or contextlib.nullcontext():  # budget check, choice and storing it: one step
+            if not self.may_ask():
+                return False
+            trial = None
+            try:
+                # A Ctrl-C comes once the trial exists with its whole config, and fails it below
+                with _ctrl_c_deferred():
+                    # created with its runner (sampling is lazy): after a kill at any point the next run re-queues it
+                    trial = ask_with_user_attrs(self.study, runner_attrs())
+                    if self._heartbeat:
+                        self._heartbeat.add(trial_id(trial))
+                    begun = self.objective.begin(trial)  # the sampler chooses, and the config is stored
+                    self._in_flight.append((trial, begun))  # from here on a stop fails it and queues it again
+            except BaseException:
+                if trial is not None and not any(t is trial for t, _ in self._in_flight):
+                    self._fail(trial, "interrupted", "stopped while the trial was being set up: queued again")
+                    self._requeue(trial, trial.params)
+                raise
+        with _ctrl_c_deferred():
+            if not self.admits(trial):  # only without a working lock
+                self._in_flight.pop()
+                self._fail(trial, OVER_BUDGET, "the study's budget was filled by other workers meanwhile; not measured")
+                return True
+            self._to_measure.put((trial, begun))
+        return True
+
+    def _record(self, trial: optuna.Trial, begun: Begun, measured: Measurement) -> None:
+        try:
+            value = self.objective.record(trial, begun, measured)
+        except optuna.TrialPruned:
+            self.study.tell(trial, state=TrialState.PRUNED)
+        except BaseException:
+            self._tell_fail(trial)
+            raise
+        else:
+            self.study.tell(trial, value)
+        if self._heartbeat:
+            self._heartbeat.discard(trial_id(trial))
+        self.timeline.tell()
+
+    def _fail(self, trial: optuna.Trial, status: str, reason: str) -> None:
+        try:
+            trial.set_user_attr("status", status)
+            trial.set_user_attr("reason", reason)
+        except Exception:
+            pass
+        self._tell_fail(trial)
+
+    def _tell_fail(self, trial: optuna.Trial) -> None:
+        if self._heartbeat:
+            self._heartbeat.discard(trial_id(trial))
+        try:
+            self.study.tell(trial, state=TrialState.FAIL)
+        except Exception:  # already told, or the storage is gone: the next run re-queues it by its dead runner
+            pass
+
+    def _abandon(self) -> None:
+        """Trials asked and not recorded (the one measured at a Ctrl-C, those asked ahead):
+        failed, and their configs queued again."""
+        while self._in_flight:
+            trial, begun = self._in_flight.popleft()
+            self._fail(trial, "interrupted", "the run stopped before this trial was measured: queued again")
+            self._requeue(trial, begun.params)
+
+    def _requeue(self, trial: optuna.Trial, params: dict) -> None:
+        """Queue an abandoned trial's config again (only a whole one: a partial config was never chosen)."""
+        if set(params) != set(self.objective.space.axis_names):
+            return
+        try:
+            self.study.enqueue_trial(params, user_attrs={"requeued_from": trial.number}, skip_if_exists=False)
+        except Exception:
+            pass

@@ -1,0 +1,428 @@
+"""Run a study: open or resume it, bind it to its device and source, optimise, summarise.
+
+The loop itself is Optuna's (``study.optimize``); this module chooses the sampler,
+pruner and evaluator, keeps a study from mixing results of different GPUs, kernel
+sources or compilers, re-queues trials a dead process left RUNNING, and runs the
+tiered plan (tier 1, then tier 2 on the tier-1 winner) when asked.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as _dt
+import sys
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner import __version__
+from tuner.errors import UserError
+from tuner.measurement import pareto
+from tuner.measurement.paired import SlowerTest
+from tuner.measurement.value import Measurement
+from tuner.run.objective import Evaluator, Objective
+from tuner.run.pipeline import Pipeline, ProposalLock, Timeline
+from tuner.search.distributions import store_axes, stored_axes
+from tuner.search.pruner import MarginPruner
+from tuner.search.sampler import ValidOnlySampler, make_base_sampler
+from tuner.search.space import Space
+from tuner.search.warm_start import prior_trials, queue_start_configs, start_params, transfer_message, warm_start
+from tuner.store.liveness import recover_stale_trials
+from tuner.store.optuna_private import TrialFeed
+from tuner.store.results import best_trial, metric_of, value_of, value_text
+from tuner.store.storage import open_storage, redact, resolve_url
+from tuner.study.file import SearchSettings
+
+#: fingerprint keys a resumed study must match
+BINDING_KEYS = ("kind", "device_name", "source_hash", "nvrtc_version", "arch", "problem", "objective")
+#: what a study's values meant before paired timing (and still mean in replay): raw milliseconds
+LEGACY_OBJECTIVE = {"metric": "ms"}
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+STORAGE_WAIT_S = 60.0  # how long to wait for a restarted database; 3 outages ridden out per phase
+
+
+def _storage_error(exc: BaseException):
+    """The database error behind ``exc`` (Optuna may wrap it while failing the trial), or None."""
+    import sqlalchemy.exc
+
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = redact(str(getattr(exc, "orig", None) or exc)).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:160] if lines else ''}"
+
+
+@dataclass(kw_only=True)
+class RunSettings(SearchSettings):
+    """A study file's search settings, plus what one run adds to them."""
+
+    study_name: str
+    accept_mismatch: bool = False
+    progress: bool = True
+    artifact_dir: str | None = None
+    warm_start: list[str] = field(default_factory=list)  # earlier studies whose winners go first
+    warm_start_top: int = 5
+    study_attrs: dict[str, Any] = field(default_factory=dict)
+    started: float | None = None  # time.monotonic() when the command started (time to first trial)
+    peers: int = 1  # processes sharing the budget (`tuner run --workers N`): none asks ahead beyond its share
+
+
+def fingerprint(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {k: attrs.get(k) for k in BINDING_KEYS}
+
+
+def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool) -> None:
+    """Record the study's fingerprint, or stop if a resumed study was made elsewhere."""
+    stored = {"objective": LEGACY_OBJECTIVE, **study.user_attrs}  # one read: a second may see another worker's "kind"
+    if not stored.get("kind"):
+        # "kind" is written last: it marks the binding complete, so a worker starting at
+        # the same moment never compares against a half-written fingerprint.
+        for key, value in attrs.items():
+            if key != "kind":
+                study.set_user_attr(key, value)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            time_metric = attrs.get("objective", LEGACY_OBJECTIVE)["metric"]
+            study.set_metric_names(pareto.metric_names(time_metric, pareto.OBJECTIVES[:len(study.directions)]))
+        study.set_user_attr("kind", attrs.get("kind"))
+        return
+    if stored.get("axes") is not None and attrs.get("axes") is not None and stored["axes"] != attrs["axes"]:
+        raise UserError(
+            f"study {study.study_name!r} searches the defines {', '.join(map(str, stored['axes']))}, this run "
+            f"{', '.join(map(str, attrs['axes']))}: a study keeps one space (--accept-mismatch does not change that); "
+            "start a new study with --study-name NEW"
+        )
+    differs = [
+        f"{k}: stored {stored.get(k)!r}, now {attrs.get(k)!r}"
+        for k in BINDING_KEYS
+        if stored.get(k) != attrs.get(k)
+    ]
+    if not differs:
+        return
+    if not accept_mismatch:
+        raise UserError(
+            f"study {study.study_name!r} was recorded under a different setup ({'; '.join(differs)}): "
+            "start a new study with --study-name NEW, or add to this one anyway with --accept-mismatch"
+        )
+    history = list(stored.get("accepted_mismatches", []))
+    history.append({"at": _now(), "differs": differs})
+    study.set_user_attr("accepted_mismatches", history)
+
+
+def check_same_choices(study: optuna.Study, space: Space) -> None:
+    """Each define keeps the values it had in the study (stored once on it, or on the trials
+    of a study stored before that: :func:`tuner.search.distributions.stored_axes`)."""
+    stored = stored_axes(study) or {}
+    for name, values in space.axes.items():
+        choices = stored.get(name)
+        if choices is not None and list(choices) != list(values):
+            shown = choices if len(choices) <= 20 else [*choices[:10], "...", *choices[-3:]]
+            now = list(values) if len(values) <= 20 else [*values[:10], "...", *values[-3:]]
+            raise UserError(
+                f"study {study.study_name!r} searched {name} over {shown}, this run over "
+                f"{now}: keep the values, or start a new study with --study-name NEW"
+            )
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def study_attrs(kind: str, space: Space, arch: str, device: dict, nvrtc: str, shape: str, extra: dict | None = None) -> dict:
+    spec = space.spec
+    attrs = {
+        "kind": kind,
+        "shape": shape,
+        "problem": dict(space.problem),
+        "arch": arch,
+        "kernel": spec.name,
+        "kernel_path": str(spec.path),
+        "source_hash": spec.source_hash(),
+        "device": device,
+        "device_name": device.get("name", ""),
+        "nvrtc_version": nvrtc,
+        "tool_version": __version__,
+        "axes": space.axis_names,
+        "tier1": list(space.tier1),
+        "tier2": list(space.tier2),
+        "flops": float(spec.flops(space.problem)),
+        "created": _now(),
+        "objective": LEGACY_OBJECTIVE,
+    }
+    attrs.update(extra or {})
+    return attrs
+
+
+@dataclass
+class _Tally:
+    """What each trial means for one phase's budget: its config key and whether it takes a
+    place. A finished trial's is computed once (it never changes) and summed as it arrives;
+    a check reads only the trials in flight and those finished since the last one
+    (:class:`~tuner.store.optuna_private.TrialFeed`): the cost of a trial stays flat as the study
+    grows (bench/bench_trial_cost.py)."""
+
+    feed: TrialFeed
+    key_of: Callable[[FrozenTrial], tuple | None]
+    counts: Callable[[FrozenTrial], bool]
+    untried: set  # the phase's candidates no finished trial took
+    used: int = 0  # finished trials that take a place
+    _counting: list[int] = field(default_factory=list)  # their numbers, sorted
+
+    def facts(self, t: FrozenTrial) -> tuple[tuple | None, bool]:
+        """A trial's config key, and whether it takes a place (a finished one's is asked once)."""
+        return self.key_of(t), self.counts(t)
+
+    def open_trials(self) -> list[FrozenTrial]:
+        """Tally the trials finished since the last call and return those in flight (RUNNING,
+        WAITING), by number. A FAILed trial took no config and no place."""
+        open_trials = []
+        for t in self.feed.read():
+            if t.state in FINISHED:
+                key, counts = self.facts(t)
+                self.untried.discard(key)
+                if counts:
+                    self.used += 1
+                    bisect.insort(self._counting, t.number)
+            elif not t.state.is_finished():
+                open_trials.append(t)
+        return open_trials
+
+    def counting_before(self, number: int) -> int:
+        """Finished trials numbered below ``number`` that take a place."""
+        return bisect.bisect_left(self._counting, number)
+
+
+class Runner:
+    def __init__(self, space: Space, evaluator: Evaluator, settings: RunSettings, storage_url: str | None = None):
+        space.require_valid()
+        self.space = space
+        self.evaluator = evaluator
+        self.settings = settings
+        self.storage_url = resolve_url(storage_url)
+        self.storage = open_storage(self.storage_url)
+        start = start_params(space, settings.start, settings.mode == "tiered")   # bad input fails before a study exists
+        self.multi = pareto.multi(settings.objectives)
+        # several objectives: Optuna's multi-objective TPE inside our valid-only wrapper (tuner.measurement.pareto)
+        base = (pareto.sampler(settings.seed) if self.multi and settings.sampler == "tpe"
+                else make_base_sampler(settings.sampler, settings.seed))
+        self.sampler = ValidOnlySampler(space, base, seed=settings.seed)
+        prunes = settings.pruner and not self.multi  # the pruner judges time alone: off for a front
+        margin = prunes and settings.prune_by == "margin"
+        pruner = MarginPruner(settings.pruner_margin, settings.pruner_min_blocks) if margin else optuna.pruners.NopPruner()
+        self.slower_test = SlowerTest() if prunes and settings.prune_by == "sign" else None
+        self.study = optuna.create_study(
+            study_name=settings.study_name,
+            storage=self.storage,
+            sampler=self.sampler,
+            pruner=pruner,
+            directions=pareto.directions(settings.objectives),
+            load_if_exists=True,
+        )
+        bind_study(self.study, settings.study_attrs, settings.accept_mismatch)
+        check_same_choices(self.study, space)
+        space.adopt_stored(self.study)  # a study stored before compact axes keeps its kinds
+        store_axes(self.study, space.axes)
+        if hasattr(evaluator, "bind"):
+            evaluator.bind(self.study)
+        self.lock = ProposalLock(self.storage, self.storage_url, settings.study_name)
+        with self.lock:  # workers starting together queue each config once
+            self.requeued = recover_stale_trials(self.study, self.space.axis_names)
+            warm_queued = (
+                warm_start(self.study, space, settings.warm_start, settings.warm_start_top, settings.mode == "tiered")
+                if settings.warm_start else None
+            )
+            self.start_queued = queue_start_configs(self.study, space, start)
+        self.transfer = ""  # what the warm start transferred, in words
+        if settings.warm_start:  # the source studies' trials shape the sampler's model (each run: a resume too)
+            prior = prior_trials(self.study, space, settings.warm_start)
+            self.sampler.set_prior(prior)
+            self.transfer = transfer_message(warm_queued, len(prior), settings.warm_start)
+        self._bar = None
+        self.flops = settings.study_attrs.get("flops") or None
+        self.timeline = Timeline(started=settings.started if settings.started is not None else time.monotonic())
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self) -> dict:
+        if self.settings.mode == "tiered":
+            target1 = self._phase_target(self.space.tier1_candidates())
+            self._optimize("tier1", self.space.tier1_candidates(), target1)
+            winner = self.best_params(phase="tier1")
+            if winner is not None:
+                tier2 = self.space.tier2_candidates(winner)
+                self._optimize("tier2", tier2, len(tier2))
+        else:
+            self._optimize("joint", self.space.valid, self._phase_target(self.space.valid))
+        return self.summary()
+
+    def _phase_target(self, candidates: list) -> int:
+        return min(self.settings.trials or len(candidates), len(candidates))
+
+    def _optimize(self, phase: str, candidates: list, target: int, retries: int = 3) -> None:
+        self.sampler.set_candidates(candidates)
+        keys = self.space.valid_keys if candidates is self.space.valid else {self.space.key(c) for c in candidates}
+        done = [t for t in self.study.get_trials(deepcopy=False, states=FINISHED) if self._counts(t, phase, keys)]
+        tried = {self.space.key(t.params) for t in done}
+        todo = min(target - len(done), len(keys - tried))
+        queued = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        todo = max(todo, queued if phase != "tier2" else 0)
+        if todo <= 0:
+            return
+        objective = Objective(self.space, self.evaluator, self.flops, phase, on_result=self._on_result,
+                              artifact_dir=self.settings.artifact_dir, slower_test=self.slower_test,
+                              objectives=self.settings.objectives)
+        timeout = self.settings.timeout_min * 60 if self.settings.timeout_min else None
+        deadline = self.timeline.started + timeout if timeout else None
+        # Asked-ahead trials hold places in the budget: a worker keeps at most its share of what is left
+        ahead = min(self.ahead, max(0, -(-todo // max(1, self.settings.peers)) - 1))
+        pipeline = Pipeline(self.study, objective, ahead, self._may_ask(phase, keys, target),
+                            self._admits(phase, keys, target), self.timeline, deadline, self.lock)
+        self._open_bar(phase, todo)
+        try:
+            # duplicates do not count against the budget: room for them beyond ``todo``
+            pipeline.run(max_trials=todo + queued + len(keys))
+        except Exception as exc:
+            cause = _storage_error(exc)
+            if cause is None:
+                raise
+            self._close_bar()
+            if retries <= 0 or not self._storage_back():
+                raise UserError(
+                    f"lost the storage {redact(self.storage_url)} ({_one_line(cause)}); finished trials are stored: "
+                    "rerun the same command to resume"
+                ) from None
+            print(f"tuner: storage connection lost ({_one_line(cause)}); reconnected, going on", file=sys.stderr)
+            recover_stale_trials(self.study, self.space.axis_names, mine=True)
+            return self._optimize(phase, candidates, target, retries - 1)
+        finally:
+            self._close_bar()
+
+    @property
+    def ahead(self) -> int:
+        """Trials proposed beyond the one measured: the evaluator's compile processes (replay: 0)."""
+        return getattr(self.evaluator, "ahead", 0)
+
+    def _counts(self, t, phase: str, keys: set) -> bool:
+        """Does trial ``t`` take a place in this phase's budget? Finished (a duplicate
+        reused a stored value: no) of this phase's candidates, or still in flight."""
+        if t.state == TrialState.RUNNING:
+            return True
+        return (t.state in FINISHED and t.user_attrs.get("status") != "duplicate" and t.user_attrs.get("phase") == phase
+                and bool(t.params) and self.space.key(t.params) in keys)
+
+    def _may_ask(self, phase: str, keys: set, target: int):
+        """Ask another trial while candidates are left untried and the study (all workers
+        together) has fewer than ``target`` trials of this phase done or in flight."""
+        tally = self._tally(phase, keys)
+
+        def may_ask() -> bool:
+            in_flight: set = set()
+            open_trials = tally.open_trials()
+            used = tally.used  # after the newly finished are tallied
+            for t in open_trials:
+                key, counts = tally.facts(t)
+                used += counts
+                if key is not None:
+                    in_flight.add(key)
+            return bool(tally.untried - in_flight) and used < target
+
+        return may_ask
+
+    def _admits(self, phase: str, keys: set, target: int):
+        """After the trial's params are stored: is it within the budget, counting the trials
+        numbered before it? Two workers that asked at once cannot both take the last place."""
+        tally = self._tally(phase, keys)
+
+        def admits(trial) -> bool:
+            # a WAITING trial takes no place (Runner._counts) until it runs
+            open_before = sum(1 for t in tally.open_trials() if t.number < trial.number and tally.facts(t)[1])
+            return tally.counting_before(trial.number) + open_before < target
+
+        return admits
+
+    def _tally(self, phase: str, keys: set) -> _Tally:
+        return _Tally(TrialFeed(self.study), self.sampler.trial_key, lambda t: self._counts(t, phase, keys), set(keys))
+
+    def _storage_back(self, wait_s: float = STORAGE_WAIT_S) -> bool:
+        """Wait for a restarted database server (pool_pre_ping reconnects once it is up)."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            try:
+                self.storage.get_study_id_from_name(self.study.study_name)
+                return True
+            except Exception:
+                continue
+        return False
+
+    # -- progress -------------------------------------------------------------------------
+    def _open_bar(self, phase: str, total: int) -> None:
+        if not self.settings.progress:
+            return
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, desc=f"{self.settings.study_name} [{phase}]", unit="trial", file=sys.stderr, dynamic_ncols=True)
+
+    def _close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def _on_result(self, number: int, params: dict, m: Measurement) -> None:
+        if self._bar is None:
+            return
+        done = best_trial(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        best = value_text(value_of(done), metric_of(self.study)) if done is not None else "-"
+        self._bar.set_postfix_str(f"last={m.status} best={best}", refresh=False)
+        self._bar.update(1)
+
+    # -- results --------------------------------------------------------------------------
+    def best_params(self, phase: str | None = None) -> dict | None:
+        best = best_trial(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), phase=phase)
+        return None if best is None else dict(best.params)
+
+    def summary(self) -> dict:
+        return {**summarize(self.study, self.storage_url), **self.timeline.report()}
+
+
+def summarize(study: optuna.Study, storage_url: str) -> dict:
+    trials = study.get_trials(deepcopy=False)
+    statuses = Counter(t.user_attrs.get("status", t.state.name.lower()) for t in trials)
+    best = None
+    b = best_trial(trials, study.directions[0])  # several objectives: the fastest (tuner best --pareto: the front)
+    if b is not None:
+        metric = metric_of(study)
+        best = {"params": b.params, "ms": b.user_attrs.get("ms", value_of(b)), metric: value_of(b),
+                "flags": b.user_attrs.get("flags", ""), "trial": b.number}
+    summary = {
+        "study": study.study_name,
+        "storage": redact(storage_url),
+        "trials": len(trials),
+        "statuses": dict(statuses),
+        "best": best,
+    }
+    if pareto.is_multi(study):
+        summary["front"] = pareto.front_rows(study)
+    return summary
+
+
+def best_line(best: dict | None) -> str:
+    """The summary's best trial in one line, with its unit (``best`` as :func:`summarize` gives it)."""
+    if not best:
+        return "best: none yet (no trial completed)"
+    if "ratio" in best:
+        return f"best: {value_text(best['ratio'], 'ratio')}, {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}"
+    return f"best: {value_text(best['ms'], 'ms')} (trial {best['trial']})  {best['flags']}"

@@ -1,0 +1,205 @@
+"""Scale-out on one host: ``tuner run STUDY --workers N`` starts N ``tuner worker`` processes.
+
+Each worker is an ordinary Optuna process joining the same study through the shared
+storage (a journal file on one host, Postgres across hosts); there is no scheduler of
+our own. GPU workers are pinned one per GPU with ``CUDA_VISIBLE_DEVICES``; replay
+workers are not pinned. This module only starts them, waits, forwards Ctrl-C, and
+prints one summary of the study they filled together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import optuna
+
+from tuner.errors import UserError
+from tuner.store.storage import open_storage, redact, resolve_url
+from tuner.study import options
+from tuner.table import printable
+
+#: the pid of the ``tuner run --workers N`` process, in its workers' environment
+PARENT_ENV = "TUNER_PARENT_PID"
+#: how many workers share the study's budget, in each worker's environment
+PEERS_ENV = "TUNER_WORKERS"
+STOP_GRACE_S = 20.0  # after Ctrl-C, how long workers get to record their trial before SIGKILL
+
+
+def worker_command(args) -> list[str]:
+    """The ``tuner worker`` command line; the settings go by environment (:func:`worker_env`)."""
+    return [sys.executable, "-m", "tuner", "worker", *([str(args.study_file)] if args.study_file else []), "--json"]
+
+
+def worker_settings(args, index: int) -> dict:
+    """Worker ``index``'s settings: the run's, with a seed of its own (the same seed would
+    propose the same configs)."""
+    given = dict(args.given)
+    if given.get("seed") is not None:
+        given["seed"] = (given["seed"] + index) % (options.SEED_MAX + 1)
+    return given
+
+
+def _gpu_count() -> int:
+    """GPUs on this host, without loading the CUDA driver in the parent (nvidia-smi -L)."""
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
+
+
+def worker_env(args, index: int) -> dict[str, str]:
+    env = dict(os.environ)
+    if not args.run.replay:  # one GPU each; respects an outer CUDA_VISIBLE_DEVICES list
+        outer = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        gpus = outer or [str(i) for i in range(_gpu_count())]
+        if gpus:  # more workers than GPUs share them round-robin
+            env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
+    env["TUNER_WORKER_INDEX"] = str(index)
+    env[PEERS_ENV] = str(args.run.workers)
+    env[PARENT_ENV] = str(os.getpid())  # the worker dies with this process (:func:`tuner.lifetime.die_with_parent`)
+    env["TUNER_STORAGE"] = resolve_url(args.storage)  # not on the command line: a password never shows in `ps`
+    env[options.ENV] = options.encode(worker_settings(args, index))
+    return env
+
+
+def run_workers(args) -> int:
+    n = args.run.workers
+    url = resolve_url(args.storage)
+    procs: list[subprocess.Popen] = []
+    outs, errs = [], []
+    started = time.monotonic()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill PARENT` stops the workers too
+    try:
+        for i in range(n):
+            outs.append(tempfile.TemporaryFile("w+"))  # nameless: nothing is left behind, even after kill -9
+            errs.append(tempfile.TemporaryFile("w+"))
+            procs.append(subprocess.Popen(worker_command(args), env=worker_env(args, i), stdout=outs[i], stderr=errs[i],
+                                          stdin=subprocess.DEVNULL))
+        if not args.json:
+            print(f"started {n} workers on {redact(url)}", file=sys.stderr)
+        codes = _wait(procs)
+    except KeyboardInterrupt:
+        _stop(procs)
+        print("tuner: interrupted; workers stopped, finished trials are stored, run the same command to resume",
+              file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for p in procs:  # never leave a worker behind
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    elapsed = time.monotonic() - started
+
+    names, messages = [], []
+    for i in range(n):
+        outs[i].seek(0)
+        errs[i].seek(0)
+        lines = [ln for ln in outs[i].read().splitlines() if ln.startswith("{")]
+        if lines:
+            try:
+                names.append(json.loads(lines[-1])["study"])
+            except (ValueError, KeyError):
+                pass
+        for line in errs[i].read().splitlines():
+            line = printable(redact(line))
+            if line.strip() and line not in messages:
+                messages.append(line)
+        outs[i].close()
+        errs[i].close()
+    for line in messages[-20:]:  # each distinct message once, not once per worker
+        print(line, file=sys.stderr)
+
+    failed = [c for c in codes if c != 0]
+    for i, c in enumerate(codes):
+        if c < 0:  # killed from outside (OOM killer, kill -9): its trial is re-queued by the next start
+            print(f"tuner: worker {i} was killed by {_signal_name(-c)}; finished trials are stored, "
+                  "run the same command to resume", file=sys.stderr)
+    if not names:
+        code = exit_code(codes) or 1
+        if not any(m.startswith("tuner: error") for m in messages):
+            print(f"tuner: error: none of the {n} workers finished (exit codes {codes})", file=sys.stderr)
+        return code
+    from tuner.run.runner import best_line
+
+    summary = aggregate(names[0], url)
+    summary.update(workers=n, worker_exit_codes=codes, elapsed_s=round(elapsed, 2))
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary["statuses"].items()))
+        print(f"study {printable(summary['study'])} in {summary['storage']}: {summary['trials']} trials ({statuses}) "
+              f"by {n} workers in {elapsed:.1f} s")
+        print(best_line(summary.get("best")))
+        if failed:
+            print(f"{len(failed)} worker(s) failed: exit codes {codes}", file=sys.stderr)
+    return exit_code(codes)
+
+
+#: ``tuner run --workers N``'s exit code when a worker was killed by a signal (and none failed otherwise)
+WORKER_KILLED = 3
+
+
+def exit_code(codes: list[int]) -> int:
+    """The parent's exit code: the first worker's error code (2: bad input), else
+    :data:`WORKER_KILLED` if a worker was killed by a signal, else 0. (A killed worker's
+    returncode is minus the signal: passed on, the shell would see 256 minus it, e.g. 247.)"""
+    errors = [c for c in codes if c > 0]
+    if errors:
+        return errors[0]
+    return WORKER_KILLED if any(c < 0 for c in codes) else 0
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def aggregate(study_name: str, url: str) -> dict:
+    """The study's summary, as ``tuner run --json`` prints it."""
+    from tuner.run.runner import summarize
+
+    try:
+        study = optuna.load_study(study_name=study_name, storage=open_storage(url))
+    except KeyError:
+        raise UserError(f"no study {study_name!r} in {redact(url)} after the workers ran") from None
+    return summarize(study, url)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _wait(procs: list[subprocess.Popen]) -> list[int]:
+    while any(p.poll() is None for p in procs):
+        time.sleep(0.2)
+    return [p.returncode for p in procs]
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGINT every worker (Optuna records its trial as failed), then SIGKILL stragglers."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        try:
+            time.sleep(0.2)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+            break
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

@@ -1,0 +1,362 @@
+"""One run wired together: study file (or a replay file alone), space, evaluator, settings.
+
+``tuner run``, ``grid``, ``worker`` and ``confirm`` and the Python API (:mod:`tuner.api`) all
+start here, so a setting means the same from the command line and from a notebook. A
+:class:`Session` is what one command is asked to do; it loads the study, builds the
+evaluator (GPU or replay) and the run's settings, and runs the study with the confirmation
+at its end. Printing stays with the caller: what the session would say goes to ``say``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import optuna
+
+from tuner.errors import UserError
+from tuner.study import options
+
+if TYPE_CHECKING:
+    from tuner.device.supervisor import Supervisor
+    from tuner.evaluate.replay import Recording
+    from tuner.run.runner import RunSettings
+    from tuner.search.space import Space
+    from tuner.study.file import StudyConfig
+
+#: what a replay of study NAME is stored as (a GPU run of the same study keeps NAME)
+REPLAY_SUFFIX = ".replay"
+#: what ``tuner grid`` stores study NAME as
+GRID_SUFFIX = ".grid"
+
+
+@dataclass
+class Loaded:
+    """A study file (None with a Kernel Tuner replay file alone), its space, the recording replayed."""
+
+    cfg: StudyConfig | None
+    space: Space
+    recording: Recording | None
+
+
+@dataclass
+class Evaluation:
+    """The evaluator of a run with what binds a study to it."""
+
+    evaluator: Any  # tuner.run.objective.Evaluator (GpuEvaluator or ReplayEvaluator)
+    attrs: dict[str, Any]  # the study's fingerprint (tuner.run.runner.study_attrs)
+    name: str  # the study's name in the storage
+    close: Callable[[], None]
+
+
+class StartupClock:
+    """Seconds from the process's start to each step of a run's start (``--json``: ``startup_s``),
+    beside ``first_trial_s``: where a slow start goes."""
+
+    def __init__(self) -> None:
+        from tuner.run.pipeline import process_started
+
+        self.started = process_started()
+        self.marks: dict[str, float] = {}
+
+    def mark(self, step: str, at: float | None = None) -> None:
+        """``step`` happened now, or at ``at`` (``time.monotonic()``)."""
+        self.marks[step] = round((time.monotonic() if at is None else at) - self.started, 3)
+
+
+@dataclass
+class Session:
+    """What one command (or API call) is asked to do.
+
+    ``given``: settings by name on top of the study file's ([search], [measure] and the
+    command-line-only :class:`~tuner.study.options.RunOptions`), checked by :mod:`tuner.study.options`.
+    ``command``: ``run``, ``worker``, ``grid`` or ``confirm``.
+    """
+
+    study_file: str | Path | None
+    storage: str | None = None
+    given: dict[str, Any] = field(default_factory=dict)
+    command: str = "run"
+    progress: bool = False
+    say: Callable[[str], None] | None = None  # where the run's notes go (the CLI: stderr)
+
+    def __post_init__(self) -> None:
+        self.run_options = options.run_options(self.given)
+
+    def _say(self, text: str) -> None:
+        if self.say is not None:
+            self.say(text)
+
+    # -- building blocks ------------------------------------------------------------------
+    def load(self) -> Loaded:
+        """Study file (or a Kernel Tuner replay file alone) -> its space and the recording."""
+        from tuner.compile.targets import check_supported
+        from tuner.contract.kernel_spec import load_spec
+        from tuner.evaluate.replay import load_recording, recording_space
+        from tuner.search.space import Space
+        from tuner.study.file import load_study
+
+        replay = self.run_options.replay
+        recording = load_recording(replay) if replay else None
+        if not self.study_file:
+            if recording is None:
+                raise UserError("give a study file (studies/NAME.toml), or --replay FILE with a Kernel Tuner cache")
+            if recording.format == "csv":
+                raise UserError(f"replay file {recording.path} is our CSV: give the study file it was recorded from too")
+            return Loaded(None, recording_space(recording), recording)
+        cfg = load_study(self.study_file)
+        cfg.measure = options.apply(cfg.measure, self.given)
+        if len(cfg.search.objectives) > 1 and cfg.measure.energy_s <= 0:  # energy is an objective: measure it
+            from tuner.measurement.pareto import DEFAULT_ENERGY_S
+
+            cfg.measure.energy_s = DEFAULT_ENERGY_S
+            self._say(f"objectives {cfg.search.objectives}: [measure] energy_s not set, measuring energy for "
+                      f"{DEFAULT_ENERGY_S:g} s per config")
+        spec = load_spec(cfg.kernel)
+        check_supported(cfg.arch, spec, str(cfg.path))
+        space = Space.from_study(cfg, spec)
+        if recording is not None:
+            missing = [a for a in space.axes if a not in recording.axes]
+            if missing:
+                raise UserError(f"replay file {recording.path} has no column for {', '.join(missing)}: record it from this study")
+            extra = [a for a in recording.axes if a not in space.axes]
+            if extra:  # a config of the study would not name a recorded row
+                raise UserError(f"replay file {recording.path} has define columns {', '.join(extra)} that are not axes of "
+                                f"{Path(self.study_file).name}: replay it with the study file it was recorded from")
+        return Loaded(cfg, space, recording)
+
+    def search(self, cfg: StudyConfig | None) -> options.SearchSettings:
+        """The study file's [search] settings with the given ones on top."""
+        search = options.apply(cfg.search if cfg else options.SearchSettings(), self.given)
+        if self.command == "grid":  # every valid config once, in order, measured to the end
+            search = options.apply(search, {"sampler": "grid", "mode": self.given.get("mode", "joint"), "trials": None,
+                                            "timeout_min": None, "seed": 0, "pruner": False})
+        return search
+
+    def settings(self, loaded: Loaded, evaluation: Evaluation) -> RunSettings:
+        from tuner.run.pipeline import process_started
+        from tuner.run.runner import RunSettings
+        from tuner.run.scale import PEERS_ENV
+
+        search = self.search(loaded.cfg)
+        if self.command == "grid":
+            search.trials = len(loaded.space.valid)
+        run = self.run_options
+        return RunSettings(
+            **vars(search),
+            study_name=evaluation.name,
+            accept_mismatch=run.accept_mismatch,
+            progress=self.progress,
+            artifact_dir=str(run.artifacts) if run.artifacts else None,
+            warm_start=run.warm_start,
+            warm_start_top=run.warm_start_top,
+            study_attrs=evaluation.attrs,
+            started=process_started(),
+            peers=int(os.environ.get(PEERS_ENV, "1")) if self.command == "worker" else 1,
+        )
+
+    def evaluation(self, loaded: Loaded, supervisor: Supervisor | None = None) -> Evaluation:
+        """The run's evaluator: a replay of the recording, else the GPU (its worker started)."""
+        from tuner.run.runner import study_attrs
+        from tuner.store.storage import check_study_name
+
+        cfg, space, recording = loaded.cfg, loaded.space, loaded.recording
+        measure = cfg.measure if cfg else options.MeasureSettings()
+        study_name = self.run_options.study_name
+        if study_name is not None:
+            check_study_name(study_name)
+        base_name = study_name or (cfg.name if cfg else recording.path.name.split(".")[0] if recording else "")
+        shape = cfg.shape if cfg else (recording.kernel if recording and recording.kernel else base_name)
+        if recording is not None:
+            from tuner.evaluate.replay import ReplayEvaluator
+
+            name = study_name or check_study_name(f"{base_name}{REPLAY_SUFFIX}", f"replay file {recording.path}")
+            device = {"name": f"replay of {recording.device or recording.path.name}"}
+            attrs = study_attrs("replay", space, cfg.arch if cfg else "", device, "", shape,
+                                {"replay_file": str(recording.path), "replay_format": recording.format,
+                                 "baseline_ms": cfg.baseline if cfg else {}})
+            return Evaluation(ReplayEvaluator(recording, measure.block), attrs, name, lambda: None)
+        if cfg is None:  # load() gives a study file or a recording
+            raise UserError("give a study file (studies/NAME.toml)")
+        from tuner.compile.nvrtc import nvrtc_version
+        from tuner.contract.precision import tolerance
+        from tuner.evaluate.gpu import GpuEvaluator
+
+        search = self.search(cfg)
+        evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, supervisor=supervisor,
+                                 cache_dir=self.run_options.cache_dir, seed=search.seed or 0,
+                                 reference=reference_config(cfg, space), compile_jobs=search.compile_ahead,
+                                 tolerance=tolerance(cfg.precision, space.spec))
+        device = evaluator.start()
+        attrs = study_attrs("gpu", space, evaluator.arch, device, nvrtc_version(), shape,
+                            {"baseline_ms": cfg.baseline, **evaluator.objective_attrs()})
+        if self.command == "grid" and study_name is None:
+            base_name = f"{base_name}{GRID_SUFFIX}"
+        return Evaluation(evaluator, attrs, base_name, evaluator.close)
+
+    # -- runs -----------------------------------------------------------------------------
+    def run(self, supervisor: Supervisor | None = None, startup: StartupClock | None = None,
+            named: Callable[[str], None] | None = None) -> tuple[dict, Any]:
+        """Run the study (then confirm its top configs on a GPU): (the summary, the Runner).
+
+        ``supervisor``: a GPU worker already starting (``tuner run`` spawns it before its imports);
+        without one, a GPU run starts its own here. ``named``: called with the study's name before
+        any work is done for it (``tuner grid`` checks its default CSV file there).
+        """
+        from tuner.run.runner import Runner
+
+        startup = startup or StartupClock()
+        if not self.run_options.replay and supervisor is None:
+            from tuner.device.supervisor import Supervisor
+
+            supervisor = Supervisor.from_env()
+            supervisor.start_soon()
+        if supervisor is not None:
+            startup.mark("worker_spawned", supervisor.spawned)
+        try:
+            loaded = self.load()
+            startup.mark("study_loaded")
+            loaded.space.enumerate_soon()  # overlaps the worker's CUDA start and its inputs
+            evaluation = self.evaluation(loaded, supervisor)
+            startup.mark("worker_ready")
+            if named is not None:
+                named(evaluation.name)
+        except BaseException:
+            if supervisor is not None:
+                supervisor.discard()
+            raise
+        try:
+            if self.command == "grid" and loaded.recording is None:  # every config compiled up front, in parallel
+                precompile(loaded, evaluation.evaluator.arch, self.run_options.cache_dir, self.progress)
+            runner = Runner(loaded.space, evaluation.evaluator, self.settings(loaded, evaluation), self.storage)
+            startup.mark("storage_and_space_ready")
+            self._say_queued(runner)
+            summary = runner.run()
+            if self.command != "grid":
+                summary["startup_s"] = dict(sorted(startup.marks.items(), key=lambda mark: mark[1]))
+            self._confirm_after_run(loaded, evaluation, runner.study, summary)
+            write_note(runner)
+        finally:
+            evaluation.close()
+        return summary, runner
+
+    def _say_queued(self, runner) -> None:
+        if runner.requeued:
+            self._say(f"re-queued {len(runner.requeued)} trial(s) left RUNNING by a dead process: {runner.requeued}")
+        if runner.transfer:
+            self._say(runner.transfer)
+        if runner.start_queued:
+            self._say(f"start: {len(runner.start_queued)} config(s) from [search] start queued first")
+
+    def _confirm_after_run(self, loaded: Loaded, evaluation: Evaluation, study: optuna.Study, summary: dict) -> None:
+        search = self.search(loaded.cfg) if loaded.cfg else None
+        if loaded.recording is None and search is not None and search.confirm_top >= 2:
+            summary["confirmed"] = self.confirm(study, loaded.space, evaluation.evaluator, search)
+
+    def confirm(self, study: optuna.Study, space: Space, evaluator: Any, search: options.SearchSettings) -> dict | None:
+        """Re-measure the study's top configs against each other on this GPU; the record's gist."""
+        from tuner.evaluate.confirm import confirm_study, describe
+
+        top, rounds = search.confirm_top, search.confirm_rounds
+        self._say(f"confirming the top {top} configs ({rounds} rounds, round-robin)...")
+        record = confirm_study(study, space, evaluator, evaluator.supervisor.device, top, rounds)
+        if record is None:
+            return None
+        self._say(describe(record))
+        return {"winner": record["winner"], "tied": record["tied"], "standings": record["standings"]}
+
+    def confirm_stored(self) -> tuple[str, dict | None]:
+        """``tuner confirm``: re-measure a stored study's top configs in this session: (name, record's gist)."""
+        from tuner.run.runner import bind_study
+        from tuner.store.storage import open_storage
+
+        loaded = self.load()
+        search = self.search(loaded.cfg)
+        if search.confirm_top < 2:
+            raise UserError("--top must be >= 2: a confirmation compares configs")
+        evaluation = self.evaluation(Loaded(loaded.cfg, loaded.space, None))
+        try:
+            try:
+                study = optuna.load_study(study_name=evaluation.name, storage=open_storage(self.storage, create=False))
+            except KeyError:
+                raise UserError(f"no study {evaluation.name!r} in this storage: run it first "
+                                f"(tuner run {self.study_file})") from None
+            bind_study(study, evaluation.attrs, self.run_options.accept_mismatch)
+            return evaluation.name, self.confirm(study, loaded.space, evaluation.evaluator, search)
+        finally:
+            evaluation.close()
+
+
+def reference_config(cfg: StudyConfig, space: Space) -> dict | str:
+    """The config every trial is paired with: [measure] reference, else the first [search] start, else defaults."""
+    from tuner.evaluate.gpu import BASELINE
+    from tuner.search.warm_start import start_params
+
+    chosen = cfg.measure.reference
+    if chosen == BASELINE:
+        return BASELINE
+    if chosen is not None:  # (start_params refuses any other string)
+        return space.full_config(start_params(space, [cast(dict, chosen)], what="[measure] reference")[0])
+    if cfg.search.start:
+        return space.full_config(start_params(space, cfg.search.start[:1])[0])
+    # the spec's defaults where the model accepts them, else the first valid config: never an invalid one
+    defaults = space.defaults()
+    if space.check(defaults) is None:
+        return space.full_config(defaults)  # no enumeration needed: the worker's start overlaps it
+    space.require_valid()
+    return space.full_config(space.valid[0])
+
+
+def precompile(loaded: Loaded, arch: str, cache_dir: Path | None, progress: bool) -> None:
+    """Compile every valid config into the cache, in parallel (``tuner grid``)."""
+    from tuner.compile.nvrtc import CompileLimits, compile_many
+
+    cfg, space = loaded.cfg, loaded.space
+    assert cfg is not None  # a GPU grid has a study file
+    tick = None
+    if progress:
+        import sys
+
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(space.valid), desc="compiling", unit="config", file=sys.stderr)
+        tick = lambda: bar.update(1)  # noqa: E731
+    full = [space.full_config(p) for p in space.valid]
+    compile_many(space.spec, full, space.problem, arch, cache_dir,
+                 CompileLimits(cfg.measure.max_regs, cfg.measure.reject_spills), None, tick)
+
+
+def write_note(runner) -> None:
+    """The study's Markdown note for optuna-dashboard (problem, device, best flags, how to reproduce)."""
+    from tuner.store.notes import write_study_note
+    from tuner.store.storage import redact
+
+    write_study_note(runner.study, redact(runner.storage_url))
+
+
+def open_study(storage_url: str | None, study_file: str | Path | None = None, name: str | None = None) -> optuna.Study:
+    """A stored study by ``name``, or the one run from ``study_file``: stored under its name by a
+    GPU run, ``NAME.grid`` by ``tuner grid``, ``NAME.replay`` by a replay (the first found)."""
+    from tuner.store.storage import check_study_name, open_storage, redact, resolve_url
+
+    if name is not None:
+        check_study_name(name, "--study")
+        candidates = [name]
+    elif study_file:
+        from tuner.study.file import load_study
+
+        base = load_study(study_file).name
+        candidates = [base, base + GRID_SUFFIX, base + REPLAY_SUFFIX]
+    else:
+        raise UserError("give a study file or --study NAME")
+    storage = open_storage(storage_url, create=False)
+    names = optuna.get_all_study_names(storage)
+    found = next((c for c in candidates if c in names), None)
+    if found is None:
+        raise UserError(f"no study {' or '.join(map(repr, candidates))} in {redact(resolve_url(storage_url))}; "
+                        f"studies there: {', '.join(names) or 'none'}")
+    return optuna.load_study(study_name=found, storage=storage)

@@ -1,0 +1,291 @@
+"""Proposals by a Parzen density ratio over the valid, untried configs (TPE on an index).
+
+Optuna's TPE samples each axis from a density and leaves validity to chance; on a kernel
+space most of the product is invalid and a good config's neighbours matter more than its
+distant lookalikes. Here the densities score configs drawn from the valid untried set:
+
+* candidates: a bounded uniform sample of the untried configs, plus every untried config one
+  axis away from the good ones, so a proposal costs the same whatever the size of the space;
+  24 of them are drawn in proportion to ``l(x) * p_ok(x)`` (TPE's draw from ``l``);
+* score: ``l(x) / g(x) * p_ok(x)``. ``l`` and ``g`` are mixtures of product kernels (one per
+  observation, with a uniform component as the prior) over the good trials (the best
+  ``gamma(n)``, Optuna's default split) and the rest (slower and failed ones, and the trials
+  in flight: a constant liar). Numeric axes are ordinal: the kernel is a Gaussian over level
+  indices, so order counts and the spacing of the values (powers of two, steps of 16) does
+  not; other axes count only same / different. The bandwidth follows Scott's rule. Once five
+  configs are good, an ordered axis keeps its ordinal kernel only while that predicts which
+  configs are good as well as same / different does (:func:`choose_kernels`): a block size
+  whose good values alternate (multiples of a wavefront) is not smooth in its index;
+* feasibility: ``p_ok`` is the successes' share of a narrow-kernel density of successes and
+  failures (compile, launch, run-time errors, mismatches), learnt online, so a region that
+  fails is proposed less without being ruled out;
+* plateaus: after as many trials without a new best as there are axes, every other proposal
+  is a one-axis move from the best config (or else the best of another basin) that is likely
+  to work; the others stay with the density ratio, which can leap to a basin that no chain of
+  one-axis moves from the incumbent reaches through better configs;
+* a prior: observations of a related study (the same kernel on another GPU, another shape),
+  mapped onto this space and ranked with the study's own relative to each one's best, join the
+  mixtures and the feasibility model with a weight worth at most the random start-up (less for
+  a config moved to fit: ``Observations.weights``), fading as the study's own trials arrive,
+  and replace the random start-up.
+
+The first ``n_startup_trials`` proposals (without a prior) are uniform over the untried set.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from tuner.search.pool import Observations, Pool
+
+#: candidates drawn uniformly from the untried set per proposal (plus the best configs' neighbours)
+SAMPLE_SIZE = 1024
+#: candidates drawn from l per proposal (Optuna's TPESampler default)
+N_EI_CANDIDATES = 24
+
+#: observations a mixture keeps (a uniform subsample beyond): bounds the cost in the number of trials
+MAX_COMPONENTS = 128
+
+#: good configs needed before an ordered axis's kernel is checked against the data: with fewer,
+#: the leave-one-out choice follows noise and costs the first trials more than it gives
+MIN_GOOD_TO_CHOOSE_KERNEL = 5
+
+
+def default_gamma(n: int) -> int:
+    """How many of ``n`` measured trials are 'good' (Optuna's TPESampler default)."""
+    return min(int(math.ceil(0.1 * n)), 25)
+
+
+class Mixture:
+    """Observations (level-index rows) with weights, as a kernel density over the candidates."""
+
+    def __init__(self, levels: Sequence[int], ordered: Sequence[bool], sharp: bool = False):
+        self.levels, self.ordered = list(levels), list(ordered)
+        self.sharp = sharp  # the narrowest kernel (half a level): a classifier's boundary, not a trend
+        self.codes: list[np.ndarray] = []
+        self.weights: list[float] = []
+
+    def add(self, codes: Sequence[np.ndarray], weight: float = 1.0) -> None:
+        self.codes.extend(codes)
+        self.weights.extend([weight] * len(codes))
+
+    @property
+    def mass(self) -> float:
+        return float(sum(self.weights))
+
+    def log_density(self, candidates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """log of (uniform + sum_k w_k prod_axis K(x_axis | o_k,axis)) / (1 + sum_k w_k)."""
+        uniform = float(np.exp(-np.sum(np.log(self.levels))))
+        if not self.codes:
+            return np.full(len(candidates), math.log(uniform))
+        weights = np.asarray(self.weights, dtype=float)
+        total = 1.0 + weights.sum()
+        if len(self.codes) > MAX_COMPONENTS:  # a uniform subsample, reweighted to the same mass
+            keep = rng.choice(len(self.codes), size=MAX_COMPONENTS, replace=False)
+            # only the kept rows are stacked: the cost stays flat as observations grow
+            obs, weights = np.stack([self.codes[i] for i in keep]), weights[keep] * (weights.sum() / weights[keep].sum())
+        else:
+            obs = np.stack(self.codes)
+        # the bandwidth follows how many configs were seen, whatever their weight
+        shrink = 0.0 if self.sharp else scott_shrink(len(self.codes), self.levels)
+        product = None
+        for axis, n in enumerate(self.levels):
+            if n == 1:
+                continue
+            # the observations' columns first (levels x components), then whole rows per candidate:
+            # the same numbers as kernel[candidates][:, obs], without a gather per element
+            factor = _kernel(n, self.ordered[axis], shrink)[:, obs[:, axis]].take(candidates[:, axis], axis=0)
+            if product is None:
+                product = factor
+            else:
+                product *= factor
+        if product is None:
+            product = np.ones((len(candidates), len(obs)))
+        return np.log((uniform + product @ weights) / total)
+
+
+def scott_shrink(n: int, levels: Sequence[int]) -> float:
+    """Scott's rule: the factor by which ``n`` observations narrow a kernel over these axes."""
+    dims = sum(1 for k in levels if k > 1)
+    return n ** (-1.0 / (dims + 4))
+
+
+@functools.lru_cache(maxsize=1024)
+def _kernel(levels: int, ordered: bool, shrink: float) -> np.ndarray:
+    """K[i, j]: weight of level i for an observation at level j (columns sum to 1). Cached (a
+    proposal asks for the same ones many times; read-only)."""
+    index = np.arange(levels)
+    if ordered:
+        distance = np.abs(index[:, None] - index[None, :]).astype(float)
+        width = max(0.5, levels / math.sqrt(12.0) * shrink)  # the sd of a uniform over the levels, shrunk
+    else:
+        distance = (index[:, None] != index[None, :]).astype(float)
+        width = max(0.5, shrink)
+    weight = np.exp(-0.5 * (distance / width) ** 2)
+    kernel = weight / weight.sum(axis=0, keepdims=True)
+    kernel.setflags(write=False)
+    return kernel
+
+
+class ParzenSearch:
+    """Chooses the next row of a :class:`~tuner.search.pool.Pool` (see the module docstring)."""
+
+    def __init__(self, seed: int | None = None, n_startup_trials: int = 10, sample_size: int = SAMPLE_SIZE,
+                 patience: int | None = None, n_ei_candidates: int = N_EI_CANDIDATES):
+        self.n_ei_candidates = n_ei_candidates
+        self.n_startup_trials = n_startup_trials
+        self.patience = patience
+        self.sample_size = sample_size
+        self.rng = np.random.default_rng(seed)
+
+    def reseed_rng(self) -> None:
+        self.rng = np.random.default_rng()
+
+    def propose(self, pool: Pool, ordered: Sequence[bool], prior: Observations | None = None) -> int | None:
+        """The row to try next, or None when nothing is left."""
+        own = pool.observations
+        started = len(own) + len(pool.in_flight_codes())
+        prior = prior if prior is not None and len(prior) else None
+        if (prior is None and started < self.n_startup_trials) or (not own.measured and (prior is None or not prior.measured)):
+            rows = pool.random_untried(1, self.rng)
+            return int(rows[0]) if len(rows) else None
+
+        ordered = choose_kernels(own, pool.levels, ordered)
+        good, bad = Mixture(pool.levels, ordered), Mixture(pool.levels, ordered)
+        ok, failed = Mixture(pool.levels, ordered, sharp=True), Mixture(pool.levels, ordered, sharp=True)
+        bad.add(pool.in_flight_codes())  # constant liar: what others measure now is no reason to go there
+        if prior is None:
+            best = _split([own], [1.0], good, bad)
+        else:
+            scale = self.n_startup_trials / max(self.n_startup_trials, len(prior))
+            weight = scale * self.n_startup_trials / (self.n_startup_trials + len(own))
+            best = _split([own, prior], [1.0, weight], good, bad)
+            ok.add(prior.measured + prior.slower, weight)
+            failed.add(prior.failed, weight)
+        ok.add(own.measured + own.slower)
+        failed.add(own.failed)
+
+        def log_feasible(codes: np.ndarray) -> np.ndarray:
+            """log p_ok: the successes' share of the kernel mass at each config."""
+            if not failed.codes:
+                return np.zeros(len(codes))
+            log_ok = ok.log_density(codes, self.rng) + math.log(ok.mass + 1.0)
+            log_fail = failed.log_density(codes, self.rng) + math.log(failed.mass + 1.0)
+            return log_ok - np.logaddexp(log_ok, log_fail)
+
+        dims = sum(1 for n in pool.levels if n > 1)
+        patience = self.patience if self.patience is not None else dims
+        if own.measured and own.since_best >= patience and (own.since_best - patience) % 2 == 0:
+            row = self._local_move(pool, own, ordered, log_feasible)
+            if row is not None:
+                return row
+
+        candidates = [pool.random_untried(self.sample_size, self.rng)]
+        candidates += [pool.neighbours(code) for code in best]
+        rows = np.unique(np.concatenate(candidates)).astype(np.int64)
+        if not len(rows):
+            return None
+        codes = pool.codes[rows]
+        log_l = good.log_density(codes, self.rng) + log_feasible(codes)
+        # TPE's draw: candidates come from l (here: the sample reweighted by l * p_ok), the ratio picks among them
+        if len(rows) > self.n_ei_candidates:
+            weight = np.exp(log_l - log_l.max())
+            pick = self.rng.choice(len(rows), size=self.n_ei_candidates, replace=False, p=weight / weight.sum())
+            rows, codes, log_l = rows[pick], codes[pick], log_l[pick]
+        score = log_l - bad.log_density(codes, self.rng)
+        top = np.flatnonzero(score >= score.max() - 1e-12)
+        return int(rows[top[self.rng.integers(len(top))]])
+
+    def _local_move(self, pool: Pool, own: Observations, ordered: Sequence[bool], log_feasible) -> int | None:
+        """One-axis move that is untried and likely to work (a plateau's way out), from the best
+        config that has one, or else from the best of another basin (:func:`_bases`). The move's
+        axis is drawn among those with a move, so no axis is favoured for its many values."""
+        for index in _bases(own, len(pool.levels)):
+            moves = [np.asarray(m) for m in pool.steps(own.measured[index], ordered) if m]
+            if not moves:
+                continue
+            feasible = log_feasible(pool.codes[np.concatenate(moves)]) > math.log(0.5)
+            bounds = np.cumsum([0] + [len(m) for m in moves])
+            moves = [m[feasible[lo:hi]] for m, lo, hi in zip(moves, bounds[:-1], bounds[1:], strict=True)]
+            moves = [m for m in moves if len(m)]
+            if moves:
+                axis = moves[self.rng.integers(len(moves))]
+                return int(axis[self.rng.integers(len(axis))])
+        return None
+
+
+def choose_kernels(obs: Observations, levels: Sequence[int], ordered: Sequence[bool]) -> list[bool]:
+    """Which axes this proposal treats as ordered: an ordered axis of three or more levels stays
+    ordered unless counting only same / different predicts better, for each measured, slower or
+    failed config left out in turn, whether it is among the good ones (that axis alone, with the
+    bandwidth the mixtures use). Unchanged until ``MIN_GOOD_TO_CHOOSE_KERNEL`` configs are good."""
+    n_good = default_gamma(len(obs.measured))
+    if n_good < MIN_GOOD_TO_CHOOSE_KERNEL:
+        return list(ordered)
+    codes = np.stack([*obs.measured, *obs.slower, *obs.failed])
+    is_good = np.zeros(len(codes), dtype=bool)
+    is_good[np.argsort(obs.values, kind="stable")[:n_good]] = True  # measured configs come first
+    shrink = scott_shrink(len(obs.measured), levels)
+    chosen = list(ordered)
+    for axis, n in enumerate(levels):
+        if ordered[axis] and n >= 3:
+            good_counts = np.bincount(codes[is_good, axis], minlength=n)
+            rest_counts = np.bincount(codes[~is_good, axis], minlength=n)
+            ordinal = _held_out_fit(_kernel(n, True, shrink), good_counts, rest_counts)
+            same_or_different = _held_out_fit(_kernel(n, False, shrink), good_counts, rest_counts)
+            chosen[axis] = ordinal >= same_or_different
+    return chosen
+
+
+def _held_out_fit(kernel: np.ndarray, good_counts: np.ndarray, rest_counts: np.ndarray) -> float:
+    """Log-likelihood of the good / rest labels of one axis's observations (counts per level), each
+    label predicted from the other observations by the two classes' kernel densities and sizes."""
+    uniform = 1.0 / len(good_counts)
+    n_good, n_rest = int(good_counts.sum()), int(rest_counts.sum())
+    near_good, near_rest, itself = kernel @ good_counts, kernel @ rest_counts, np.diag(kernel)
+
+    def p_good(good_mass: np.ndarray, good_n: int, rest_mass: np.ndarray, rest_n: int) -> np.ndarray:
+        good_part = good_n * (uniform + good_mass) / (1 + good_n)
+        rest_part = rest_n * (uniform + rest_mass) / (1 + rest_n)
+        return good_part / (good_part + rest_part)
+
+    seen_good, seen_rest = good_counts > 0, rest_counts > 0  # the levels an observation can be left out at
+    as_good = p_good((near_good - itself)[seen_good], n_good - 1, near_rest[seen_good], n_rest)
+    as_rest = p_good(near_good[seen_rest], n_good, (near_rest - itself)[seen_rest], n_rest - 1)
+    return float(good_counts[seen_good] @ np.log(as_good) + rest_counts[seen_rest] @ np.log1p(-as_rest))
+
+
+def _bases(obs: Observations, n_axes: int) -> list[int]:
+    """Where local moves start, best first: for every value of every axis, the best config
+    measured with it. The overall best comes first; the others are the best of the other
+    basins (another method, another tile size), from which a climb may lead past the incumbent."""
+    codes = np.stack(obs.measured)
+    values = np.asarray(obs.values)
+    order = np.argsort(values, kind="stable")
+    bases: set[int] = set()
+    for axis in range(n_axes):
+        _, first = np.unique(codes[order, axis], return_index=True)
+        bases.update(int(order[i]) for i in first)
+    return sorted(bases, key=lambda i: (values[i], i))
+
+
+def _split(sources: Sequence[Observations], weights: Sequence[float], good: Mixture, bad: Mixture) -> list[np.ndarray]:
+    """Add the best gamma(n) measured configs to ``good`` and the rest (and the slower and failed
+    ones) to ``bad``; returns the good ones of the first source, best first. Values are ranked
+    relative to each source's best, so a related study's trials mix with this study's own."""
+    ranked = []
+    for index, (obs, weight) in enumerate(zip(sources, weights, strict=True)):
+        if obs.values:
+            best = min(obs.values)
+            ranked += [(value / best, index, code, weight * own)
+                       for value, code, own in zip(obs.values, obs.measured, obs.weights, strict=True)]
+        bad.add(obs.slower + obs.failed, weight)
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    n_good = default_gamma(len(ranked))
+    for position, (*_, code, weight) in enumerate(ranked):
+        (good if position < n_good else bad).add([code], weight)
+    return [code for _, index, code, _ in ranked[:n_good] if index == 0] or [code for *_, code, _ in ranked[:n_good]]

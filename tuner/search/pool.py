@@ -1,0 +1,225 @@
+"""The candidate configurations as an integer index, and what a study has tried and learnt of them.
+
+A sampler must never propose a config that is invalid, already measured or in flight, and its
+cost per proposal must not grow with the space (up to millions of valid configs) nor with the
+trials already finished. So the candidates are encoded once, per phase, as a matrix of level
+indices (one row per config, one column per axis), with a dict from config to row; what is tried
+is a count per row, updated from the trials new since the last look (plus the few still in
+flight, whose fate may change); what was learnt is a list of observations in the same encoding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.measurement.value import COMPLETE_STATUSES
+from tuner.search.space import Space
+from tuner.store import optuna_private
+
+#: a config as level indices, one per axis
+Code = Sequence[int] | np.ndarray
+#: trials whose config counts as taken: measured, or being / about to be measured
+TRIED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+#: how many tried valid levels a one-axis move on an ordered axis may pass to reach an untried one
+REACH = 2
+IN_FLIGHT = (TrialState.RUNNING, TrialState.WAITING)
+#: PRUNED statuses that say "slower", not "broken" (the rest are failures: compile, launch, run, check)
+SLOWER_STATUSES = ("pruned_slow",)
+#: user attr of a warm start's prior trial: how much it counts (tuner/search/warm_start.py)
+PRIOR_WEIGHT = "prior_weight"
+
+
+def trial_params(trial: FrozenTrial, axes: Sequence[str]) -> dict[str, Any] | None:
+    """The config a trial ran or will run (an enqueued trial has only fixed params yet)."""
+    params = trial.params or trial.system_attrs.get("fixed_params") or {}
+    return params if all(a in params for a in axes) else None
+
+
+@dataclass
+class Observations:
+    """What finished trials taught, as level-index rows: values of measured configs, configs
+    stopped as slower, configs that failed (compile, launch, run, check)."""
+
+    measured: list[np.ndarray] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    #: how much each measured config counts (a warm start's prior: less for each define it moved)
+    weights: list[float] = field(default_factory=list)
+    slower: list[np.ndarray] = field(default_factory=list)
+    failed: list[np.ndarray] = field(default_factory=list)
+    #: observations since the best value so far was found (how long the search has stagnated)
+    since_best: int = 0
+    best: float = math.inf
+
+    def __len__(self) -> int:
+        return len(self.measured) + len(self.slower) + len(self.failed)
+
+    def add(self, code: np.ndarray, value: float | None, failed: bool = False, weight: float = 1.0) -> None:
+        """A measured config (``value``, counting ``weight``), one stopped as slower (None), or a failure."""
+        self.since_best += 1
+        if failed:
+            self.failed.append(code)
+        elif value is None:
+            self.slower.append(code)
+        else:
+            if value < self.best:
+                self.best, self.since_best = value, 0
+            self.measured.append(code)
+            self.values.append(value)
+            self.weights.append(weight)
+
+
+class Pool:
+    """Candidates of one phase as level indices; tried counts and observations kept incrementally."""
+
+    def __init__(self, space: Space, candidates: Sequence[dict[str, Any]]):
+        self.axes = space.axis_names
+        self.levels = [len(v) for v in space.axes.values()]
+        self._level_of = [{value: i for i, value in enumerate(values)} for values in space.axes.values()]
+        self._values = [list(values) for values in space.axes.values()]
+        # one column per axis: a million candidates encode in a second, not one encode() call each
+        self.codes = np.empty((len(candidates), len(self.axes)), dtype=np.int32)
+        for j, (axis, level) in enumerate(zip(self.axes, self._level_of, strict=True)):
+            self.codes[:, j] = np.fromiter((level[c[axis]] for c in candidates), dtype=np.int32, count=len(candidates))
+        self._row_of = {tuple(code): row for row, code in enumerate(self.codes.tolist())}
+        self.size = len(candidates)
+        self.tried = np.zeros(self.size, dtype=np.int32)  # trials holding each config (a repeat holds it twice)
+        self.n_tried = 0  # rows with tried > 0
+        self.observations = Observations()
+        self.in_flight: dict[int, np.ndarray | None] = {}  # trial number -> its config's levels (None: not sampled yet)
+        self._seen = 0  # trials read so far (numbers 0 .. _seen-1)
+
+    # -- encoding ---------------------------------------------------------------------------
+    def encode(self, params: dict[str, Any]) -> list[int]:
+        return [level[params[a]] for a, level in zip(self.axes, self._level_of, strict=True)]
+
+    def decode(self, code: Code) -> dict[str, Any]:
+        return {a: values[int(i)] for a, values, i in zip(self.axes, self._values, code, strict=True)}
+
+    def row(self, code: Code) -> int | None:
+        return self._row_of.get(tuple(int(i) for i in code))
+
+    # -- what the study did -----------------------------------------------------------------
+    def update(self, study: optuna.Study, exclude: int | None = None) -> None:
+        """Read the trials new since the last call, and those that were in flight then."""
+        trials, total = optuna_private.read_trials(study, list(self.in_flight), self._seen)
+        for trial in trials:
+            if trial.number == exclude:  # being sampled now: read again next time, with its params
+                self.in_flight.setdefault(trial.number, None)
+            else:
+                self._read(trial)
+        self._seen = max(self._seen, total)
+
+    def _read(self, trial: FrozenTrial) -> None:
+        known = trial.number in self.in_flight
+        before = self.in_flight.pop(trial.number, None)
+        params = trial_params(trial, self.axes)
+        code = np.array(self.encode(params), dtype=np.int32) if params is not None else None
+        if known and before is not None:
+            self._take(before, -1)  # counted while in flight: count it again below by its present state
+        if trial.state in IN_FLIGHT:
+            self.in_flight[trial.number] = code
+        if code is None or trial.state not in TRIED_STATES:
+            return
+        self._take(code, +1)
+        if trial.state in IN_FLIGHT:
+            return
+        status = trial.user_attrs.get("status", "")
+        if trial.state == TrialState.COMPLETE and status in (*COMPLETE_STATUSES, ""):
+            value = trial.values[0] if trial.values else None  # time: the first of several objectives
+            if status != "duplicate" and value is not None and math.isfinite(value):
+                self.observations.add(code, float(value), weight=float(trial.user_attrs.get(PRIOR_WEIGHT, 1.0)))
+        elif trial.state == TrialState.PRUNED:
+            self.observations.add(code, None, failed=bool(status) and status not in SLOWER_STATUSES)
+
+    def _take(self, code: np.ndarray, step: int) -> None:
+        row = self.row(code)
+        if row is None:  # outside this phase's candidates
+            return
+        before = self.tried[row]
+        self.tried[row] += step
+        self.n_tried += int(self.tried[row] > 0) - int(before > 0)
+
+    # -- what is left -----------------------------------------------------------------------
+    @property
+    def untried(self) -> int:
+        return self.size - self.n_tried
+
+    def in_flight_codes(self) -> list[np.ndarray]:
+        return [c for c in self.in_flight.values() if c is not None]
+
+    def random_untried(self, k: int, rng: np.random.Generator) -> np.ndarray:
+        """Up to ``k`` distinct untried rows, uniformly; cost O(k) while most rows are untried."""
+        if self.untried == 0:
+            return np.empty(0, dtype=np.int64)
+        if self.n_tried * 2 <= self.size:
+            draw = np.unique(rng.integers(self.size, size=2 * k + 8))
+            rows = draw[self.tried[draw] == 0]
+            rng.shuffle(rows)
+            if len(rows) >= min(k, self.untried) or len(rows) >= k // 2:
+                return rows[:k]
+        # over half tried: as many trials as rows were needed to get here, so one scan costs O(1) per trial
+        rows = np.flatnonzero(self.tried == 0)
+        return rng.choice(rows, size=min(k, len(rows)), replace=False)
+
+    def neighbours(self, code: Code) -> np.ndarray:
+        """Untried rows that differ from ``code`` in one axis, by any value."""
+        rows = []
+        base = [int(i) for i in code]
+        for axis, levels in enumerate(self.levels):
+            here = base[axis]
+            for level in range(levels):
+                if level == here:
+                    continue
+                base[axis] = level
+                row = self._row_of.get(tuple(base))
+                if row is not None and self.tried[row] == 0:
+                    rows.append(row)
+            base[axis] = here
+        return np.array(rows, dtype=np.int64)
+
+    def steps(self, code: Code, ordered: Sequence[bool]) -> list[list[int]]:
+        """Per axis, the untried rows one move away from ``code``: on an ordered axis the nearest
+        untried valid level below and above, on another axis every other value."""
+        moves: list[list[int]] = []
+        base = [int(i) for i in code]
+        for axis, levels in enumerate(self.levels):
+            here = base[axis]
+            found: list[int] = []
+            directions = (range(here - 1, -1, -1), range(here + 1, levels)) if ordered[axis] else \
+                ([level for level in range(levels) if level != here],)
+            for direction in directions:
+                passed = 0  # valid levels passed (tried): a move reaches REACH of them, not the whole axis
+                for level in direction:
+                    base[axis] = level
+                    row = self._row_of.get(tuple(base))
+                    if row is None:
+                        continue  # invalid there: the move goes on to the next level
+                    if not self.tried[row]:
+                        found.append(row)
+                        if ordered[axis]:
+                            break
+                    elif ordered[axis]:
+                        passed += 1
+                        if passed > REACH:
+                            break
+            base[axis] = here
+            moves.append(found)
+        return moves
+
+    def first_untried(self, start: int) -> int | None:
+        """The first untried row at or after ``start`` (grid order)."""
+        step = 1024
+        while start < self.size:
+            block = np.flatnonzero(self.tried[start : start + step] == 0)
+            if len(block):
+                return start + int(block[0])
+            start += step
+            step *= 2
+        return None

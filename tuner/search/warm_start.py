@@ -1,0 +1,165 @@
+"""Warm start: begin a new study (a new shape, a new GPU) with an earlier study's winners.
+
+The best configurations of the source study, mapped onto this study's space (a value it does
+not list, or a config it cannot run, moves to the nearest one it can: :mod:`tuner.search.transfer`)
+and not tried yet, are queued as the first trials, so the sampler starts from what is known to
+be fast instead of from random picks; the source's whole history, mapped the same way, is the
+sampler's prior. Defines the source did not tune take this space's defaults; in tiered mode,
+tier-2 defines are held at their defaults as tier 1 requires.
+"""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import UserError
+from tuner.search.pool import PRIOR_WEIGHT, trial_params
+from tuner.search.sampler import ordered_axis
+from tuner.search.space import Space
+from tuner.search.transfer import Mapped, SpaceMap
+from tuner.store import optuna_private
+from tuner.store.results import value_of
+
+MARK = "warm_started_from"
+#: a queued config's axes that were moved to fit this space
+MOVED_MARK = "warm_moved"
+#: how much a source trial counts in the prior, per define moved to fit this space
+MOVED_WEIGHT = 0.5
+START_MARK = "start_config"
+
+
+class _Queue:
+    """Enqueues configs this study has not tried (nor queued) yet, each at most once."""
+
+    def __init__(self, study: optuna.Study, space: Space):
+        self.study, self.space = study, space
+        held = (trial_params(t, space.axis_names) for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL)
+        self.tried = {space.key(params) for params in held if params is not None}  # queued ones too
+        self.queued: list[dict] = []
+
+    def add(self, params: dict, user_attrs: dict) -> bool:
+        key = self.space.key(params)
+        if key in self.tried:
+            return False
+        self.study.enqueue_trial(params, user_attrs=user_attrs)
+        self.tried.add(key)
+        self.queued.append(params)
+        return True
+
+
+def _hold_tier2(space: Space, params: dict, tiered: bool) -> dict:
+    """In tiered mode tier 1 is searched first with tier 2 at its defaults."""
+    return {**params, **{a: space.defaults()[a] for a in space.tier2}} if tiered else params
+
+
+def space_map(space: Space, tiered: bool = False) -> SpaceMap:
+    """Where source configs land in this study: its valid set (tiered: tier 1, tier 2 held at its defaults)."""
+    ordered = [ordered_axis(values) for values in space.axes.values()]
+    if tiered:
+        return SpaceMap(space, space.tier1_candidates(), ordered, hold={a: space.defaults()[a] for a in space.tier2})
+    return SpaceMap(space, space.valid, ordered)
+
+
+def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: int = 5, tiered: bool = False) -> list[Mapped] | None:
+    """Queue up to ``top`` configs from each source study, its best first, each mapped onto this
+    space (:mod:`tuner.search.transfer`); returns what was queued, or None when this study was warm-started
+    before (a resume: nothing is queued again)."""
+    if study.user_attrs.get(MARK):
+        return None
+    mapper = space_map(space, tiered)
+    queue = _Queue(study, space)
+    queued: list[Mapped] = []
+    for name in source_names:
+        source = _load_source(study, name)
+        ranked = sorted(source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=value_of)
+        mapped = [(trial, mapper.map(trial.params)) for trial in ranked]
+        # the source measured an exact config as it runs here; a moved one is a guess: exact ones first
+        candidates = sorted(((t, m) for t, m in mapped if m is not None), key=lambda item: bool(item[1].moved))
+        taken = 0
+        for trial, config in candidates:
+            attrs: dict = {MARK: f"{name}#{trial.number}"}
+            if config.moved:
+                attrs[MOVED_MARK] = list(config.moved)
+            if queue.add(config.params, attrs):
+                queued.append(config)
+                taken += 1
+                if taken == top:
+                    break
+    study.set_user_attr(MARK, source_names)
+    return queued
+
+
+def _load_source(study: optuna.Study, name: str) -> optuna.Study:
+    try:
+        return optuna.load_study(study_name=name, storage=optuna_private.storage_of(study))
+    except KeyError:
+        names = optuna.get_all_study_names(optuna_private.storage_of(study))
+        raise UserError(f"--warm-start: no study {name!r} in this storage; studies there: {', '.join(names) or 'none'}") from None
+
+
+def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> list[FrozenTrial]:
+    """The finished trials of the source studies, as the sampler's prior, on this space: a measured
+    config mapped onto it (:mod:`tuner.search.transfer`), counting ``MOVED_WEIGHT`` less for each define
+    moved (its time is a guess there), a slower or failed one only where it needs no move (a
+    failure says something of its own config only). Values are relative to each source's best, so
+    sources of different speeds mix."""
+    mapper = space_map(space)
+    distributions = dict(space.distributions)
+    prior = []
+    for name in source_names:
+        trials = _load_source(study, name).get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        best = min((value_of(t) for t in trials if t.state == TrialState.COMPLETE and t.values and t.values[0]), default=1.0)
+        for trial in trials:
+            mapped = mapper.map(trial.params)
+            if mapped is None or (trial.state != TrialState.COMPLETE and mapped.moved):
+                continue
+            prior.append(optuna.trial.create_trial(
+                state=trial.state, value=value_of(trial) / best if trial.state == TrialState.COMPLETE else None,
+                params=mapped.params, distributions=distributions,
+                user_attrs={"status": trial.user_attrs.get("status", ""), PRIOR_WEIGHT: MOVED_WEIGHT ** len(mapped.moved)}))
+    return prior
+
+
+def transfer_message(queued: list[Mapped] | None, prior: int, source_names: list[str]) -> str:
+    """What a warm start transferred, for the run's first lines: e.g. 'warm start: 5 configs queued
+    (2 moved to the nearest valid: EXTRA_TMA), prior from 240 trials of patch_embed_sm90a'."""
+    parts = []
+    if queued is not None:
+        text = f"{_count(len(queued), 'config')} queued"
+        moved = [m for m in queued if m.moved]
+        if moved:
+            axes = sorted({a for m in moved for a in m.moved})
+            text += f" ({len(moved)} moved to the nearest valid: {', '.join(axes)})"
+        parts.append(text)
+    parts.append(f"prior from {_count(prior, 'trial')} of {', '.join(source_names)}")
+    return "warm start: " + ", ".join(parts)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def start_params(space: Space, configs: list[dict], tiered: bool = False, what: str = "[search.start] #{}") -> list[dict]:
+    """The study file's ``[search] start`` configs as full parameter sets (axes not named take the
+    defaults; in tiered mode tier 2 is held at its defaults); one the constraint model rejects is an
+    error that says why (``what`` names it), raised before anything is stored."""
+    out = []
+    for i, config in enumerate(configs):
+        params = _hold_tier2(space, {**space.defaults(), **config}, tiered)
+        reason = space.check(params)
+        if reason:
+            raise UserError(f"{what.format(i + 1)} is rejected by the kernel's constraint model: {reason}")
+        out.append(params)
+    return out
+
+
+def queue_start_configs(study: optuna.Study, space: Space, params_list: list[dict]) -> list[dict]:
+    """Queue the start configs not tried yet as the first trials, once per study."""
+    if not params_list or study.user_attrs.get(START_MARK):
+        return []
+    queue = _Queue(study, space)
+    for i, params in enumerate(params_list):
+        queue.add(params, {START_MARK: i + 1})
+    study.set_user_attr(START_MARK, len(params_list))
+    return queue.queued

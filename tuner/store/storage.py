@@ -1,0 +1,349 @@
+"""Where trials live: one URL picks SQLite (default), Postgres, or an Optuna journal file.
+
+- ``sqlite:///tuner.db`` (the default, a file in the working directory);
+- any SQLAlchemy URL, e.g. ``postgresql+psycopg://user@host/db`` (many hosts);
+- a path ending in ``.log`` (or ``journal:PATH``): an Optuna journal file, for several
+  processes on one host, as optuna-dashboard takes it;
+- ``memory``: in-process only, for benchmarks.
+
+Passwords never leave this module unredacted: use :func:`redact` for anything printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import optuna
+from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend
+
+from tuner.errors import UserError, as_user_error
+from tuner.store.journal_file import TolerantJournalFile
+from tuner.store.liveness import grace_s, heartbeat_s
+from tuner.store.url import hidden, optuna_template, raw_password, redact, remember, sqlite_file, sqlite_url
+
+__all__ = ["redact"]  # the one redaction lives in tuner.store.url; importers of it here keep working
+
+DEFAULT_URL = "sqlite:///tuner.db"
+
+def describe_storage(storage: optuna.storages.BaseStorage) -> str:
+    """A password-free description of a storage object (for page footers)."""
+    if isinstance(storage, RDBStorage):
+        return hidden(storage.engine.url.render_as_string(hide_password=False))
+    from tuner.store.optuna_private import journal_file
+
+    path = journal_file(storage)
+    return f"journal file {path}" if path else type(storage).__name__
+
+
+def is_journal(url: str) -> bool:
+    return url.startswith("journal:") or url.endswith(".log")
+
+
+def journal_path(url: str) -> Path:
+    return Path(url[len("journal:"):] if url.startswith("journal:") else url)
+
+
+def resolve_url(url: str | None) -> str:
+    """The storage URL to use (``--storage``, else ``$TUNER_STORAGE``, else the default); its
+    password is hidden from every later :func:`redact`."""
+    url = url or os.environ.get("TUNER_STORAGE") or DEFAULT_URL
+    remember(url)
+    return url
+
+
+#: Optuna's RDB schema keeps study names in VARCHAR(512)
+MAX_STUDY_NAME = 512
+_NAME_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+def check_study_name(name: str, where: str = "--study-name") -> str:
+    """A study name every storage keeps as given, and that is safe in a file name (``tuner
+    grid`` writes NAME.csv): no path separators or control characters, at most 512 characters."""
+    if not name or not name.strip():
+        raise UserError(f"{where}: a study name cannot be empty")
+    if _NAME_FORBIDDEN.search(name) or name in (".", ".."):
+        raise UserError(f"{where} {name[:80]!r}: use letters, digits and . _ - (no path separators or control characters)")
+    if len(name) > MAX_STUDY_NAME:
+        raise UserError(f"{where}: a study name has at most {MAX_STUDY_NAME} characters, got {len(name)}")
+    return name
+
+
+def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True) -> optuna.storages.BaseStorage:
+    """Open the storage ``url`` names; one-line error if it can't. ``create=False``: only an
+    existing one (commands that read must not leave an empty database behind)."""
+    url = resolve_url(url)
+    if url == "memory":  # for benchmarks and tests: nothing persists
+        return InMemoryStorage()
+    if is_journal(url):
+        return _open_journal(journal_path(url), create)
+    if "://" not in url:
+        raise UserError(
+            f"storage {redact(url)!r} is not a URL: use sqlite:///FILE.db, postgresql+psycopg://USER@HOST/DB, or FILE.log"
+        )
+    if "@" in (raw_password(url) or ""):  # the driver would take the password's tail for the host
+        raise UserError(f"storage {redact(url)}: the password contains '@': write it percent-encoded, as %40")
+    read_only = False
+    if url.startswith("sqlite"):
+        _check_sqlite_file(url, create)
+        read_only = sqlite_read_only(url, create)
+        url = sqlite_url(url)  # ?mode=ro reaches SQLite
+        read_only = read_only or "mode=ro" in url  # (then no write-ahead-log pragma either)
+    engine_kwargs: dict = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        engine_kwargs["connect_args"] = {"timeout": 60}
+        if read_only:
+            engine_kwargs["creator"] = _sqlite_reader(url)
+    else:
+        # Bounded pools: N workers x (pool + overflow) must stay under max_connections.
+        engine_kwargs.update(pool_size=pool_size, max_overflow=1, pool_recycle=300)
+        engine_kwargs.update(server_timeouts(url))
+    for attempt in range(4):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                storage = RDBStorage(
+                    optuna_template(url),
+                    engine_kwargs=engine_kwargs,
+                    # the lease of tuner.store.liveness; its rule fails and re-queues stale trials
+                    heartbeat_interval=heartbeat_s(),
+                    grace_period=grace_s(),
+                )
+            if url.startswith("sqlite") and not read_only:
+                _sqlite_wal(storage.engine)
+            return storage
+        except Exception as exc:
+            # Several processes creating one new database's schema at once collide
+            # ("table already exists", "database is locked"): the loser retries.
+            if attempt < 3 and _transient(exc):
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            hint = "is the server up and the URL right?"
+            if "timeout" in str(exc).lower():
+                hint = (f"the server did not answer within {connect_timeout_s()} s: is it up and the URL right? "
+                        "(TUNER_DB_CONNECT_TIMEOUT_S sets the limit)")
+            if "too many clients" in str(exc).lower() or "remaining connection slots" in str(exc).lower():
+                hint = "the server has too many clients already: close other sessions, run fewer workers, or raise its max_connections"
+            elif url.startswith("sqlite"):
+                known = as_user_error(exc)
+                if known is not None and "storage error:" not in str(known):  # read-only, disk full, damaged
+                    raise UserError(f"cannot open storage {redact(url)}: {known}") from None
+                hint = "is it a SQLite file written by tuner/optuna (not damaged)? move it aside to start afresh"
+            raise UserError(f"cannot open storage {redact(url)}: {type(exc).__name__}: {_first_line(exc)}; {hint}") from None
+    raise AssertionError("unreachable")
+
+
+def connect_timeout_s() -> int:
+    """Seconds to wait for a database server to accept a session (``$TUNER_DB_CONNECT_TIMEOUT_S``)."""
+    return _env_seconds("TUNER_DB_CONNECT_TIMEOUT_S", 10)
+
+
+def statement_timeout_s() -> int:
+    """Seconds a server may spend on one statement (``$TUNER_DB_STATEMENT_TIMEOUT_S``)."""
+    return _env_seconds("TUNER_DB_STATEMENT_TIMEOUT_S", 120)
+
+
+def _env_seconds(name: str, default: int) -> int:
+    try:
+        value = int(os.environ.get(name, default))
+    except ValueError:
+        raise UserError(f"{name}={os.environ[name]!r}: give a whole number of seconds") from None
+    if value <= 0:
+        raise UserError(f"{name}={value}: give a positive number of seconds")
+    return value
+
+
+def server_timeouts(url: str) -> dict:
+    """Engine arguments that bound a Postgres session: a server that accepts and never answers
+    fails the command after the connect timeout instead of hanging it; a statement stuck on a
+    lock fails after the statement timeout. Settings the URL gives itself are kept."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        return {}
+    args: dict = {}
+    if "connect_timeout" not in parsed.query:
+        args["connect_timeout"] = max(2, connect_timeout_s())  # libpq's least
+    if "options" not in parsed.query:
+        args["options"] = f"-c statement_timeout={statement_timeout_s() * 1000}"
+    return {"connect_args": args} if args else {}
+
+
+def sqlite_read_only(url: str, create: bool) -> bool:
+    """Open an existing SQLite file for reading only? For commands that read (``create=False``)
+    when the file or its folder cannot be written (a read-only mount, an archive): such a file
+    is not damaged. A command that writes gets one line saying so. A reading command never
+    writes a schema into an existing empty file."""
+
+    path = sqlite_file(url)
+    if path is None or not path.is_file():
+        return False
+    if not create and path.stat().st_size == 0:
+        raise UserError(f"SQLite file {path} is empty: no studies in it yet; give the --storage a run wrote")
+    writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+    if writable:
+        return False
+    if create:
+        raise UserError(f"SQLite file {path} is read-only (or its folder is): `tuner run` stores trials in it; "
+                        "make both writable, or give another --storage (status, best, export and report read it as it is)")
+    return True
+
+
+def _sqlite_reader(url: str):
+    """A connection factory that opens the file read-only (SQLite's URI ``mode=ro``; where the
+    folder is read-only too and no write-ahead log is pending, ``immutable=1``: no lock files)."""
+    import sqlite3
+    from urllib.parse import quote
+
+
+    path = (sqlite_file(url) or Path()).resolve()
+    wal = path.with_name(path.name + "-wal")
+    pending = wal.exists() and wal.stat().st_size > 0
+    flags = "immutable=1" if not os.access(path.parent, os.W_OK) and not pending else "mode=ro"
+    target = f"file:{quote(str(path))}?{flags}"
+    return lambda: sqlite3.connect(target, uri=True, timeout=60, check_same_thread=False)
+
+
+def _open_journal(path: Path, create: bool) -> optuna.storages.BaseStorage:
+    folder = path.parent
+    if not path.exists():
+        if not create:
+            raise UserError(f"no journal file {path}: give the --storage a run wrote, or run `tuner run` first")
+        if not folder.is_dir():
+            raise UserError(f"journal file {path}: folder {folder} does not exist")
+    if path.is_dir():
+        raise UserError(f"journal file {path} is a folder: give a file name ending in .log")
+    # Optuna's lock files live beside the journal: even reading needs the folder writable
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.R_OK | os.W_OK)):
+        raise UserError(f"journal file {path} is not writable (folder {folder}): give a path in a folder you can write")
+    try:
+        backend = TolerantJournalFile(str(path))  # a damaged line is skipped and reported, not fatal
+        _repair_partial_tail(backend, path)
+        storage = JournalStorage(backend)  # reads the whole file
+        if backend.foreign:
+            raise UserError(f"journal file {path} cannot be read: not one line of it is a journal record; "
+                            "is it another file? move it aside to start afresh")
+        return storage
+    except UserError:
+        raise
+    except PermissionError as exc:
+        raise UserError(f"journal file {path} is not writable ({exc.strerror}): give a path in a folder you can write") from None
+    except Exception as exc:  # a corrupt or foreign file
+        raise UserError(
+            f"journal file {path} cannot be read ({type(exc).__name__}: {_first_line(exc)}); "
+            "move it aside to start afresh"
+        ) from None
+
+
+def _check_sqlite_file(url: str, create: bool) -> None:
+    """Refuse an in-memory database (nothing would be kept, and every worker thread would see
+    another one), a missing file when reading, and another application's database."""
+    try:
+        path = sqlite_file(url)
+    except Exception as exc:
+        raise UserError(f"storage {redact(url)!r} is not a valid URL ({_first_line(exc)}): use sqlite:///FILE.db") from None
+    if path is None or "mode=memory" in url:
+        raise UserError(f"storage {redact(url)} is an in-memory database: nothing would be kept; use sqlite:///FILE.db")
+    if not path.exists():
+        if not create:
+            raise UserError(f"no SQLite database {path}: give the --storage a run wrote, or run `tuner run` first")
+        if not path.parent.is_dir():
+            raise UserError(f"SQLite database {path}: folder {path.parent} does not exist")
+        return
+    if path.is_dir():
+        raise UserError(f"SQLite database {path} is a folder: give a file name, e.g. sqlite:///{path}/tuner.db")
+    tables = _sqlite_tables(path)
+    if tables and "studies" not in tables:
+        shown = ", ".join(sorted(tables)[:5])
+        raise UserError(f"SQLite file {path} belongs to another application (tables {shown}): give a new file for the tuner")
+
+
+def _sqlite_tables(path: Path) -> set[str]:
+    """The table names of SQLite file ``path``, read-only (empty if it is not readable as SQLite:
+    opening it then reports that)."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)) as conn:
+            return {name for (name,) in conn.execute("select name from sqlite_master where type = 'table'")}
+    except sqlite3.Error:
+        return set()
+
+
+def _sqlite_wal(engine) -> None:
+    """Write-ahead log, synced at checkpoints: a trial's ~20 attribute writes no longer wait
+    for an fsync each (the loop's largest cost on SQLite). A killed process loses nothing
+    committed; a power cut at most the last commits, never the file's consistency."""
+    import sqlalchemy
+
+    def on_connect(dbapi_connection, _record) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    sqlalchemy.event.listen(engine, "connect", on_connect)
+    engine.dispose()  # pooled connections were opened before the listener
+
+
+def _repair_partial_tail(backend: JournalFileBackend, path: Path) -> None:
+    """Move a partial last record (a writer died mid-line) aside, under the journal's lock.
+
+    Optuna skips such a line when reading but appends the next record right after it,
+    which merges both into one bad line and makes the whole file unreadable from then on.
+    """
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    from tuner.store.optuna_private import journal_lock
+
+    with journal_lock(backend):
+        with open(path, "rb+") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - 1))
+            if f.read(1) == b"\n":
+                return
+            start = size
+            while start > 0:  # find the end of the last complete line
+                step = min(65536, start)
+                f.seek(start - step)
+                chunk = f.read(step)
+                nl = chunk.rfind(b"\n")
+                if nl >= 0:
+                    start = start - step + nl + 1
+                    break
+                start -= step
+            f.seek(start)
+            tail = f.read()
+            side = path.with_name(f"{path.name}.partial-{int(time.time())}")
+            side.write_bytes(tail)
+            f.truncate(start)
+            f.flush()
+            os.fsync(f.fileno())
+    print(f"tuner: journal file {path} ended with a partial record ({len(tail)} bytes, a writer died mid-write): "
+          f"moved to {side}", file=sys.stderr)
+
+
+def _transient(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(s in text for s in ("already exists", "database is locked", "duplicate key", "unique constraint"))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = redact(str(exc)).strip().splitlines()
+    return text[0][:200] if text else ""
+
+
+def check_workers(url: str, workers: int) -> None:
+    """SQLite serialises writers and locks under load: refuse it for several workers."""
+    if workers > 1 and resolve_url(url).startswith("sqlite"):
+        raise UserError(
+            "SQLite cannot be shared safely by several workers (writers lock each other out): "
+            "use --storage FILE.log (one host) or --storage postgresql+psycopg://USER@HOST/DB (many hosts)"
+        )

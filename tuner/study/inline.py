@@ -1,0 +1,170 @@
+"""A kernel given as data in a Python call (``tuner.tune_kernel``), made into a study.
+
+The GPU worker is another process and loads a kernel spec by path, so the call's kernel is
+written once into a folder of its own, named by its content (a second call with the same
+kernel resumes the same study): the ``.cu`` source (with an ``#ifndef`` guard added for each
+tunable the source does not guard itself), ``kernel.json`` (the call's data), a two-line
+spec module that reads it (:func:`spec_class`, a :class:`~tuner.contract.light.LightSpec`), and
+``study.toml``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tuner.contract.kernel_spec import Scalar, Value, validate_define
+from tuner.contract.light import In, LightSpec, Out, guarded_defines
+from tuner.errors import UserError
+
+DATA = "kernel.json"
+SPEC_MODULE = ("from pathlib import Path\n\nfrom tuner.study.inline import spec_class\n\n"
+               "Spec = spec_class(Path(__file__).parent / 'kernel.json')  # the kernel's data, written by tuner.tune_kernel\n")
+_NUMPY = {"np": np, "min": min, "max": max, "abs": abs}
+
+
+class InlineSpec(LightSpec):
+    """A :class:`LightSpec` whose launch shape, reference and FLOP count are expressions too
+    (:func:`spec_class` makes one from ``kernel.json``)."""
+
+    grid_dims: ClassVar[Sequence[int | str]] = (1, 1, 1)
+    block_dims: ClassVar[Sequence[int | str]] = (1, 1, 1)
+    reference_expr: ClassVar[str] = ""
+    flops_expr: ClassVar[str | None] = None
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        for expr in [*(d for d in [*self.grid_dims, *self.block_dims] if isinstance(d, str)), self.flops_expr]:
+            if expr is not None:
+                self._code[expr] = compile(expr, f"{self.path.name}: {expr}", "eval")
+
+    def _dims(self, dims: Sequence[int | str], p: Mapping[str, Any]) -> tuple[int, int, int]:
+        x, y, z = (int(self._eval(d, p)) if isinstance(d, str) else int(d) for d in dims)
+        return x, y, z
+
+    def grid(self, p: Mapping[str, Any]) -> tuple[int, int, int]:
+        return self._dims(self.grid_dims, p)
+
+    def block(self, p: Mapping[str, Any]) -> tuple[int, int, int]:
+        return self._dims(self.block_dims, p)
+
+    def reference(self, inputs, problem, rows):
+        """The ``reference`` expression over the inputs (whole arrays), ``rows``, the problem and ``np``."""
+        names = {**problem, **inputs, "rows": rows}
+        return np.asarray(eval(self.reference_expr, {"__builtins__": {}, **_NUMPY}, names), dtype=np.float32)
+
+    def flops(self, problem):
+        return float(self._eval(self.flops_expr, problem)) if self.flops_expr else 0.0
+
+
+def spec_class(data_path: Path) -> type[InlineSpec]:
+    """The spec class of a kernel folder's ``kernel.json``."""
+    data = json.loads(Path(data_path).read_text())
+    attrs = {
+        "source": data["source"], "name": data["kernel_name"], "kernel_name": data["kernel_name"],
+        "archs": tuple(data["archs"]), "problem_keys": tuple(data["problem_keys"]),
+        "args": [_arg(a) for a in data["args"]], "derived": dict(data["derived"]),
+        "restrictions": [r if isinstance(r, str) else tuple(r) for r in data["restrictions"]],
+        "grid_dims": tuple(data["grid"]), "block_dims": tuple(data["block"]),
+        "reference_expr": data["reference"], "flops_expr": data["flops"],
+    }
+    return type("Spec", (InlineSpec,), attrs)
+
+
+def _arg(data: dict) -> In | Out | Scalar:
+    kind = data["kind"]
+    if kind == "scalar":
+        return Scalar(data["dtype"], data["value"])
+    return (In if kind == "in" else Out)(data["name"], tuple(data["shape"]), data["dtype"])
+
+
+def _arg_data(arg: In | Out | Scalar) -> dict:
+    if isinstance(arg, Scalar):
+        return {"kind": "scalar", "dtype": arg.ctype, "value": arg.value}
+    if isinstance(arg, (In, Out)):
+        return {"kind": "in" if isinstance(arg, In) else "out", "name": arg.name, "shape": list(arg.shape),
+                "dtype": arg.dtype}
+    raise UserError(f"argument {arg!r}: give tuner.In(name, shape), tuner.Out(name, shape) or tuner.Scalar(ctype, value)")
+
+
+def write_kernel(
+    kernel_name: str,
+    kernel_source: str,
+    problem: Mapping[str, Value],
+    arguments: Sequence[In | Out | Scalar],
+    tune_params: Mapping[str, Sequence[Value]],
+    *,
+    grid: Sequence[int | str],
+    block: Sequence[int | str],
+    reference: str,
+    restrictions: Sequence[str | tuple[str, str]] = (),
+    derived: Mapping[str, str] | None = None,
+    flops: str | None = None,
+    arch: str = "native",
+    folder: str | Path | None = None,
+) -> Path:
+    """Write the kernel's folder (see the module documentation); the study file's path."""
+    for name, value in problem.items():
+        validate_define(name, value, "problem")
+    if not tune_params:
+        raise UserError("tune_params: give at least one define with a list of values")
+    for name, values in tune_params.items():
+        if isinstance(values, (str, bytes)) or not list(values):
+            raise UserError(f"tune_params[{name!r}]: give a list of values")
+        for value in values:
+            validate_define(name, value, "tune_params")
+    if len(grid) != 3 or len(block) != 3:
+        raise UserError("grid and block: give three dimensions each (numbers or expressions)")
+    source = f"{kernel_name}.cu"
+    data: dict[str, Any] = {
+        "kernel_name": kernel_name, "source": source, "archs": [] if arch == "native" else [arch], "problem_keys": list(problem),
+        "args": [_arg_data(a) for a in arguments], "derived": dict(derived or {}),
+        "restrictions": [r if isinstance(r, str) else list(r) for r in restrictions],
+        "grid": list(grid), "block": list(block), "reference": reference, "flops": flops,
+    }
+    digest = hashlib.sha256(json.dumps([data, kernel_source, {k: list(v) for k, v in tune_params.items()}, dict(problem)],
+                                       sort_keys=True).encode()).hexdigest()[:12]
+    if folder is None:
+        from tuner.compile.nvrtc import default_cache_dir
+
+        folder = default_cache_dir().parent / "kernels" / f"{kernel_name}-{digest}"
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / source).write_text(kernel_source)
+    _guarded(folder / source, {n: list(v)[0] for n, v in tune_params.items()})
+    (folder / DATA).write_text(json.dumps(data, indent=1))
+    (folder / "spec.py").write_text(SPEC_MODULE)
+    study = folder / "study.toml"
+    study.write_text(toml_text({"study": {"name": kernel_name, "kernel": "spec.py", "arch": arch},
+                            "problem": dict(problem), "space.tier1": {k: list(v) for k, v in tune_params.items()}}))
+    return study
+
+
+def _guarded(path: Path, defaults: Mapping[str, Value]) -> None:
+    """Add an ``#ifndef`` guard (default: the first value) for each tunable the source leaves unguarded."""
+    guarded = guarded_defines(path)
+    added = [f"#ifndef {n}\n#define {n} {v}\n#endif\n" for n, v in defaults.items() if n not in guarded]
+    path.write_text("".join(added) + path.read_text())
+
+
+def toml_text(tables: Mapping[str, Mapping[str, Any]]) -> str:
+    """TOML of flat tables whose values are numbers, strings, booleans, inline tables or lists of them."""
+    lines = []
+    for table, values in tables.items():
+        lines.append(f"[{table}]")
+        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)  # numbers, strings and booleans are spelled alike
