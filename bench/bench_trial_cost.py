@@ -6,12 +6,18 @@ Runs ``tuner run --replay`` (no GPU) into a fresh SQLite file, then reads each t
 completion time back and prints the mean cost per trial of the first and of the last
 ``--window`` trials, and their ratio (docs/RELIABILITY.md records it; the target is <= 1.2).
 ``--profile FILE`` writes a cProfile of the run.
+
+On a shared box a window of 100 trials lasts a few seconds, and other jobs' load moves it by
+±30 %. ``--paired ROUNDS`` measures the growth alone: it makes a study of ``--window`` trials
+and one of ``--trials - --window``, then in each round resumes a copy of each by 40 trials,
+alternately, and prints the mean cost per new trial at both sizes and their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -24,12 +30,40 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REPLAY = ROOT / "tests" / "data" / "kernel_tuner" / "convolution_RTX_Titan.json.gz"  # 4,362 configs
 
 
-def per_trial_costs(url: str) -> list[float]:
-    """Seconds between consecutive trials' completions, in completion order."""
+def per_trial_costs(url: str, after: int = 0) -> list[float]:
+    """Seconds between consecutive completions of the trials numbered ``after`` on, in completion order."""
     names = optuna.get_all_study_names(url)
     study = optuna.load_study(study_name=names[0], storage=url)
-    done = sorted(t.datetime_complete for t in study.get_trials(deepcopy=False) if t.datetime_complete is not None)
+    done = sorted(t.datetime_complete for t in study.get_trials(deepcopy=False)
+                  if t.datetime_complete is not None and t.number >= after)
     return [(b - a).total_seconds() for a, b in zip(done, done[1:], strict=False)]
+
+
+def run_tuner(url: str, replay: str, trials: int, seed: int, profile: str | None = None) -> subprocess.CompletedProcess:
+    python = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else [])]
+    cmd = [*python, "-m", "tuner", "run", "--replay", replay, "--storage", url, "--trials", str(trials),
+           "--seed", str(seed), "--json"]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+
+
+def paired(args, tmp: str) -> dict:
+    """Cost per trial at two study sizes, measured in turns (see the module docstring)."""
+    chunk, sizes = 40, (args.window, args.trials - args.window)
+    for n in sizes:
+        if run_tuner(f"sqlite:///{Path(tmp) / f'{n}.db'}", args.replay, n, args.seed).returncode != 0:
+            raise SystemExit(f"the replay to {n} trials failed")
+    means: dict[int, list[float]] = {n: [] for n in sizes}
+    for round_ in range(args.paired):
+        for n in sizes if round_ % 2 == 0 else sizes[::-1]:
+            db = Path(tmp) / "resumed.db"
+            shutil.copy(Path(tmp) / f"{n}.db", db)
+            if run_tuner(f"sqlite:///{db}", args.replay, n + chunk, args.seed).returncode != 0:
+                raise SystemExit(f"resuming the study of {n} trials failed")
+            means[n].append(statistics.mean(per_trial_costs(f"sqlite:///{db}", after=n)))
+            db.unlink()
+    small, large = (statistics.mean(means[n]) for n in sizes)
+    return {"rounds": args.paired, "sizes": list(sizes), "small_ms": round(small * 1e3, 2),
+            "large_ms": round(large * 1e3, 2), "ratio": round(large / small, 3), "replay": Path(args.replay).name}
 
 
 def main() -> int:
@@ -40,13 +74,15 @@ def main() -> int:
     parser.add_argument("--storage", help="default: a fresh SQLite file in a temporary folder")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", help="write a cProfile of the run here")
+    parser.add_argument("--paired", type=int, metavar="ROUNDS", help="time the two study sizes in turns, ROUNDS each")
     args = parser.parse_args()
+    if args.paired:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(paired(args, tmp)))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         url = args.storage or f"sqlite:///{Path(tmp) / 'bench.db'}"
-        python = [sys.executable, *(["-m", "cProfile", "-o", args.profile] if args.profile else [])]
-        cmd = [*python, "-m", "tuner", "run", "--replay", args.replay, "--storage", url, "--trials", str(args.trials),
-               "--seed", str(args.seed), "--json"]
-        run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        run = run_tuner(url, args.replay, args.trials, args.seed, args.profile)
         if run.returncode != 0:
             print(run.stderr[-2000:], file=sys.stderr)
             return run.returncode

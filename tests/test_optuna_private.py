@@ -105,3 +105,38 @@ def test_heartbeat_ages_and_a_lease_by_trial_id(tmp_path):
     trial = jstudy.ask()
     op.set_trial_system_attr_by_id(journal, op.trial_id(trial), "tuner:lease", 12.5)
     assert jstudy.trials[0].system_attrs["tuner:lease"] == 12.5
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory", "journal"])
+def test_read_trials_gives_asked_and_new_trials_as_they_are_now(kind, tmp_path):
+    """``read_trials``: the trials named, then those from a number on, as get_trials sees them
+    (Optuna's cache of an RDB storage without sorting the study; other storages by get_trials);
+    ``TrialFeed`` reads again only the trials not finished at its last read; ``waiting_trials``
+    as get_trials(states=(WAITING,))."""
+    from tuner.store.storage import open_storage
+
+    storage = {"sqlite": lambda: open_storage(f"sqlite:///{tmp_path / 'r.db'}"), "memory": InMemoryStorage,
+               "journal": lambda: JournalStorage(JournalFileBackend(str(tmp_path / "r.log")))}[kind]()
+    study = optuna.create_study(storage=storage)
+    assert isinstance(op.storage_of(study), optuna.storages._CachedStorage) == (kind == "sqlite")
+    feed = op.TrialFeed(study)
+    assert op.read_trials(study, [], 0) == ([], 0) and feed.read() == []
+    done, running = study.ask(), study.ask()
+    study.tell(done, 1.0)
+    study.enqueue_trial({"x": 1})
+    assert [(t.number, t.state) for t in feed.read()] == [
+        (0, TrialState.COMPLETE), (1, TrialState.RUNNING), (2, TrialState.WAITING)]
+    assert [t.number for t in op.waiting_trials(study)] == [2]
+    study.tell(running, 2.0)
+    later = study.ask()  # takes the waiting trial 2
+    study.ask()
+    trials, total = op.read_trials(study, [2, 1], 3)
+    assert [t.number for t in trials] == [2, 1, 3] and total == 4
+    assert trials[0].state == TrialState.RUNNING and trials[1].state == TrialState.COMPLETE and trials[1].value == 2.0
+    # the feed: 1 and 2 again (unfinished at its last read), then the new 3; 0 is not read again
+    assert [(t.number, t.state) for t in feed.read()] == [
+        (1, TrialState.COMPLETE), (2, TrialState.RUNNING), (3, TrialState.RUNNING)]
+    assert op.waiting_trials(study) == []
+    study.tell(later, 3.0)
+    assert [(t.number, t.state) for t in feed.read()] == [(2, TrialState.COMPLETE), (3, TrialState.RUNNING)]
+    assert [t.number for t in study.get_trials(deepcopy=False)] == [0, 1, 2, 3]

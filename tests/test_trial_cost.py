@@ -7,9 +7,14 @@ done once per trial, not once per trial per ask (quadratic in the study's size).
 
 from __future__ import annotations
 
+import numpy as np
+import optuna
+
 from tests.conftest import PNPOLY
 from tuner.cli import commands as cli
 from tuner.run import objective, runner
+from tuner.search import parzen
+from tuner.store import optuna_private
 
 TRIALS = 300
 
@@ -53,3 +58,63 @@ def test_budget_and_repeat_lookups_read_each_finished_trial_once(monkeypatch, tm
     # a few per trial; reading the whole study each time was ~TRIALS**2 / 2 per check
     assert calls["facts"] <= 10 * TRIALS, calls
     assert calls["key_of"] <= 4 * TRIALS, calls
+
+
+def test_each_trial_reads_only_the_new_and_unfinished_trials(monkeypatch, tmp_path):
+    """The budget checks, the sampler's pool and the repeat look-up read the trials created
+    since their last read and those unfinished then (``optuna_private.read_trials``), not the
+    whole study: ``study.get_trials`` filters and sorts every trial on each call. Counted:
+    the trials each read hands over or goes through."""
+    rows = {"get_trials": 0, "read_trials": 0}
+    get_trials, read_trials = optuna.Study.get_trials, optuna_private.read_trials
+
+    def counted_get_trials(self, deepcopy=True, states=None):
+        rows["get_trials"] += len(get_trials(self, deepcopy=False))  # the whole study, whatever the states
+        return get_trials(self, deepcopy=deepcopy, states=states)
+
+    def counted_read_trials(study, numbers, start):
+        trials, total = read_trials(study, numbers, start)
+        rows["read_trials"] += len(trials)
+        return trials, total
+
+    monkeypatch.setattr(optuna.Study, "get_trials", counted_get_trials)
+    monkeypatch.setattr(optuna_private, "read_trials", counted_read_trials)
+    # no pruner: its best value is re-read on a wall-clock interval, not per trial
+    code = cli.main(["run", "--replay", str(PNPOLY), "--storage", f"sqlite:///{tmp_path / 'c.db'}",
+                     "--trials", str(TRIALS), "--seed", "1", "--no-pruner", "--json"])
+    assert code == 0
+    # four readers, a trial or two each per trial, and a few whole reads before and after the
+    # run; reading the whole study per check was ~4 * TRIALS**2 / 2 (180,000)
+    assert rows["read_trials"] <= 12 * TRIALS, rows
+    assert rows["get_trials"] <= 6 * TRIALS, rows
+
+
+def test_mixture_density_is_the_product_of_its_kernels():
+    """Mixture.log_density gathers each axis's kernel by the observations' levels first, then by
+    the candidates': the numbers of the direct formula, bit for bit (proposals stay the same)."""
+    levels, ordered = [8, 1, 5, 3, 2], [True, True, True, False, False]
+    rng = np.random.default_rng(3)
+
+    def codes(n):
+        return np.stack([rng.integers(k, size=n) for k in levels], axis=1).astype(np.int32)
+
+    candidates = codes(300)
+    for sharp, n_obs in ((False, 40), (True, 200)):  # 200: a subsample of MAX_COMPONENTS
+        mixture = parzen.Mixture(levels, ordered, sharp=sharp)
+        mixture.add(list(codes(n_obs)), weight=0.5)
+        got = mixture.log_density(candidates, np.random.default_rng(7))
+        draw = np.random.default_rng(7)
+        weights = np.full(n_obs, 0.5)
+        obs = np.stack(mixture.codes)
+        if n_obs > parzen.MAX_COMPONENTS:
+            keep = draw.choice(n_obs, size=parzen.MAX_COMPONENTS, replace=False)
+            obs, weights = obs[keep], weights[keep] * (weights.sum() / weights[keep].sum())
+        shrink = 0.0 if sharp else parzen.scott_shrink(n_obs, levels)
+        product = np.ones((len(candidates), len(obs)))
+        for axis, n in enumerate(levels):
+            if n > 1:
+                product *= parzen._kernel(n, ordered[axis], shrink)[candidates[:, axis]][:, obs[:, axis]]
+        uniform = 1.0 / np.prod(levels)
+        expected = np.log((float(np.exp(-np.sum(np.log(levels)))) + product @ weights) / (1.0 + 0.5 * n_obs))
+        assert np.array_equal(got, expected), (sharp, np.abs(got - expected).max())
+        assert np.allclose(np.exp(got), (uniform + product @ weights) / (1.0 + 0.5 * n_obs))

@@ -32,7 +32,6 @@ CLAIM = "tuner:measuring"  # system attr: this trial is measuring its config
 #: storage without a heartbeat); a twin whose runner is dead is never waited for
 TWIN_WAIT_S = 1800.0
 BEST_MAX_AGE_S = 0.5
-_LOOKED_UP = (TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)  # twins and stored results
 
 
 class Evaluator(Protocol):
@@ -69,7 +68,7 @@ class Objective:
         #: block values become intermediate values and may stop the trial (off while a probe holds
         #: the first trials: their ratios are to a reference about to be replaced, :mod:`tuner.run.probe`)
         self.reports = True
-        self._indexed: set[int] = set()  # numbers of the finished trials in _finished_by_key
+        self._feed: optuna_private.TrialFeed | None = None  # the trials this objective has not seen finished
         self._finished_by_key: dict[tuple | None, list[FrozenTrial]] = {}  # finished trials by config, by number
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
@@ -178,10 +177,10 @@ class Objective:
         (twins waited for re-read it).
         """
         key = self.space.key(params)
-        trials = trial.study.get_trials(deepcopy=False, states=_LOOKED_UP)
-        stored = self._stored(trials, trial, key)
+        running = self._look_up(trial.study)
+        stored = self._stored(trial, key)
         if stored is None:
-            stored = self._await_twin(trials, trial, key)
+            stored = self._await_twin(running, trial, key)
         return stored
 
     def _key_of(self, trial: FrozenTrial) -> tuple | None:
@@ -191,7 +190,7 @@ class Objective:
             key = self._keys[trial.number] = self.space.key(trial.params)
         return key
 
-    def _stored(self, trials: list[FrozenTrial], trial: optuna.Trial, key: tuple, twin: bool = False) -> Measurement | None:
+    def _stored(self, trial: optuna.Trial, key: tuple, twin: bool = False) -> Measurement | None:
         """A repeat of a finished configuration reuses its stored result: no GPU time.
 
         Only complete measurements count: a config stopped by the pruner is measured
@@ -199,7 +198,6 @@ class Objective:
         ``twin``, measured by another worker at the same moment: then the bar is the same.
         """
         started = trial.datetime_start  # a twin that finished after this trial began ran alongside it
-        self._index_finished(trials)
         for t in self._finished_by_key.get(key, []):
             if t.number == trial.number:
                 continue
@@ -218,22 +216,20 @@ class Objective:
             return stored
         return None
 
-    def _index_finished(self, trials: list[FrozenTrial]) -> None:
-        """Index the finished trials of ``trials`` (sorted by number, holding every one indexed
-        before) by config, once each: a lookup then costs the same however many trials finished.
-        New ones are near the end: the walk back stops once all not yet indexed were seen."""
-        left = len(trials) - len(self._indexed)
-        for t in reversed(trials):
-            if left <= 0:
-                break
-            if t.number in self._indexed:
-                continue
-            left -= 1
-            if t.state.is_finished():
-                self._indexed.add(t.number)
+    def _look_up(self, study: optuna.Study) -> list[FrozenTrial]:
+        """Index the trials finished since the last look by config, once each (a look-up then
+        costs the same however many trials finished); returns the RUNNING ones."""
+        if self._feed is None or self._feed.study is not study:
+            self._feed = optuna_private.TrialFeed(study)
+        running = []
+        for t in self._feed.read():
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
                 bisect.insort(self._finished_by_key.setdefault(self._key_of(t), []), t, key=lambda f: f.number)
+            elif t.state == TrialState.RUNNING:
+                running.append(t)
+        return running
 
-    def _await_twin(self, trials: list[FrozenTrial], trial: optuna.Trial, key: tuple) -> Measurement | None:
+    def _await_twin(self, running: list[FrozenTrial], trial: optuna.Trial, key: tuple) -> Measurement | None:
         """Another worker is measuring this very config (both sampled it at once): wait, reuse.
 
         Params are stored before this check; a trial waits for a same-config RUNNING
@@ -250,16 +246,16 @@ class Objective:
         stale_check = StaleCheck(trial.study, self.space.axis_names, first_now=False)
         while time.monotonic() < deadline:
             stale_check()  # a twin on a dead host stops counting
-            twins = [t for t in trials if t.state == TrialState.RUNNING and t.number != trial.number
+            twins = [t for t in running if t.number != trial.number
                      and (t.number < trial.number or t.system_attrs.get(CLAIM))
                      and self._key_of(t) == key and not runner_dead(t)]
             if not twins:
-                stored = self._stored(trials, trial, key, twin=True) if waited else None
+                stored = self._stored(trial, key, twin=True) if waited else None
                 if stored is None:  # this trial measures: a twin arriving later waits for it
                     optuna_private.set_trial_system_attr(trial, CLAIM, True)
                 return stored
             waited = True
             time.sleep(pause)
             pause = min(1.0, pause * 2)
-            trials = trial.study.get_trials(deepcopy=False, states=_LOOKED_UP)
+            running = self._look_up(trial.study)
         return None

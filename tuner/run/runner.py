@@ -32,10 +32,11 @@ from tuner.run.probe import Probe, adopt
 from tuner.run.probe import describe as describe_reference
 from tuner.search.distributions import store_axes, stored_axes
 from tuner.search.pruner import MarginPruner
-from tuner.search.sampler import TRIED_STATES, ValidOnlySampler, make_base_sampler
+from tuner.search.sampler import ValidOnlySampler, make_base_sampler
 from tuner.search.space import Space
 from tuner.search.warm_start import prior_trials, queue_start_configs, start_params, transfer_message, warm_start
 from tuner.store.liveness import recover_stale_trials
+from tuner.store.optuna_private import TrialFeed
 from tuner.store.results import best_trial, metric_of, value_of, value_text
 from tuner.store.storage import open_storage, redact, resolve_url
 from tuner.study.file import SearchSettings
@@ -171,46 +172,36 @@ def study_attrs(kind: str, space: Space, arch: str, device: dict, nvrtc: str, sh
 @dataclass
 class _Tally:
     """What each trial means for one phase's budget: its config key and whether it takes a
-    place. A finished trial's is computed once (it never changes) and summed as it arrives,
-    so a check looks only at the trials in flight and those finished since the last one: the
-    cost of a trial stays flat as the study grows (bench/bench_trial_cost.py)."""
+    place. A finished trial's is computed once (it never changes) and summed as it arrives;
+    a check reads only the trials in flight and those finished since the last one
+    (:class:`~tuner.store.optuna_private.TrialFeed`): the cost of a trial stays flat as the study
+    grows (bench/bench_trial_cost.py)."""
 
+    feed: TrialFeed
     key_of: Callable[[FrozenTrial], tuple | None]
     counts: Callable[[FrozenTrial], bool]
     untried: set  # the phase's candidates no finished trial took
-    _finished: dict[int, tuple[tuple | None, bool]] = field(default_factory=dict)
     used: int = 0  # finished trials that take a place
     _counting: list[int] = field(default_factory=list)  # their numbers, sorted
 
     def facts(self, t: FrozenTrial) -> tuple[tuple | None, bool]:
-        fact = self._finished.get(t.number)
-        if fact is None:
-            fact = (self.key_of(t), self.counts(t))
-            if t.state.is_finished():
-                self._finished[t.number] = fact
-                self.untried.discard(fact[0])
-                if fact[1]:
+        """A trial's config key, and whether it takes a place (a finished one's is asked once)."""
+        return self.key_of(t), self.counts(t)
+
+    def open_trials(self) -> list[FrozenTrial]:
+        """Tally the trials finished since the last call and return those in flight (RUNNING,
+        WAITING), by number. A FAILed trial took no config and no place."""
+        open_trials = []
+        for t in self.feed.read():
+            if t.state in FINISHED:
+                key, counts = self.facts(t)
+                self.untried.discard(key)
+                if counts:
                     self.used += 1
                     bisect.insort(self._counting, t.number)
-        return fact
-
-    def open_trials(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
-        """Tally the newly finished of ``trials`` (a read that holds every finished trial seen
-        before) and return the rest, in flight. New ones are near the end: the walk back stops
-        once as many trials as are not tallied yet were found."""
-        left = len(trials) - len(self._finished)
-        unknown = []
-        for t in reversed(trials):
-            if left <= 0:
-                break
-            if t.number not in self._finished:
-                unknown.append(t)
-                left -= 1
-        return [t for t in reversed(unknown) if not self._record_if_finished(t)]
-
-    def _record_if_finished(self, t: FrozenTrial) -> bool:
-        self.facts(t)
-        return t.number in self._finished
+            elif not t.state.is_finished():
+                open_trials.append(t)
+        return open_trials
 
     def counting_before(self, number: int) -> int:
         """Finished trials numbered below ``number`` that take a place."""
@@ -361,7 +352,7 @@ class Runner:
 
         def may_ask() -> bool:
             in_flight: set = set()
-            open_trials = tally.open_trials(self.study.get_trials(deepcopy=False, states=TRIED_STATES))
+            open_trials = tally.open_trials()
             used = tally.used  # after the newly finished are tallied
             for t in open_trials:
                 key, counts = tally.facts(t)
@@ -378,14 +369,14 @@ class Runner:
         tally = self._tally(phase, keys)
 
         def admits(trial) -> bool:
-            trials = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, *FINISHED))
-            open_before = sum(1 for t in tally.open_trials(trials) if t.number < trial.number and tally.facts(t)[1])
+            # a WAITING trial takes no place (Runner._counts) until it runs
+            open_before = sum(1 for t in tally.open_trials() if t.number < trial.number and tally.facts(t)[1])
             return tally.counting_before(trial.number) + open_before < target
 
         return admits
 
     def _tally(self, phase: str, keys: set) -> _Tally:
-        return _Tally(self.sampler.trial_key, lambda t: self._counts(t, phase, keys), set(keys))
+        return _Tally(TrialFeed(self.study), self.sampler.trial_key, lambda t: self._counts(t, phase, keys), set(keys))
 
     def _storage_back(self, wait_s: float = STORAGE_WAIT_S) -> bool:
         """Wait for a restarted database server (pool_pre_ping reconnects once it is up)."""

@@ -34,6 +34,7 @@ The first ``n_startup_trials`` proposals (without a prior) are uniform over the 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -91,12 +92,19 @@ class Mixture:
             obs = np.stack(self.codes)
         # the bandwidth follows how many configs were seen, whatever their weight
         shrink = 0.0 if self.sharp else scott_shrink(len(self.codes), self.levels)
-        product = np.ones((len(candidates), len(obs)))
+        product = None
         for axis, n in enumerate(self.levels):
             if n == 1:
                 continue
-            kernel = _kernel(n, self.ordered[axis], shrink)
-            product *= kernel[candidates[:, axis]][:, obs[:, axis]]
+            # the observations' columns first (levels x components), then whole rows per candidate:
+            # the same numbers as kernel[candidates][:, obs], without a gather per element
+            factor = _kernel(n, self.ordered[axis], shrink)[:, obs[:, axis]].take(candidates[:, axis], axis=0)
+            if product is None:
+                product = factor
+            else:
+                product *= factor
+        if product is None:
+            product = np.ones((len(candidates), len(obs)))
         return np.log((uniform + product @ weights) / total)
 
 
@@ -106,8 +114,10 @@ def scott_shrink(n: int, levels: Sequence[int]) -> float:
     return n ** (-1.0 / (dims + 4))
 
 
+@functools.lru_cache(maxsize=1024)
 def _kernel(levels: int, ordered: bool, shrink: float) -> np.ndarray:
-    """K[i, j]: weight of level i for an observation at level j (columns sum to 1)."""
+    """K[i, j]: weight of level i for an observation at level j (columns sum to 1). Cached (a
+    proposal asks for the same ones many times; read-only)."""
     index = np.arange(levels)
     if ordered:
         distance = np.abs(index[:, None] - index[None, :]).astype(float)
@@ -116,7 +126,9 @@ def _kernel(levels: int, ordered: bool, shrink: float) -> np.ndarray:
         distance = (index[:, None] != index[None, :]).astype(float)
         width = max(0.5, shrink)
     weight = np.exp(-0.5 * (distance / width) ** 2)
-    return weight / weight.sum(axis=0, keepdims=True)
+    kernel = weight / weight.sum(axis=0, keepdims=True)
+    kernel.setflags(write=False)
+    return kernel
 
 
 class ParzenSearch:

@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.measurement.value import COMPLETE_STATUSES
 from tuner.search.space import Space
+from tuner.store import optuna_private
 
 #: a config as level indices, one per axis
 Code = Sequence[int] | np.ndarray
@@ -107,14 +108,13 @@ class Pool:
     # -- what the study did -----------------------------------------------------------------
     def update(self, study: optuna.Study, exclude: int | None = None) -> None:
         """Read the trials new since the last call, and those that were in flight then."""
-        trials = study.get_trials(deepcopy=False)
-        recheck = [n for n in self.in_flight if n < len(trials)]
-        for trial in [trials[n] for n in recheck] + trials[self._seen:]:
+        trials, total = optuna_private.read_trials(study, list(self.in_flight), self._seen)
+        for trial in trials:
             if trial.number == exclude:  # being sampled now: read again next time, with its params
                 self.in_flight.setdefault(trial.number, None)
             else:
                 self._read(trial)
-        self._seen = max(self._seen, len(trials))
+        self._seen = max(self._seen, total)
 
     def _read(self, trial: FrozenTrial) -> None:
         known = trial.number in self.in_flight

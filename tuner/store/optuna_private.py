@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator
 from typing import Any, cast
 
 import optuna
-from optuna.storages import BaseStorage, JournalStorage, RDBStorage
+from optuna.storages import BaseStorage, JournalStorage, RDBStorage, _CachedStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
@@ -39,6 +39,59 @@ def cached_trials(study: optuna.Study, states: Container[TrialState] | None = No
     """``study.get_trials(deepcopy=False, states=...)`` from the snapshot ``study.optimize`` keeps
     for the current trial: samplers and pruners ask many times per trial, one storage read serves all."""
     return study._get_trials(deepcopy=False, states=states, use_cache=True)
+
+
+def read_trials(study: optuna.Study, numbers: Iterable[int], start: int) -> tuple[list[FrozenTrial], int]:
+    """After one read of the storage: the trials numbered ``numbers`` (in that order), then those
+    numbered ``start`` on; and how many trials the study has.
+
+    ``study.get_trials`` filters and sorts the whole study on every call (its cost grows with
+    the study); a reader that keeps what it learnt from finished trials asks only for the new
+    ones and those it saw unfinished. Optuna's cache of an RDB storage (``_CachedStorage``)
+    holds the trials by number, synced by the same query ``get_trials`` makes (finished trials
+    are not read again); other storages: one ``get_trials``.
+    """
+    storage = study._storage
+    if not isinstance(storage, _CachedStorage):
+        trials = study.get_trials(deepcopy=False)
+        return [trials[n] for n in numbers if n < len(trials)] + trials[start:], len(trials)
+    storage._read_trials_from_remote_storage(study._study_id)
+    with storage._lock:
+        by_number = storage._studies[study._study_id].trials  # numbers 0 .. n-1
+        picked = [by_number[n] for n in numbers if n in by_number]
+        picked += [by_number[n] for n in range(start, len(by_number)) if n in by_number]
+        return picked, len(by_number)
+
+
+class TrialFeed:
+    """The trials of a study a reader has not seen finished: each :meth:`read` gives those
+    created since the last one and again those that were not finished then, by number.
+    A reader that keeps what finished trials told it reads each of them once."""
+
+    def __init__(self, study: optuna.Study):
+        self.study = study
+        self._next = 0  # trials read so far: numbers 0 .. _next - 1
+        self._open: list[int] = []  # of those, the ones not finished at the last read
+
+    def read(self) -> list[FrozenTrial]:
+        trials, total = read_trials(self.study, self._open, self._next)
+        self._open = [t.number for t in trials if not t.state.is_finished()]
+        self._next = max(self._next, total)
+        return trials
+
+
+def waiting_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The study's WAITING trials by number, as ``get_trials(states=(WAITING,))``, without
+    filtering the whole study: Optuna's cache of an RDB storage keeps the unfinished ones apart."""
+    storage = study._storage
+    if not isinstance(storage, _CachedStorage):
+        return storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.WAITING,))
+    storage._read_trials_from_remote_storage(study._study_id)
+    with storage._lock:
+        info = storage._studies[study._study_id]
+        numbers = (storage._trial_id_to_study_id_and_number[i][1] for i in info.unfinished_trial_ids)
+        trials = [info.trials[n] for n in numbers]
+    return sorted((t for t in trials if t.state == TrialState.WAITING), key=lambda t: t.number)
 
 
 def study_system_attrs(study: optuna.Study) -> dict[str, Any]:
@@ -100,7 +153,7 @@ def ask_with_user_attrs(study: optuna.Study, user_attrs: dict[str, Any]) -> optu
     """
     storage = study._storage
     study._thread_local.cached_all_trials = None  # as ask(): sync with the storage once per trial
-    for waiting in storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.WAITING,)):
+    for waiting in waiting_trials(study):
         try:
             for key, value in user_attrs.items():
                 storage.set_trial_user_attr(waiting._trial_id, key, value)
