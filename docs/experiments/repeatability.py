@@ -34,7 +34,7 @@ def summarise(both: pd.DataFrame, label: str) -> None:
 
 if __name__ == "__main__":
     a, b = frame(sys.argv[1], sys.argv[2]), frame(sys.argv[3], sys.argv[4])
-    both = a.join(b, lsuffix="_a", rsuffix="_b", how="inner")
+    both = a.add_suffix("_a").join(b.add_suffix("_b"), how="inner")
     summarise(both, "all configs")
     near = both[both.value_a <= both.value_a.min() * 1.03]
     summarise(near, "within 3 % of the winner")
