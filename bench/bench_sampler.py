@@ -2,6 +2,7 @@
 
     python bench/bench_sampler.py [--quick] [--seeds 5] [--kernel-tuner all] [--out docs/experiments/results_sampler.md]
     python bench/bench_sampler.py --quick --seeds 20 --recordings FOLDER [--warm-pair SOURCE[,SOURCE...] TARGET]
+    python bench/bench_sampler.py --own-kernel [--seeds 10] [--budget 200] [--out FILE]
 
 Quality: for each recording and strategy, the fraction of the optimum (optimum / best found)
 after 25 / 50 / 100 / 200 counted configurations (each a distinct valid config, failures
@@ -14,6 +15,12 @@ plain Optuna TPE (TPESampler defaults over categorical axes: invalid proposals a
 counted, repeats reuse the value and are not counted), and Kernel Tuner's strategies when
 ``kernel_tuner`` is importable (``--kernel-tuner``: genetic_algorithm and pso by default, any of
 its strategy names, or ``all`` for the ones listed in ``KERNEL_TUNER_ALL``).
+
+Own kernel (``--own-kernel``, issue #30): on the Hopper grid recordings of patch_embed, FC1 and FC2,
+the counted configs until the best found is within 1 % of the recording's optimum, median and worst
+over seeds, for the default sampler cold and, on FC1 and FC2, transferred (``--warm-start`` from a
+60-trial patch_embed study of the same seed, as ``--warm-pair`` does; the source's trials are not
+counted), against the tuner's ``random`` and the exact median of uniform random search without repeats.
 
 Cost: replay wall time per trial of ``tuner`` (default sampler, the Runner, SQLite) against
 plain Optuna TPE with the same SQLite storage (ratio, same run) at 100 and 1,000 trials, and
@@ -58,10 +65,21 @@ RECORDINGS = [
     ("pnpoly RTX 2080 Ti", None, CACHES / "pnpoly_RTX_2080_Ti.json.gz"),
     ("pnpoly RTX 3090", None, CACHES / "pnpoly_RTX_3090.json.gz"),
 ]
+PATCH_EMBED_HOPPER = ROOT / "studies/recorded/patch_embed_sm90a_hopper_grid_h200.json"
 OURS = [
     ("patch_embed H200 (264)", ROOT / "studies/patch_embed_sm90a_grid.toml", ROOT / "studies/recorded/patch_embed_sm90a_grid_h200.csv"),
-    ("patch_embed Hopper grid H200 (1,184)", None, ROOT / "studies/recorded/patch_embed_sm90a_hopper_grid_h200.json"),
+    ("patch_embed Hopper grid H200 (1,184)", None, PATCH_EMBED_HOPPER),
 ]
+#: --own-kernel: (label, recording, the recording a transferred run warm-starts from, or None). FC1 and FC2
+#: share most of patch_embed's axes (FC1 has GELU_H2 instead of EXTRA_TMA / EPI_BATCH): the product's case
+#: of a new shape started from an earlier study
+OWN_KERNEL = [
+    ("patch_embed H200", PATCH_EMBED_HOPPER, None),
+    ("FC1 H200", ROOT / "studies/recorded/fc1_sm90a_hopper_grid_h200.json", PATCH_EMBED_HOPPER),
+    ("FC2 H100", ROOT / "studies/recorded/fc2_sm90a_hopper_grid_h100.json", PATCH_EMBED_HOPPER),
+]
+#: --own-kernel: "found" is a time within this fraction of the optimum
+WITHIN = 0.01
 BUDGETS = (25, 50, 100, 200)
 #: Kernel Tuner 1.5's strategies that run on a cache file without further options
 KERNEL_TUNER_ALL = ("genetic_algorithm", "pso", "bayes_opt", "dual_annealing", "basinhopping", "greedy_ils", "mls",
@@ -253,16 +271,70 @@ def warm_start_quality(pairs: list[tuple[str, list[Path], str, Path]], seeds: in
         st = space_for(None, rt)
         warm, cold = [], []
         for seed in range(seeds):
-            with tempfile.TemporaryDirectory() as tmp:
-                url = str(Path(tmp) / "warm.log")  # one journal file holds all the studies
-                names = [f"source{i}" for i in range(len(sources))]
-                for name, rs in zip(names, sources, strict=True):
-                    run_tuner(space_for(None, rs), rs, "tpe", seed, source_budget, storage=url, study_name=name)
-                values = run_tuner(st, rt, "tpe", seed, budget, storage=url, warm_start=names, study_name="target")
+            values = run_warm(sources, rt, st, seed, budget, source_budget)
             warm.append(rt.optimum() / min(values))
             cold.append(rt.optimum() / min(run_tuner(st, rt, "tpe", seed, budget)))
         out.append((f"{sources_label} -> {target}", statistics.mean(warm), min(warm), statistics.mean(cold)))
     return out
+
+
+def run_warm(sources: list[Recording], recording: Recording, space: Space, seed: int, budget: int,
+             source_budget: int) -> list[float]:
+    """``run_tuner`` of the default sampler on ``recording`` warm-started (``--warm-start``) from a
+    ``source_budget``-trial study of the default sampler on each source, same seed, same storage."""
+    with tempfile.TemporaryDirectory() as tmp:
+        url = str(Path(tmp) / "warm.log")  # one journal file holds all the studies
+        names = [f"source{i}" for i in range(len(sources))]
+        for name, rs in zip(names, sources, strict=True):
+            run_tuner(space_for(None, rs), rs, "tpe", seed, source_budget, storage=url, study_name=name)
+        return run_tuner(space, recording, "tpe", seed, budget, storage=url, warm_start=names, study_name="target")
+
+
+def configs_to_optimum(values: list[float], optimum: float, within: float = WITHIN) -> float:
+    """Counted configs until one is within ``within`` of ``optimum`` (time <= (1 + within) * optimum); inf when none is."""
+    return next((i + 1 for i, v in enumerate(values) if v <= (1 + within) * optimum), math.inf)
+
+
+def random_median_to_optimum(n: int, near: int) -> int:
+    """Median counted configs of uniform random search without repeats over ``n`` configs until one of
+    the ``near`` good ones is drawn: the first budget b with P(none in b draws) = C(n - near, b) / C(n, b) <= 1/2."""
+    missed = 1.0
+    for b in range(1, n + 1):
+        missed *= (n - near - b + 1) / (n - b + 1)
+        if missed <= 0.5:
+            return b
+    raise ValueError("no good config")
+
+
+@dataclass
+class OwnRow:
+    space: str
+    start: str  # "cold" or "transferred"
+    configs: int  # valid configs in the space
+    near: int  # of them, within WITHIN of the optimum
+    tpe: list[float]  # each seed's counted configs to the optimum (inf: not within the budget)
+    random: list[float] | None  # the same for the tuner's random sampler (cold only)
+
+
+def own_kernel(targets: list[tuple[str, Path, Path | None]], seeds: int, budget: int, source_budget: int = 60) -> list[OwnRow]:
+    """For each (label, recording, source recording or None): the default sampler's counted configs to within
+    ``WITHIN`` of the optimum per seed, cold (with the tuner's random beside it) and, with a source, warm-started."""
+    rows = []
+    for label, path, source_path in targets:
+        recording = load_recording(path)
+        space = space_for(None, recording)
+        optimum = recording.optimum()
+        near = sum(1 for p in space.valid if (r := recording.lookup(p)) is not None and r.status == "ok"
+                   and r.ms is not None and r.ms <= (1 + WITHIN) * optimum)
+        tpe = [configs_to_optimum(run_tuner(space, recording, "tpe", seed, budget), optimum) for seed in range(seeds)]
+        uniform = [configs_to_optimum(run_tuner(space, recording, "random", seed, budget), optimum) for seed in range(seeds)]
+        rows.append(OwnRow(label, "cold", len(space.valid), near, tpe, uniform))
+        if source_path is not None:
+            source = load_recording(source_path)
+            warm = [configs_to_optimum(run_warm([source], recording, space, seed, budget, source_budget), optimum)
+                    for seed in range(seeds)]
+            rows.append(OwnRow(label, "transferred", len(space.valid), near, warm, None))
+    return rows
 
 
 def replay_time(path: Path, trials: int) -> tuple[float, float]:
@@ -324,6 +396,10 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     parser.add_argument("--warm-pair", type=Path, nargs=2, action="append", default=[], metavar=("SOURCE", "TARGET"),
                         help="recordings of one kernel on other GPUs and on the target: warm start on TARGET from studies of "
                              "SOURCE (files joined by commas; repeatable; replaces the default pairs)")
+    parser.add_argument("--own-kernel", action="store_true",
+                        help="instead: the search benchmark on our own kernel (configs to within 1 %% of the optimum "
+                             "of each Hopper grid recording, cold and transferred; 10 seeds unless --seeds)")
+    parser.add_argument("--budget", type=int, default=200, help="--own-kernel: configs per run (default 200)")
     parser.add_argument("--kernel-tuner", default="genetic_algorithm,pso", metavar="STRATEGIES",
                         help="Kernel Tuner strategies to compare, comma-separated, 'all', or '' for none (when kernel_tuner is installed)")
     return parser.parse_args(), parser
@@ -360,9 +436,41 @@ def warm_start_pairs(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     return pairs
 
 
+def own_kernel_report(args: argparse.Namespace) -> None:
+    seeds = args.seeds or 10
+    lines = [f"## Search on our own kernel — replay, CPU, 2 cores, {dt.date.today().isoformat()}", "",
+             f"`python bench/bench_sampler.py {shlex.join(sys.argv[1:])}` (seeds 0-{seeds - 1}, {args.budget} configs a run). "
+             f"Counted configs (distinct, as run) until the best found is within {WITHIN * 100:g} % of the recording's optimum: "
+             f"median / worst seed (>{args.budget}: not within the budget), then each seed's. Transferred: "
+             "`--warm-start` from a 60-trial patch_embed study of the same seed (its trials not counted). "
+             "Uniform: the exact median of random search without repeats.", ""]
+
+    def count(value: float) -> str:
+        return f">{args.budget}" if math.isinf(value) else f"{value:g}"
+
+    def emit(text: str = "") -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    emit("| space | configs (within 1 %) | start | tpe median / worst | tpe per seed | random median / worst | uniform median |")
+    emit("|---|---|---|---|---|---|---|")
+    for row in own_kernel(OWN_KERNEL, seeds, args.budget):
+        uniform = (f"{count(statistics.median(row.random))} / {count(max(row.random))} | "
+                   f"{random_median_to_optimum(row.configs, row.near)}" if row.random is not None else "– | –")
+        emit(f"| {row.space} | {row.configs:,} ({row.near}) | {row.start} | {count(statistics.median(row.tpe))} / "
+             f"{count(max(row.tpe))} | {' '.join(count(v) for v in row.tpe)} | {uniform} |")
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
+
+
 def main() -> None:
     args, parser = parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if args.budget < 1:
+        parser.error("--budget: at least 1")
+    if args.own_kernel:
+        own_kernel_report(args)
+        return
     seeds = args.seeds or (3 if args.quick else 5)
     budgets = BUDGETS[:3] if args.quick else BUDGETS
     strategies = ["tpe", "random", "optuna-tpe"] + kernel_tuner_strategies(args, parser)
