@@ -13,7 +13,16 @@ from tuner.search.pool import PRIOR_WEIGHT, Observations, Pool
 from tuner.search.sampler import ValidOnlySampler
 from tuner.search.space import Space
 from tuner.search.transfer import SpaceMap, nearest_value
-from tuner.search.warm_start import MOVED_MARK, MOVED_WEIGHT, prior_trials, space_map, transfer_message, warm_start
+from tuner.search.warm_start import (
+    MOVED_MARK,
+    MOVED_WEIGHT,
+    SPREAD_MAX,
+    prior_trials,
+    space_map,
+    spread_untuned,
+    transfer_message,
+    warm_start,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -115,6 +124,23 @@ def test_a_failure_that_would_have_to_move_stays_out_of_the_prior():
     prior = prior_trials(optuna.create_study(study_name="dst", storage=storage), space, ["src"])
     assert [(t.params, t.state) for t in prior] == [(configs[0], TrialState.COMPLETE), (configs[2], TrialState.PRUNED)]
     assert prior[0].value == 1.0  # relative to the source's best
+
+
+def test_an_axis_the_source_did_not_tune_is_spread_over_its_values_in_the_prior():
+    """FC1 searches GELU_H2, patch_embed does not: a patch_embed trial says nothing of it, so it stands
+    for each value at a share of its weight, not for the default alone (which would steer the search
+    to the default's half of the space)."""
+    storage = optuna.storages.InMemoryStorage()
+    configs = [{"BLOCK": 32, "METHOD": "a"}, {"BLOCK": 64, "METHOD": "c"}]  # no STAGES
+    source_study(storage, "src", configs, [1.0, 2.0])
+    space = target_space()
+    prior = prior_trials(optuna.create_study(study_name="dst", storage=storage), space, ["src"])
+    assert [(t.params, t.user_attrs[PRIOR_WEIGHT]) for t in prior] == [
+        ({**c, "STAGES": s}, 1 / 3) for c in configs for s in (2, 3, 4)]
+    assert [t.value for t in prior] == [1.0] * 3 + [2.0] * 3
+    # a source that tuned every axis: one config, the whole weight; too many combinations: the defaults stand in
+    assert spread_untuned({"BLOCK": 32, "METHOD": "a", "STAGES": 3}, space) == [({"BLOCK": 32, "METHOD": "a", "STAGES": 3}, 1.0)]
+    assert 4 * 3 * 3 > SPREAD_MAX and spread_untuned({}, space) == [({}, 1.0)]
 
 
 def test_the_prior_joins_the_good_bad_split_weighted_below_one_and_fading(monkeypatch):

@@ -4,11 +4,16 @@ The best configurations of the source study, mapped onto this study's space (a v
 not list, or a config it cannot run, moves to the nearest one it can: :mod:`tuner.search.transfer`)
 and not tried yet, are queued as the first trials, so the sampler starts from what is known to
 be fast instead of from random picks; the source's whole history, mapped the same way, is the
-sampler's prior. Defines the source did not tune take this space's defaults; in tiered mode,
-tier-2 defines are held at their defaults as tier 1 requires.
+sampler's prior. Defines the source did not tune take this space's defaults in the queued configs;
+in the prior a source trial stands for each of their values, sharing its weight (the source says
+nothing of them, and a default taken as measured would steer the search to one half of the
+space). In tiered mode, tier-2 defines are held at their defaults as tier 1 requires.
 """
 
 from __future__ import annotations
+
+import itertools
+import math
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -26,6 +31,8 @@ MARK = "warm_started_from"
 MOVED_MARK = "warm_moved"
 #: how much a source trial counts in the prior, per define moved to fit this space
 MOVED_WEIGHT = 0.5
+#: at most this many configs stand for one source trial over the axes its source did not tune
+SPREAD_MAX = 16
 START_MARK = "start_config"
 
 
@@ -111,14 +118,28 @@ def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> 
         trials = _load_source(study, name).get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
         best = min((value_of(t) for t in trials if t.state == TrialState.COMPLETE and t.values and t.values[0]), default=1.0)
         for trial in trials:
-            mapped = mapper.map(trial.params)
-            if mapped is None or (trial.state != TrialState.COMPLETE and mapped.moved):
-                continue
-            prior.append(optuna.trial.create_trial(
-                state=trial.state, value=value_of(trial) / best if trial.state == TrialState.COMPLETE else None,
-                params=mapped.params, distributions=distributions,
-                user_attrs={"status": trial.user_attrs.get("status", ""), PRIOR_WEIGHT: MOVED_WEIGHT ** len(mapped.moved)}))
+            for params, share in spread_untuned(trial.params, space):
+                mapped = mapper.map(params)
+                if mapped is None or (trial.state != TrialState.COMPLETE and mapped.moved):
+                    continue
+                prior.append(optuna.trial.create_trial(
+                    state=trial.state, value=value_of(trial) / best if trial.state == TrialState.COMPLETE else None,
+                    params=mapped.params, distributions=distributions,
+                    user_attrs={"status": trial.user_attrs.get("status", ""),
+                                PRIOR_WEIGHT: share * MOVED_WEIGHT ** len(mapped.moved)}))
     return prior
+
+
+def spread_untuned(params: dict, space: Space) -> list[tuple[dict, float]]:
+    """``params`` at each combination of the values of this space's axes that its source did not tune,
+    each with its share of the trial's weight; ``params`` alone (share 1) when there are none, or
+    more than ``SPREAD_MAX`` combinations (then the defaults stand in)."""
+    untuned = [a for a in space.axis_names if a not in params]
+    combinations = math.prod(len(space.axes[a]) for a in untuned)
+    if not untuned or combinations > SPREAD_MAX:
+        return [(params, 1.0)]
+    return [({**params, **dict(zip(untuned, values, strict=True))}, 1.0 / combinations)
+            for values in itertools.product(*(space.axes[a] for a in untuned))]
 
 
 def transfer_message(queued: list[Mapped] | None, prior: int, source_names: list[str]) -> str:
