@@ -93,6 +93,20 @@ def test_recorded_kernel_tuner_caches_replay(path):
     assert json.loads(result.stdout.strip().splitlines()[-1])["trials"] == 12
 
 
+def test_a_trial_stopped_before_its_params_were_chosen_leaves_whole_numbers_whole(tmp_path):
+    study = optuna.create_study()
+    distributions = {"BLOCK_N": optuna.distributions.CategoricalDistribution([128, 192]),
+                     "METHOD": optuna.distributions.CategoricalDistribution(["a", "b"])}
+    study.tell(study.ask(distributions), 1.0)
+    study.ask()  # killed before it chose any param: RUNNING, no BLOCK_N
+    frame = trials_frame(study.trials, ["BLOCK_N", "METHOD"])
+    path = tmp_path / "t.csv"
+    frame.to_csv(path, index=False)
+    lines = path.read_text().splitlines()
+    assert lines[1].split(",")[:2] in (["128", "a"], ["128", "b"], ["192", "a"], ["192", "b"])  # not 192.0
+    assert lines[2].split(",")[:2] == ["", ""]
+
+
 def test_trials_frame_and_best_trial():
     study = optuna.create_study()
     for value in (3.0, 1.0, None):

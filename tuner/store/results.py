@@ -97,6 +97,10 @@ def trials_frame(trials: Iterable[FrozenTrial], axes: Sequence[str] | None = Non
             row["ms"] = primary(t)
         rows.append(row)
     frame = pd.DataFrame(rows, columns=[*axes, *COLUMNS])
+    for axis in axes:  # a trial stopped while its params were chosen leaves a gap: whole numbers stay whole
+        present = [row[axis] for row in rows if row[axis] is not None]
+        if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+            frame[axis] = frame[axis].astype("Int64")
     for column in ("value", "ms", "tflops", "regs", "spills", "smem_bytes", "compile_s", "checksum", "max_err"):
         frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame
