@@ -110,6 +110,11 @@ def compile_options(spec: KernelSpec, config: Config, problem: Problem, arch: st
     return [f"--gpu-architecture={arch}", "--ptxas-options=-v", *spec.compile_options, *spec.flags(config, problem).split()]
 
 
+def cache_key(bundle: SourceBundle, options: Sequence[str]) -> str:
+    """The compile cache's key of a build: the source with its includes, NVRTC's version, the options."""
+    return hashlib.sha256("\0".join([bundle.digest(), nvrtc_version(), *options]).encode()).hexdigest()[:32]
+
+
 def compile_kernel(
     spec: KernelSpec,
     config: Config,
@@ -123,10 +128,7 @@ def compile_kernel(
     options = compile_options(spec, config, problem, arch)
     flags = spec.flags(config, problem)
     bundle = SourceBundle.load(spec.source_path)
-    version = nvrtc_version()
-    key = hashlib.sha256(
-        "\0".join([bundle.digest(), version, arch, *options]).encode()
-    ).hexdigest()[:32]
+    key = cache_key(bundle, [arch, *options])
 
     cache = _Cache(Path(cache_dir) if cache_dir else default_cache_dir())
     hit = cache.get(key)
@@ -174,7 +176,7 @@ def helper_cubin(name: str, text: str, arch: str) -> bytes:
     compile cache; raises with the log when it does not compile."""
     options = [f"--gpu-architecture={arch}", "-std=c++17"]
     bundle = SourceBundle(name, text)
-    key = "helper-" + hashlib.sha256("\0".join([bundle.digest(), nvrtc_version(), *options]).encode()).hexdigest()[:32]
+    key = "helper-" + cache_key(bundle, options)
     cache = _Cache(default_cache_dir())
     hit = cache.get(key)
     if hit is not None and hit.cubin_path:
