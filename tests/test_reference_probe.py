@@ -55,7 +55,9 @@ def nominal(choice: dict, trial) -> float:
 
 def test_the_fastest_of_the_first_configs_is_the_reference_and_values_are_relative_to_it(tmp_path, cache_dir):
     url = f"sqlite:///{tmp_path / 's.db'}"
-    summary, _ = run(study_file(tmp_path), url, cache_dir)
+    # a re-based value divides two noisy medians (the trial's and the chosen one's): at the fake's default
+    # per-launch noise (0.2 %) their quotient strays past the 0.2 % checked below now and then
+    summary, _ = run(study_file(tmp_path), url, cache_dir, env={"FAKE_NOISE": "0.0005"})
     study = optuna.load_study(study_name="probe", storage=url)
     choice = study.user_attrs[CHOICE]
     trials = study.get_trials(states=(TrialState.COMPLETE,))
