@@ -21,6 +21,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
+from tuner import testing
 from tuner.store.storage import open_storage
 from tuner.testing import run_summary as summary_of
 
@@ -58,44 +59,19 @@ def fault_kernel(folder: Path) -> Path:
     return folder / "faulty.py"
 
 
-def write_study(folder: Path, name: str, kernel: Path, tier1: str, tier2: str = "", search: str = "", measure: str = "") -> Path:
-    path = folder / f"{name}.toml"
-    path.write_text(f"""
-[study]
-name = "{name}"
-kernel = "{kernel}"
-arch = "sm_90a"
-
-[problem]
-M_DIM = 1024
-N_DIM = 1024
-K_DIM = 1024
-
-[space.tier1]
-{tier1}
-
-[space.tier2]
-{tier2}
-
-[search]
-sampler = "grid"
-pruner = false
-{search}
-
-[measure]
-warmup = 1
-repeats = 10
-block = 5
-{measure}
-""")
-    return path
+def write_study(folder: Path, name: str, kernel: Path, tier1: dict, tier2: dict | None = None,
+                search: dict | None = None, measure: dict | None = None) -> Path:
+    """A grid study with a short, fixed measurement (no pruner: every config is measured whole)."""
+    return testing.write_study(folder, name, kernel=kernel, tier1=tier1, tier2=tier2,
+                               search={"sampler": "grid", "pruner": False, **(search or {})},
+                               measure={"warmup": 1, "repeats": 10, "block": 5, **(measure or {})})
 
 
 def sgemm_study(folder: Path, name: str = "rel", trials: int = 6) -> Path:
     # no reference probe: these tests stop a run mid-trial, and a probe holds the first trials untold
     return write_study(folder, name, ROOT / "kernel" / "example_sgemm.py",
-                       "BLOCK = [64, 128]\nBLOCK_K = [16, 32]\nTHREAD_TILE = [4, 8]", search=f"trials = {trials}",
-                       measure="reference_probe = 0")
+                       {"BLOCK": [64, 128], "BLOCK_K": [16, 32], "THREAD_TILE": [4, 8]}, search={"trials": trials},
+                       measure={"reference_probe": 0})
 
 
 def load(url: str, name: str) -> optuna.Study:
@@ -139,9 +115,9 @@ def running_with_finished(url: str, name: str, n_finished: int):
 
 def test_kernel_faults_are_recorded_and_the_study_goes_on(tmp_path, cache_dir):
     kernel = fault_kernel(tmp_path)
-    study = write_study(tmp_path, "faults", kernel, "BLOCK = [64]\nBLOCK_K = [16]\nTHREAD_TILE = [4, 8]\nMINB = [1, 32]",
-                        "PLANT_HANG = [0, 1]\nCRASH = [0, 1]\nSTICKY = [0, 1]\nBREAK = [0, 1]",
-                        "trials = 8", "timeout_s = 1.5\nmax_regs = 100")
+    study = write_study(tmp_path, "faults", kernel, {"BLOCK": [64], "BLOCK_K": [16], "THREAD_TILE": [4, 8], "MINB": [1, 32]},
+                        {"PLANT_HANG": [0, 1], "CRASH": [0, 1], "STICKY": [0, 1], "BREAK": [0, 1]},
+                        {"trials": 8}, {"timeout_s": 1.5, "max_regs": 100})
     url = f"sqlite:///{tmp_path / 'faults.db'}"
     cmd = ("run", study, "--storage", url, "--cache-dir", cache_dir, "--json")
     summary = summary_of(tuner(*cmd, env={"TUNER_WORKER_BACKEND": FAKE_BACKEND}))
@@ -456,8 +432,8 @@ def gpu_fault_kernel(folder: Path) -> Path:
 @pytest.mark.gpu
 def test_gpu_illegal_address_and_too_much_smem(tmp_path, cache_dir):
     kernel = gpu_fault_kernel(tmp_path)
-    study = write_study(tmp_path, "gpufaults", kernel, "BLOCK = [64]\nBLOCK_K = [16]\nTHREAD_TILE = [4]",
-                        "OOB = [0, 1]\nSMEM_KB = [0, 1024]", "trials = 4", "timeout_s = 10")
+    study = write_study(tmp_path, "gpufaults", kernel, {"BLOCK": [64], "BLOCK_K": [16], "THREAD_TILE": [4]},
+                        {"OOB": [0, 1], "SMEM_KB": [0, 1024]}, {"trials": 4}, {"timeout_s": 10})
     url = f"sqlite:///{tmp_path / 'g.db'}"
     summary = summary_of(tuner("run", study, "--storage", url, "--cache-dir", cache_dir, "--json"))
     assert summary["trials"] == 4
@@ -479,8 +455,8 @@ def test_gpu_illegal_address_and_too_much_smem(tmp_path, cache_dir):
 def test_gpu_two_workers_one_hang(tmp_path, cache_dir):
     """Two workers (one GPU each if there are two) on one journal; a hang in one does not stop the other."""
     study = write_study(tmp_path, "twohang", ROOT / "kernel" / "example_sgemm.py",
-                        "BLOCK = [64, 128]\nBLOCK_K = [16, 32]\nTHREAD_TILE = [4, 8]", "PLANT_HANG = [0, 1]",
-                        "trials = 12", "timeout_s = 5")
+                        {"BLOCK": [64, 128], "BLOCK_K": [16, 32], "THREAD_TILE": [4, 8]}, {"PLANT_HANG": [0, 1]},
+                        {"trials": 12}, {"timeout_s": 5})
     log = tmp_path / "two.log"
     summary = summary_of(tuner("run", study, "--storage", log, "--workers", 2, "--cache-dir", cache_dir, "--json"))
     assert summary["worker_exit_codes"] == [0, 0]
