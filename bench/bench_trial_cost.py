@@ -7,8 +7,12 @@ completion time back and prints the mean cost per trial of the first and of the 
 ``--window`` trials, and their ratio (docs/RELIABILITY.md records it; the target is <= 1.2).
 ``--profile FILE`` writes a cProfile of the run.
 
-On a shared box a window of 100 trials lasts a few seconds, and other jobs' load moves it by
-±30 %. ``--paired ROUNDS`` measures the growth alone: it makes a study of ``--window`` trials
+A window of 100 trials lasts a few seconds, and on a virtual machine the CPU's own speed moves
+by ±15 % over such stretches with nothing else running (a fixed loop timed the same way shows it).
+So ``--runs N`` repeats the replay N times and prints each run's ratio and their median, and
+beside each run the same ratio for a yardstick: a fixed CPU loop timed in a separate process
+during the run's first and last windows (no study, so any ratio it shows is the machine's).
+``--paired ROUNDS`` measures the growth alone: it makes a study of ``--window`` trials
 and one of ``--trials - --window``, then in each round resumes a copy of each by 40 trials,
 alternately, and prints the mean cost per new trial at both sizes and their ratio.
 """
@@ -32,11 +36,64 @@ DEFAULT_REPLAY = ROOT / "tests" / "data" / "kernel_tuner" / "convolution_RTX_Tit
 
 def per_trial_costs(url: str, after: int = 0) -> list[float]:
     """Seconds between consecutive completions of the trials numbered ``after`` on, in completion order."""
+    done = completion_times(url, after)
+    return [b - a for a, b in zip(done, done[1:], strict=False)]
+
+
+YARDSTICK = """
+import sys, time
+while True:
+    started = time.perf_counter()
+    total = sum(i * i % 7 for i in range(60_000))
+    print(time.time(), time.perf_counter() - started, flush=True)
+    time.sleep(0.1)
+"""
+
+
+def completion_times(url: str, after: int = 0) -> list[float]:
+    """When each trial numbered ``after`` on completed (POSIX seconds), in order."""
     names = optuna.get_all_study_names(url)
     study = optuna.load_study(study_name=names[0], storage=url)
-    done = sorted(t.datetime_complete for t in study.get_trials(deepcopy=False)
+    return sorted(t.datetime_complete.timestamp() for t in study.get_trials(deepcopy=False)
                   if t.datetime_complete is not None and t.number >= after)
-    return [(b - a).total_seconds() for a, b in zip(done, done[1:], strict=False)]
+
+
+def window_ratio(done: list[float], window: int) -> tuple[float, float, float]:
+    """Mean seconds per trial over the first and the last ``window`` trials, and last / first."""
+    first = (done[window] - done[0]) / window
+    last = (done[-1] - done[-1 - window]) / window
+    return first, last, last / first
+
+
+def yardstick_ratio(samples: list[tuple[float, float]], done: list[float], window: int) -> float:
+    """The yardstick's mean loop time during the last window over that during the first."""
+    def mean_between(lo: float, hi: float) -> float:
+        inside = [d for t, d in samples if lo <= t <= hi]
+        return statistics.mean(inside) if inside else float("nan")
+    return mean_between(done[-1 - window], done[-1]) / mean_between(done[0], done[window])
+
+
+def repeated(args, tmp: str) -> dict:
+    """``--runs``: the whole replay N times, each beside the yardstick."""
+    runs = []
+    for n in range(args.runs):
+        url = f"sqlite:///{Path(tmp) / f'run{n}.db'}"
+        log = Path(tmp) / f"yardstick{n}.txt"
+        with log.open("w") as out:
+            yardstick = subprocess.Popen([sys.executable, "-c", YARDSTICK], stdout=out)
+            run = run_tuner(url, args.replay, args.trials, args.seed + n)
+            yardstick.kill()
+            yardstick.wait()
+        samples = [(float(t), float(d)) for t, d in (line.split() for line in log.read_text().splitlines() if line.count(" ") == 1)]
+        if run.returncode != 0:
+            raise SystemExit(run.stderr[-2000:])
+        done = completion_times(url)
+        first, last, ratio = window_ratio(done, args.window)
+        runs.append({"first_ms": round(first * 1e3, 2), "last_ms": round(last * 1e3, 2), "ratio": round(ratio, 3),
+                     "yardstick_ratio": round(yardstick_ratio(samples, done, args.window), 3)})
+        print(json.dumps(runs[-1]), flush=True)
+    return {"trials": args.trials, "runs": args.runs, "median_ratio": round(statistics.median(r["ratio"] for r in runs), 3),
+            "yardstick_ratios": [r["yardstick_ratio"] for r in runs], "replay": Path(args.replay).name}
 
 
 def run_tuner(url: str, replay: str, trials: int, seed: int, profile: str | None = None) -> subprocess.CompletedProcess:
@@ -75,7 +132,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", help="write a cProfile of the run here")
     parser.add_argument("--paired", type=int, metavar="ROUNDS", help="time the two study sizes in turns, ROUNDS each")
+    parser.add_argument("--runs", type=int, help="repeat the replay N times (seeds SEED..SEED+N-1), beside a yardstick")
     args = parser.parse_args()
+    if args.runs:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(repeated(args, tmp)))
+        return 0
     if args.paired:
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps(paired(args, tmp)))
