@@ -216,3 +216,43 @@ def test_backend_public_steps_load_launch_read_and_check(tmp_path):
     good, off_by_one = outputs
     assert np.isfinite(good).all() and np.abs(good - expected).max() <= 0.01 * np.abs(expected).max()
     assert not np.array_equal(good, off_by_one)
+
+
+def test_timing_rotates_over_copies_of_the_buffers_that_hold_the_same_data(tmp_path):
+    """A problem larger than L2 gets copies of its buffers (tuner/device/placement.py): each copy
+    gives the kernel the same output at other addresses, timing moves over them and leaves the
+    kernel on the original buffers, where the check reads."""
+    import numpy as np
+
+    from tuner.compile.nvrtc import compile_kernel
+    from tuner.device.worker import CudaBackend
+
+    spec = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
+    problem = {"M": 196 * 1024, "N": 768, "K": 768, "EPILOGUE": "BIAS_POS", "SEQ_LEN": 196}  # ~460 MB: > 4 L2
+    backend = CudaBackend()
+    backend.hello()
+    backend.prepare(spec, problem, seed=0, placements=3)
+    sets = backend.placements.sets
+    assert len(sets) == 3
+    assert len({int(s["A"]) for s in sets}) == 3 and len({int(s["C"]) for s in sets}) == 3
+    config = dict(spec.params)
+    built = compile_kernel(spec, config, problem, "sm_90a", cache_dir=tmp_path)
+    handle = backend.load(spec, config, problem, built.cubin_path)
+    out = backend.outputs["C"]
+    outputs = []
+    for k, buffers in enumerate(sets):
+        handle.use(k)
+        handle.run()
+        raw = np.empty(out.shape, dtype=out.dtype)
+        assert backend.cu.cuStreamSynchronize(backend.stream)[0] == 0
+        assert backend.cu.cuMemcpyDtoH(raw.ctypes.data, buffers["C"], raw.nbytes)[0] == 0
+        outputs.append(raw)
+    assert all(np.array_equal(outputs[0], o) for o in outputs[1:])
+    handle.use(0)
+    times = backend.time([handle], 6)
+    assert len(times) == 6 and all(t[0] > 0 for t in times)
+    assert handle.params == handle.variants[0][0]  # back on the original buffers
+    assert backend.check(handle, spec, problem, 0, 0).status == "ok"
+    backend.prepare(spec, {**problem, "M": 196 * 64}, seed=0, placements=3)
+    assert len(backend.placements.sets) == 1  # fits in L2: no copies
+    backend.unload(handle)
