@@ -55,8 +55,7 @@ def nominal(choice: dict, trial) -> float:
 
 def test_the_fastest_of_the_first_configs_is_the_reference_and_values_are_relative_to_it(tmp_path, cache_dir):
     url = f"sqlite:///{tmp_path / 's.db'}"
-    # a re-based value divides two noisy medians (the trial's and the chosen one's): at the fake's default
-    # per-launch noise (0.2 %) their quotient strays past the 0.2 % checked below now and then
+    # quiet launches: the values are checked to 0.2 % below
     summary, _ = run(study_file(tmp_path), url, cache_dir, env={"FAKE_NOISE": "0.0005"})
     study = optuna.load_study(study_name="probe", storage=url)
     choice = study.user_attrs[CHOICE]
@@ -77,6 +76,11 @@ def test_the_fastest_of_the_first_configs_is_the_reference_and_values_are_relati
         assert t.user_attrs["ratio_lo"] <= t.value <= t.user_attrs["ratio_hi"]
         assert t.user_attrs["ms"] / t.user_attrs["reference_ms"] == pytest.approx(t.value, rel=0.01)
         assert not t.intermediate_values or t.number >= PROBE  # no values in the defaults' frame
+    defaults = base_ms(choice["config"] | {"BLOCK": 64, "BLOCK_K": 16})
+    for t in probed:  # measured again against the chosen one; the probe's ratio to the defaults kept beside
+        if t.number != fastest.number:
+            assert t.user_attrs["probe_ratio"] == pytest.approx(nominal(choice, t) / defaults, rel=0.002), t.params
+    assert "probe_ratio" not in fastest.user_attrs and all("probe_ratio" not in t.user_attrs for t in trials[PROBE:])
     assert [t.number for t in sorted(probed, key=lambda t: t.value)] == \
         [t.number for t in sorted(probed, key=lambda t: nominal(choice, t))]
     assert summary["reference"].startswith(f"reference: chosen as the fastest of the first {PROBE} configs")
@@ -136,7 +140,8 @@ def test_a_worker_does_not_join_a_study_still_choosing_its_reference(tmp_path):
 
 def test_only_a_checked_config_is_chosen_and_a_milliseconds_study_keeps_its_values(tmp_path):
     """A probe held as the pipeline holds it: a wrong output never becomes the reference, however
-    fast; with ``value = "ms"`` the values stay (ratio x the reference's time: both move)."""
+    fast; with ``value = "ms"`` the values stay (ratio x the reference's time: both move). A config
+    whose second measurement (against the chosen one) fails keeps its first, re-based."""
     from types import SimpleNamespace
 
     from tuner.contract.kernel_spec import load_spec
@@ -153,6 +158,7 @@ def test_only_a_checked_config_is_chosen_and_a_milliseconds_study_keeps_its_valu
     study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}")
     evaluator.bind(study)
     study.set_user_attr("reference_ms", 2.0)  # the defaults' time in the first session
+    evaluator.evaluate = lambda params, config, report: Measurement("launch_error", reason="planted")
     probe = Probe(study, evaluator, 3)
     for number, (block, status, ratio) in enumerate([(32, "ok", 0.9), (64, "mismatch", 0.5), (128, "ok", 0.8)]):
         config = {**spec.params, **problem, "BLOCK": block}
@@ -167,6 +173,43 @@ def test_only_a_checked_config_is_chosen_and_a_milliseconds_study_keeps_its_valu
     first, _, chosen = (m for _, _, m in probe.held)
     assert (chosen.ratio, chosen.value, chosen.reference_ms) == pytest.approx((1.0, 1.6, 1.6))
     assert (first.ratio, first.value, first.extra["ratio_lo"]) == pytest.approx((1.125, 1.8, 0.89 / 0.8))
+    assert "probe_ratio" not in first.extra
+
+
+def test_the_probed_configs_are_measured_again_against_the_chosen_one(tmp_path):
+    """Held as the pipeline holds them: after the choice every other config that measured ok is
+    measured again (against the chosen one) and that measurement is told; a wrong output is not."""
+    from types import SimpleNamespace
+
+    from tuner.contract.kernel_spec import load_spec
+    from tuner.evaluate.gpu import GpuEvaluator
+    from tuner.measurement.value import Measurement
+    from tuner.run.objective import Begun
+    from tuner.run.probe import Probe
+    from tuner.study.options import MeasureSettings
+    from tuner.testing import EXAMPLE_SGEMM
+
+    spec = load_spec(EXAMPLE_SGEMM)
+    problem = {"M_DIM": 256, "N_DIM": 256, "K_DIM": 256}
+    evaluator = GpuEvaluator(spec, problem, "sm_90a", MeasureSettings(), reference_probe=3)
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}")
+    evaluator.bind(study)
+    again = []
+
+    def measure_again(params, config, report):
+        again.append((params["BLOCK"], evaluator.reference["BLOCK"]))
+        return Measurement("ok", ratio=1.13, value=1.13, ms=1.13, reference_ms=1.0)
+
+    evaluator.evaluate = measure_again
+    probe = Probe(study, evaluator, 3)
+    for number, (block, status, ratio) in enumerate([(32, "ok", 0.9), (64, "mismatch", 0.5), (128, "ok", 0.8)]):
+        probe.hold(SimpleNamespace(number=number), Begun({"BLOCK": block}, {**spec.params, **problem, "BLOCK": block}),
+                   Measurement(status, ratio=ratio, value=ratio, ms=ratio, reference_ms=1.0))
+    probe.choose()
+    assert again == [(32, 128)]  # the other ok config, paired with the chosen one
+    first, wrong, chosen = (m for _, _, m in probe.held)
+    assert (first.ratio, first.extra["probe_ratio"]) == (1.13, 0.9)
+    assert wrong.status == "mismatch" and chosen.ratio == pytest.approx(1.0)
 
 
 def test_a_run_stopped_while_choosing_stores_no_value_and_the_next_run_chooses(tmp_path, cache_dir):
