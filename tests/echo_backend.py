@@ -13,7 +13,7 @@ class EchoBackend:
     def hello(self):
         return {"name": "Echo GPU", "sm_count": 132, "cc": [9, 0], "max_smem_per_block": 232448, "driver": 0}
 
-    def prepare(self, spec, problem, seed, placements=1):
+    def prepare(self, spec, problem, seed):
         import numpy as np
 
         names = [*spec.inputs(problem, np.random.default_rng(seed)), *spec.outputs(problem)]

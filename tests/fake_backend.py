@@ -88,7 +88,7 @@ class FakeBackend:
         return {"name": "Fake GPU", "sm_count": 4, "cc": cc, "max_smem_per_block": 232448, "driver": 0,
                 "pid": os.getpid(), "uuid": "GPU-fake"}
 
-    def prepare(self, spec, problem, seed, placements=1):
+    def prepare(self, spec, problem, seed):
         time.sleep(float(os.environ.get("FAKE_PREPARE_DELAY_S", "0")))
         self.prepared = getattr(self, "prepared", 0) + 1
 

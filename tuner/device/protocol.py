@@ -78,7 +78,6 @@ class PrepareJob:
     spec_path: str
     problem: dict[str, Any]
     seed: int = 0
-    placements: int = 1  # copies of the buffers that timing rotates over (tuner.device.placement)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -52,9 +52,8 @@ class Backend(Protocol):
 
     def hello(self) -> dict[str, Any]: ...
 
-    def prepare(self, spec: Any, problem: dict, seed: int, placements: int = 1) -> None:
-        """Inputs and outputs of ``problem`` in place (once per problem: they are large), and up
-        to ``placements`` sets of them that :meth:`time` rotates over (:mod:`tuner.device.placement`)."""
+    def prepare(self, spec: Any, problem: dict, seed: int) -> None:
+        """Inputs and outputs of ``problem`` in place (once per problem: they are large)."""
         ...
 
     def load(self, spec: Any, config: dict, problem: dict, cubin_path: str) -> Any: ...
@@ -187,10 +186,10 @@ class Measurer:
 
         spec = load_spec(job.spec_path)
         problem = job.problem
-        key = json.dumps([job.spec_path, problem, job.seed, job.placements], sort_keys=True)
+        key = json.dumps([job.spec_path, problem, job.seed], sort_keys=True)
         if key != self._problem_key:
             self._drop_reference()  # its launch arguments point at the old buffers
-            self.backend.prepare(spec, problem, job.seed, job.placements)
+            self.backend.prepare(spec, problem, job.seed)
             self._problem_key = key
         return spec, problem
 

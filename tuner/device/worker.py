@@ -28,7 +28,6 @@ from tuner.device import echo_stub, protocol
 from tuner.device.driver import CudaError, kernel_params, launch_config, tensor_map
 from tuner.device.driver import check as _ck
 from tuner.device.inputs import InputGenerator, input_seed
-from tuner.device.placement import Placements
 from tuner.device.protocol import (
     Answer,
     Block,
@@ -156,10 +155,7 @@ class CudaBackend:
             "driver": _ck("cuDriverGetVersion", cu.cuDriverGetVersion()),
             "uuid": _uuid_text(cu, self.dev),
         }
-        self.l2_bytes = get(attr.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
         self.buffers: dict[str, Any] = {}
-        self.placements = Placements(cu)  # copies of the buffers that timing rotates over
-        self._turn = 0  # timed rounds so far: which placement the next one uses
         self.host_inputs: dict[str, np.ndarray] = {}
         self.generated: dict[str, RandomTable] = {}  # inputs that live on the device only (so far)
         self.generator: InputGenerator | None = None  # built on the first generated input
@@ -169,19 +165,16 @@ class CudaBackend:
         return self.device
 
     # -- inputs, once per problem -------------------------------------------------------------
-    def prepare(self, spec, problem: dict, seed: int, placements: int = 1) -> None:
+    def prepare(self, spec, problem: dict, seed: int) -> None:
         cu = self.cu
         if self.verifier is not None:
             self.verifier.forget()
-        self.placements.free()
         for ptr in self.buffers.values():
             cu.cuMemFree(ptr)
         self.buffers.clear()
         rng = np.random.default_rng(seed)
         self.host_inputs, self.generated = {}, {}
-        nbytes: dict[str, int] = {}
         for name, value in spec.inputs(problem, rng).items():
-            nbytes[name] = value.nbytes
             ptr = _ck("cuMemAlloc", cu.cuMemAlloc(max(1, value.nbytes)))
             self.buffers[name] = ptr
             if isinstance(value, RandomTable):
@@ -192,12 +185,10 @@ class CudaBackend:
                 self.host_inputs[name] = array
                 _ck("cuMemcpyHtoD", cu.cuMemcpyHtoD(ptr, array.ctypes.data, array.nbytes))
         self.outputs = spec.outputs(problem)
-        inputs = list(nbytes)
         for name, out in self.outputs.items():
-            nbytes[name] = int(np.prod(out.shape)) * np.dtype(out.dtype).itemsize
-            self.buffers[name] = _ck("cuMemAlloc", cu.cuMemAlloc(nbytes[name]))
+            nbytes = int(np.prod(out.shape)) * np.dtype(out.dtype).itemsize
+            self.buffers[name] = _ck("cuMemAlloc", cu.cuMemAlloc(nbytes))
         self._prepare_check(spec, problem)
-        self.placements.make(self.buffers, nbytes, inputs, placements, self.l2_bytes)
 
     def _generator(self) -> InputGenerator:
         if self.generator is None:
@@ -253,8 +244,8 @@ class CudaBackend:
             func = _ck("cuModuleGetFunction", cu.cuModuleGetFunction(module, kernel_name.encode()))
             _ck("cuFuncSetAttribute", cu.cuFuncSetAttribute(
                 func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.smem_bytes))
-            variants = self.placements.bind(lambda address_of: kernel_params(launch, address_of))
-            return _Kernel(cu, module, func, variants, launch_config(launch, self.stream, func))
+            params, keepalive = kernel_params(launch, lambda name: int(self.buffers[name]))
+            return _Kernel(cu, module, func, params, keepalive, launch_config(launch, self.stream, func))
         except CudaError as exc:
             if module is not None:
                 cu.cuModuleUnload(module)
@@ -289,11 +280,10 @@ class CudaBackend:
             handle.close()
 
     def load_baseline(self, spec, problem: dict) -> _HostBaseline:
-        launches = self.placements.bind(
-            lambda address_of: spec.baseline(problem, {name: address_of(name) for name in self.buffers}, int(self.stream)))
-        if launches[0] is None:
+        launch = spec.baseline(problem, {name: int(ptr) for name, ptr in self.buffers.items()}, int(self.stream))
+        if launch is None:
             raise LaunchFailed(f"kernel spec {spec.name} offers no baseline: give [measure] reference as a config")
-        return _HostBaseline(launches)
+        return _HostBaseline(launch)
 
     def unload(self, handle) -> None:
         handle.close()
@@ -346,18 +336,13 @@ class CudaBackend:
                            extra=extra)
 
     def time(self, handles, rounds: int) -> list[list[float]]:
-        """Every round on one placement of the buffers, the next round on the next one
-        (:mod:`tuner.device.placement`); handles are left on the original buffers."""
         cu = self.cu
         k = len(handles)
         events = self._events(rounds * k + 1)
         order: list[int] = []  # the handle each timed launch ran, in launch order
-        places = len(self.placements.sets)
         try:
             _ck("cuEventRecord", cu.cuEventRecord(events[0], self.stream))
             for r in range(rounds):
-                if places > 1:
-                    _place(handles, (self._turn + r) % places)
                 for j in range(k):
                     i = (r + j) % k  # rotate: nobody always runs first
                     handles[i].run()
@@ -366,10 +351,6 @@ class CudaBackend:
             _ck("cuStreamSynchronize", cu.cuStreamSynchronize(self.stream))
         except CudaError as exc:
             raise LaunchFailed(str(exc), self._context_broken()) from None
-        finally:
-            if places > 1:
-                _place(handles, 0)
-                self._turn += rounds
         times = [[0.0] * k for _ in range(rounds)]
         for n, i in enumerate(order):
             times[n // k][i] = _ck("cuEventElapsedTime", cu.cuEventElapsedTime(events[n], events[n + 1]))
@@ -471,22 +452,11 @@ class CudaBackend:
         return host_check(values, ref, rows, rows_total * cols, tolerance)
 
 
-def _place(handles, index: int) -> None:
-    for handle in handles:
-        if isinstance(handle, _Kernel | _HostBaseline):
-            handle.use(index)
-
-
 class _Kernel:
-    """A loaded CUBIN with its arguments bound to the problem's buffers: one argument array
-    (and the objects it points into) per placement of the buffers."""
+    """A loaded CUBIN with its arguments bound to the problem's buffers."""
 
-    def __init__(self, cu, module, func, variants: list[tuple[int, list[Any]]], config):
-        self.cu, self.module, self.func, self.variants, self.config = cu, module, func, variants, config
-        self.params = variants[0][0]
-
-    def use(self, placement: int) -> None:
-        self.params = self.variants[placement % len(self.variants)][0]
+    def __init__(self, cu, module, func, params, keepalive, config):
+        self.cu, self.module, self.func, self.params, self.keepalive, self.config = cu, module, func, params, keepalive, config
 
     def run(self) -> None:
         _ck("cuLaunchKernelEx", self.cu.cuLaunchKernelEx(self.config, self.func, self.params, 0))
@@ -498,12 +468,8 @@ class _Kernel:
 class _HostBaseline:
     """A spec's host-side baseline (a library call enqueued on the worker's stream)."""
 
-    def __init__(self, launches: list):
-        self.launches = launches
-        self.launch = launches[0]
-
-    def use(self, placement: int) -> None:
-        self.launch = self.launches[placement % len(self.launches)]
+    def __init__(self, launch):
+        self.launch = launch
 
     def run(self) -> None:
         self.launch()

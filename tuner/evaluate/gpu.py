@@ -153,12 +153,10 @@ class GpuEvaluator:
             raise
         if buildable is not None:  # native: builds while the worker prepares the inputs (a fixed arch: already submitted)
             self.compiler.submit(buildable)
-        placements = self.measure_settings.placements
-        self.supervisor.prepare(PrepareJob(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed,
-                                           placements=placements))
+        self.supervisor.prepare(PrepareJob(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed))
         try:  # the reference's compile finishes while the worker builds the inputs
             self.supervisor.prepare(WarmUpJob(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed,
-                                              placements=placements, reference=self.reference_job(), timing=self.timing))
+                                              reference=self.reference_job(), timing=self.timing))
         except UserError:
             pass  # an unusable reference: the first trial says why
         return device
@@ -178,8 +176,7 @@ class GpuEvaluator:
 
     def _job(self) -> dict[str, Any]:
         """The fields every checked job of this study shares."""
-        return dict(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed,
-                    placements=self.measure_settings.placements, reference=self.reference_job(),
+        return dict(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed, reference=self.reference_job(),
                     timing=self.timing, check_rows=self.measure_settings.check_rows or 0,  # 0: the spec's own count
                     tolerance=self.tolerance.as_job() if self.tolerance else None)
 

@@ -180,9 +180,6 @@ class MeasureSettings:
     regime: str = option("sustained", "sustained = warm GPU at its steady clocks; burst = rest idle_s, then few pairs",
                          choices=REGIMES)
     idle_s: float = option(2.0, "burst regime: seconds the GPU rests before each trial", minimum=0)
-    placements: int = option(1, "sets of the problem's buffers at different device addresses that timed rounds "
-                             "rotate over, as a kernel's speed against another's depends on where their data lies "
-                             "(problems that fit in L2 get one; copies take at most half the free GPU memory)", minimum=1)
     energy_s: float = option(0.0, "after timing, run the candidate and then the reference alone this long each and "
                              "store energy per launch and power with their uncertainty (0: none; the energy counter "
                              "steps every few tens of ms: 1 s or more)", minimum=0)
