@@ -34,6 +34,14 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REPLAY = ROOT / "tests" / "data" / "kernel_tuner" / "convolution_RTX_Titan.json.gz"  # 4,362 configs
 
 
+def completion_times(url: str, after: int = 0) -> list[float]:
+    """When each trial numbered ``after`` on completed (POSIX seconds), in order."""
+    names = optuna.get_all_study_names(url)
+    study = optuna.load_study(study_name=names[0], storage=url)
+    return sorted(t.datetime_complete.timestamp() for t in study.get_trials(deepcopy=False)
+                  if t.datetime_complete is not None and t.number >= after)
+
+
 def per_trial_costs(url: str, after: int = 0) -> list[float]:
     """Seconds between consecutive completions of the trials numbered ``after`` on, in completion order."""
     done = completion_times(url, after)
@@ -48,14 +56,6 @@ while True:
     print(time.time(), time.perf_counter() - started, flush=True)
     time.sleep(0.1)
 """
-
-
-def completion_times(url: str, after: int = 0) -> list[float]:
-    """When each trial numbered ``after`` on completed (POSIX seconds), in order."""
-    names = optuna.get_all_study_names(url)
-    study = optuna.load_study(study_name=names[0], storage=url)
-    return sorted(t.datetime_complete.timestamp() for t in study.get_trials(deepcopy=False)
-                  if t.datetime_complete is not None and t.number >= after)
 
 
 def window_ratio(done: list[float], window: int) -> tuple[float, float, float]:
@@ -148,11 +148,10 @@ def main() -> int:
         if run.returncode != 0:
             print(run.stderr[-2000:], file=sys.stderr)
             return run.returncode
-        costs = per_trial_costs(url)
-    w = args.window
-    first, last = statistics.mean(costs[:w]), statistics.mean(costs[-w:])
-    print(json.dumps({"trials": len(costs) + 1, "first_ms": round(first * 1e3, 2), "last_ms": round(last * 1e3, 2),
-                      "ratio": round(last / first, 3), "replay": Path(args.replay).name}))
+        done = completion_times(url)
+    first, last, ratio = window_ratio(done, args.window)
+    print(json.dumps({"trials": len(done), "first_ms": round(first * 1e3, 2), "last_ms": round(last * 1e3, 2),
+                      "ratio": round(ratio, 3), "replay": Path(args.replay).name}))
     return 0
 
 

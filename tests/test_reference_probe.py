@@ -138,10 +138,12 @@ def test_a_worker_does_not_join_a_study_still_choosing_its_reference(tmp_path):
         adopt(study, _Evaluator(), {})
 
 
-def test_only_a_checked_config_is_chosen_and_a_milliseconds_study_keeps_its_values(tmp_path):
-    """A probe held as the pipeline holds it: a wrong output never becomes the reference, however
-    fast; with ``value = "ms"`` the values stay (ratio x the reference's time: both move). A config
-    whose second measurement (against the chosen one) fails keeps its first, re-based."""
+HELD = [(32, "ok", 0.9), (64, "mismatch", 0.5), (128, "ok", 0.8)]  # (BLOCK, status, ratio to the defaults)
+
+
+def held_probe(tmp_path, settings, measure_again, reference_ms: float):
+    """A probe of the example GEMM holding :data:`HELD` as the pipeline holds them; the evaluator's
+    second measurements come from ``measure_again(params, config, report)`` (no GPU here)."""
     from types import SimpleNamespace
 
     from tuner.contract.kernel_spec import load_spec
@@ -149,22 +151,35 @@ def test_only_a_checked_config_is_chosen_and_a_milliseconds_study_keeps_its_valu
     from tuner.measurement.value import Measurement
     from tuner.run.objective import Begun
     from tuner.run.probe import Probe
-    from tuner.study.options import MeasureSettings
     from tuner.testing import EXAMPLE_SGEMM
 
     spec = load_spec(EXAMPLE_SGEMM)
     problem = {"M_DIM": 256, "N_DIM": 256, "K_DIM": 256}
-    evaluator = GpuEvaluator(spec, problem, "sm_90a", MeasureSettings(value="ms"), reference_probe=3)
+    evaluator = GpuEvaluator(spec, problem, "sm_90a", settings, reference_probe=3)
     study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}")
     evaluator.bind(study)
-    study.set_user_attr("reference_ms", 2.0)  # the defaults' time in the first session
-    evaluator.evaluate = lambda params, config, report: Measurement("launch_error", reason="planted")
+    evaluator.evaluate = measure_again
     probe = Probe(study, evaluator, 3)
-    for number, (block, status, ratio) in enumerate([(32, "ok", 0.9), (64, "mismatch", 0.5), (128, "ok", 0.8)]):
+    for number, (block, status, ratio) in enumerate(HELD):
         config = {**spec.params, **problem, "BLOCK": block}
         probe.hold(SimpleNamespace(number=number), Begun({"BLOCK": block}, config),
-                   Measurement(status, ms=2.0 * ratio, ratio=ratio, reference_ms=2.0, value=2.0 * ratio,
-                               extra={"ratio_lo": ratio - 0.01, "ratio_hi": ratio + 0.01}))
+                   Measurement(status, ms=reference_ms * ratio, ratio=ratio, reference_ms=reference_ms,
+                               value=reference_ms * ratio, extra={"ratio_lo": ratio - 0.01, "ratio_hi": ratio + 0.01}))
+    return study, evaluator, probe
+
+
+def test_only_a_checked_config_is_chosen_and_a_milliseconds_study_keeps_its_values(tmp_path):
+    """A probe held as the pipeline holds it: a wrong output never becomes the reference, however
+    fast; with ``value = "ms"`` the values stay (ratio x the reference's time: both move). A config
+    whose second measurement (against the chosen one) fails keeps its first, re-based."""
+    from tuner.measurement.value import Measurement
+    from tuner.study.options import MeasureSettings
+
+    def fails(params, config, report):
+        return Measurement("launch_error", reason="planted")
+
+    study, evaluator, probe = held_probe(tmp_path, MeasureSettings(value="ms"), fails, reference_ms=2.0)
+    study.set_user_attr("reference_ms", 2.0)  # the defaults' time in the first session
     record = probe.choose()
     assert record["trial"] == 2 and record["to_defaults"] == 0.8 and evaluator.reference["BLOCK"] == 128
     assert study.user_attrs[CHOICE] == record and study.user_attrs["objective"]["reference"] == record["flags"]
@@ -179,32 +194,16 @@ def test_only_a_checked_config_is_chosen_and_a_milliseconds_study_keeps_its_valu
 def test_the_probed_configs_are_measured_again_against_the_chosen_one(tmp_path):
     """Held as the pipeline holds them: after the choice every other config that measured ok is
     measured again (against the chosen one) and that measurement is told; a wrong output is not."""
-    from types import SimpleNamespace
-
-    from tuner.contract.kernel_spec import load_spec
-    from tuner.evaluate.gpu import GpuEvaluator
     from tuner.measurement.value import Measurement
-    from tuner.run.objective import Begun
-    from tuner.run.probe import Probe
     from tuner.study.options import MeasureSettings
-    from tuner.testing import EXAMPLE_SGEMM
 
-    spec = load_spec(EXAMPLE_SGEMM)
-    problem = {"M_DIM": 256, "N_DIM": 256, "K_DIM": 256}
-    evaluator = GpuEvaluator(spec, problem, "sm_90a", MeasureSettings(), reference_probe=3)
-    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}")
-    evaluator.bind(study)
     again = []
 
     def measure_again(params, config, report):
         again.append((params["BLOCK"], evaluator.reference["BLOCK"]))
         return Measurement("ok", ratio=1.13, value=1.13, ms=1.13, reference_ms=1.0)
 
-    evaluator.evaluate = measure_again
-    probe = Probe(study, evaluator, 3)
-    for number, (block, status, ratio) in enumerate([(32, "ok", 0.9), (64, "mismatch", 0.5), (128, "ok", 0.8)]):
-        probe.hold(SimpleNamespace(number=number), Begun({"BLOCK": block}, {**spec.params, **problem, "BLOCK": block}),
-                   Measurement(status, ratio=ratio, value=ratio, ms=ratio, reference_ms=1.0))
+    _, evaluator, probe = held_probe(tmp_path, MeasureSettings(), measure_again, reference_ms=1.0)
     probe.choose()
     assert again == [(32, 128)]  # the other ok config, paired with the chosen one
     first, wrong, chosen = (m for _, _, m in probe.held)
