@@ -15,6 +15,9 @@ during the run's first and last windows (no study, so any ratio it shows is the 
 ``--paired ROUNDS`` measures the growth alone: it makes a study of ``--window`` trials
 and one of ``--trials - --window``, then in each round resumes a copy of each by 40 trials,
 alternately, and prints the mean cost per new trial at both sizes and their ratio.
+``--count`` measures the work instead of the time, which the machine's speed cannot move: the
+Python function calls (every thread) and SQL statements per trial over the first and the last
+window of one run (a profiler counts them during those windows only), and their ratios.
 """
 
 from __future__ import annotations
@@ -58,6 +61,41 @@ while True:
 """
 
 
+COUNTER = """
+import json, sys, threading
+import optuna, sqlalchemy
+from tuner.cli.launch import main
+trials, window = int(sys.argv[3]), int(sys.argv[4])
+calls, statements, told, marks = [0], [0], [0], {}
+
+def count(frame, event, arg):
+    if event in ("call", "c_call"):
+        calls[0] += 1
+
+@sqlalchemy.event.listens_for(sqlalchemy.engine.Engine, "before_cursor_execute")
+def _statement(*args):
+    statements[0] += 1
+
+tell = optuna.Study.tell
+
+def counted_tell(self, *args, **kwargs):
+    result = tell(self, *args, **kwargs)
+    told[0] += 1
+    if told[0] in (window, trials - 1):  # the windows' ends: stop counting
+        marks[told[0]] = (calls[0], statements[0])
+        sys.setprofile(None); threading.setprofile(None)
+    if told[0] in (0 + 1, trials - 1 - window):  # the windows' starts (after trial 1: imports done)
+        marks.setdefault(-told[0], (calls[0], statements[0]))
+        sys.setprofile(count); threading.setprofile(count)
+    return result
+
+optuna.Study.tell = counted_tell
+code = main(["run", "--replay", sys.argv[1], "--storage", sys.argv[2], "--trials", str(trials), "--seed", sys.argv[5], "--json"])
+print(json.dumps({str(k): v for k, v in marks.items()}))
+sys.exit(code)
+"""
+
+
 def window_ratio(done: list[float], window: int) -> tuple[float, float, float]:
     """Mean seconds per trial over the first and the last ``window`` trials, and last / first."""
     first = (done[window] - done[0]) / window
@@ -94,6 +132,22 @@ def repeated(args, tmp: str) -> dict:
         print(json.dumps(runs[-1]), flush=True)
     return {"trials": args.trials, "runs": args.runs, "median_ratio": round(statistics.median(r["ratio"] for r in runs), 3),
             "yardstick_ratios": [r["yardstick_ratio"] for r in runs], "replay": Path(args.replay).name}
+
+
+def counted(args, tmp: str) -> dict:
+    """``--count``: calls and SQL statements per trial in the first and the last window."""
+    url = f"sqlite:///{Path(tmp) / 'count.db'}"
+    run = subprocess.run([sys.executable, "-c", COUNTER, args.replay, url, str(args.trials), str(args.window), str(args.seed)],
+                         cwd=ROOT, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit(run.stderr[-2000:])
+    marks = {int(k): v for k, v in json.loads(run.stdout.strip().splitlines()[-1]).items()}
+    w, n = args.window, args.trials - 1
+    first = [(marks[w][i] - marks[-1][i]) / (w - 1) for i in (0, 1)]
+    last = [(marks[n][i] - marks[-(n - w)][i]) / w for i in (0, 1)]
+    return {"trials": args.trials, "window": w, "calls_first": round(first[0]), "calls_last": round(last[0]),
+            "calls_ratio": round(last[0] / first[0], 3), "sql_first": round(first[1], 1), "sql_last": round(last[1], 1),
+            "sql_ratio": round(last[1] / first[1], 3), "replay": Path(args.replay).name}
 
 
 def run_tuner(url: str, replay: str, trials: int, seed: int, profile: str | None = None) -> subprocess.CompletedProcess:
@@ -133,7 +187,12 @@ def main() -> int:
     parser.add_argument("--profile", help="write a cProfile of the run here")
     parser.add_argument("--paired", type=int, metavar="ROUNDS", help="time the two study sizes in turns, ROUNDS each")
     parser.add_argument("--runs", type=int, help="repeat the replay N times (seeds SEED..SEED+N-1), beside a yardstick")
+    parser.add_argument("--count", action="store_true", help="count calls and SQL statements per trial instead of timing")
     args = parser.parse_args()
+    if args.count:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(counted(args, tmp)))
+        return 0
     if args.runs:
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps(repeated(args, tmp)))
