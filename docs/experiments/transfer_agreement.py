@@ -1,6 +1,10 @@
 """A warm start's prior weighted by how well it ranks the study's own configs, against the prior
 at its fixed fading weight, and against a cold start (issue 30: transfer never below the cold run).
 
+FROZEN: the two variants (``ParzenSearch.weigh_prior_by_agreement``, ``explore_beside_prior``) live
+only in commit a91b537 and were not kept (docs/experiments/results_sampler.md, "2026-11-26 (afternoon):
+a prior weighted by its agreement"); run this file in a checkout of that commit. On main it stops.
+
     PYTHONPATH=$PWD python3 docs/experiments/transfer_agreement.py [--seeds 10] [--only NAME ...]
 
 For each pair and seed the source study runs once (the default sampler, 100 trials on Kernel Tuner
@@ -40,6 +44,8 @@ PAIRS = [
 
 
 def main() -> None:
+    if not hasattr(ParzenSearch, "weigh_prior_by_agreement"):
+        raise SystemExit("frozen: run this in a checkout of commit a91b537 (the variants are not on main)")
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--only", nargs="*", default=[])

@@ -50,13 +50,6 @@ N_EI_CANDIDATES = 24
 #: observations a mixture keeps (a uniform subsample beyond): bounds the cost in the number of trials
 MAX_COMPONENTS = 128
 
-#: the prior's agreement with the study is first judged on this many of its own measured configs
-AGREEMENT_MIN_MEASURED = 5
-#: ... counts as this many configs of full agreement (a handful of configs rank by chance)
-AGREEMENT_SHRINK = 5.0
-#: ... and is judged again on each new measured config up to this many, then held
-AGREEMENT_UNTIL = 200
-
 #: good configs needed before an ordered axis's kernel is checked against the data: with fewer,
 #: the leave-one-out choice follows noise and costs the first trials more than it gives
 MIN_GOOD_TO_CHOOSE_KERNEL = 5
@@ -141,10 +134,6 @@ def _kernel(levels: int, ordered: bool, shrink: float) -> np.ndarray:
 class ParzenSearch:
     """Chooses the next row of a :class:`~tuner.search.pool.Pool` (see the module docstring)."""
 
-    #: a prior counts in proportion to how well it ranks this study's own configs (:meth:`_agreement`)
-    weigh_prior_by_agreement = True
-    explore_beside_prior = False
-
     def __init__(self, seed: int | None = None, n_startup_trials: int = 10, sample_size: int = SAMPLE_SIZE,
                  patience: int | None = None, n_ei_candidates: int = N_EI_CANDIDATES):
         self.n_ei_candidates = n_ei_candidates
@@ -152,32 +141,16 @@ class ParzenSearch:
         self.patience = patience
         self.sample_size = sample_size
         self.rng = np.random.default_rng(seed)
-        self._agreement_at: tuple[int, float] | None = None  # (own measured configs, agreement) last computed
 
     def reseed_rng(self) -> None:
         self.rng = np.random.default_rng()
-
-    def _agreement(self, prior: Observations, own: Observations, levels: Sequence[int], ordered: Sequence[bool]) -> float:
-        """How far the prior is to be trusted here, 0..1: the rank correlation between the prior's
-        density ratio at the study's own measured configs and their values (:func:`prior_agreement`),
-        shrunk towards trust while few are measured. Held once ``AGREEMENT_UNTIL`` are measured
-        (the prior's weight has faded by then, and the cost per proposal stays flat)."""
-        n = len(own.measured)
-        if n < AGREEMENT_MIN_MEASURED:
-            return 1.0
-        if self._agreement_at is None or (n != self._agreement_at[0] and n <= AGREEMENT_UNTIL):
-            rho = prior_agreement(prior, own, levels, ordered, self.rng)
-            self._agreement_at = (n, (AGREEMENT_SHRINK + n * max(0.0, rho)) / (AGREEMENT_SHRINK + n))
-        return self._agreement_at[1]
 
     def propose(self, pool: Pool, ordered: Sequence[bool], prior: Observations | None = None) -> int | None:
         """The row to try next, or None when nothing is left."""
         own = pool.observations
         started = len(own) + len(pool.in_flight_codes())
         prior = prior if prior is not None and len(prior) else None
-        # with a prior, every other start-up trial is still uniform: a prior from elsewhere may know nothing here
-        explore = prior is not None and self.explore_beside_prior and started < self.n_startup_trials and started % 2 == 1
-        if (prior is None and started < self.n_startup_trials) or explore or (not own.measured and (prior is None or not prior.measured)):
+        if (prior is None and started < self.n_startup_trials) or (not own.measured and (prior is None or not prior.measured)):
             rows = pool.random_untried(1, self.rng)
             return int(rows[0]) if len(rows) else None
 
@@ -190,8 +163,6 @@ class ParzenSearch:
         else:
             scale = self.n_startup_trials / max(self.n_startup_trials, len(prior))
             weight = scale * self.n_startup_trials / (self.n_startup_trials + len(own))
-            if self.weigh_prior_by_agreement:
-                weight *= self._agreement(prior, own, pool.levels, ordered)
             best = _split([own, prior], [1.0, weight], good, bad)
             ok.add(prior.measured + prior.slower, weight)
             failed.add(prior.failed, weight)
@@ -318,34 +289,3 @@ def _split(sources: Sequence[Observations], weights: Sequence[float], good: Mixt
     for position, (*_, code, weight) in enumerate(ranked):
         (good if position < n_good else bad).add([code], weight)
     return [code for _, index, code, _ in ranked[:n_good] if index == 0] or [code for *_, code, _ in ranked[:n_good]]
-
-
-def prior_agreement(prior: Observations, own: Observations, levels: Sequence[int], ordered: Sequence[bool],
-                    rng: np.random.Generator) -> float:
-    """Spearman's rank correlation between the prior's log density ratio l / g (its own good / rest
-    split) at each of the study's measured configs and how fast each config measured: 1 when the
-    prior ranks this study's configs as they came out, 0 when it knows nothing of them, below 0
-    when it points the wrong way (another shape whose fast region lies elsewhere)."""
-    good, bad = Mixture(levels, ordered), Mixture(levels, ordered)
-    _split([prior], [1.0], good, bad)
-    codes = np.stack(own.measured)
-    predicted = good.log_density(codes, rng) - bad.log_density(codes, rng)
-    return _spearman(predicted, -np.asarray(own.values))
-
-
-def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Rank correlation (average ranks for ties); 0 when either side is constant."""
-    ra, rb = _ranks(a), _ranks(b)
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    scale = math.sqrt(float(ra @ ra) * float(rb @ rb))
-    return float(ra @ rb) / scale if scale > 0 else 0.0
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    order = np.argsort(x, kind="stable")
-    ranks = np.empty(len(x))
-    ranks[order] = np.arange(len(x), dtype=float)
-    # ties share their mean rank
-    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=ranks)
-    return (sums / counts)[inverse]
