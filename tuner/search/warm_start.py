@@ -4,10 +4,11 @@ The best configurations of the source study, mapped onto this study's space (a v
 not list, or a config it cannot run, moves to the nearest one it can: :mod:`tuner.search.transfer`)
 and not tried yet, are queued as the first trials, so the sampler starts from what is known to
 be fast instead of from random picks; the source's whole history, mapped the same way, is the
-sampler's prior. Defines the source did not tune take this space's defaults in the queued configs;
-in the prior a source trial stands for each of their values, sharing its weight (the source says
-nothing of them, and a default taken as measured would steer the search to one half of the
-space). In tiered mode, tier-2 defines are held at their defaults as tier 1 requires.
+sampler's prior. Axes the source did not tune say nothing of the source's configs, and one value
+taken for all of them would steer the search to one part of the space: the queued configs take
+their values in turn (the first config the first combination, the second the next, ...), and in
+the prior a source trial stands for each of their values, sharing its weight. In tiered mode,
+tier-2 defines are held at their defaults as tier 1 requires.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
         candidates = sorted(((t, m) for t, m in mapped if m is not None), key=lambda item: bool(item[1].moved))
         taken = 0
         for trial, config in candidates:
+            config = mapper.map(_untuned_at(trial.params, space, taken)) or config
             attrs: dict = {MARK: f"{name}#{trial.number}"}
             if config.moved:
                 attrs[MOVED_MARK] = list(config.moved)
@@ -95,6 +97,15 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
                     break
     study.set_user_attr(MARK, source_names)
     return queued
+
+
+def _untuned_at(params: dict, space: Space, index: int) -> dict:
+    """``params`` with the axes its source did not tune at their ``index``-th combination of values
+    (cycling): the queued configs cover each value of a switch the source never had, instead of all
+    sitting at this space's default (FC1's GELU_H2 from patch_embed: its fast configs all have 1,
+    the default is 0)."""
+    spread = spread_untuned(params, space)
+    return spread[index % len(spread)][0]
 
 
 def _load_source(study: optuna.Study, name: str) -> optuna.Study:
