@@ -155,7 +155,9 @@ def test_the_queued_configs_take_the_values_of_an_axis_the_source_did_not_tune_i
     space = target_space()
     queued = warm_start(optuna.create_study(study_name="dst", storage=storage), space, ["src"], top=5)
     assert [m.params for m in queued] == [{**c, "STAGES": s} for c, s in zip(configs, (2, 3, 4, 2, 3), strict=True)]
-    assert all(m.moved == () for m in queued)  # an axis the source did not have is not a move
+    assert all(m.moved == () and m.untuned == ("STAGES",) for m in queued)  # an axis the source did not have is not a move
+    assert transfer_message(queued, 15, ["src"]) == \
+        "warm start: 5 configs queued (STAGES not in the source: its values in turn), prior from 15 trials of src"
 
 
 def test_the_prior_joins_the_good_bad_split_weighted_below_one_and_fading(monkeypatch):

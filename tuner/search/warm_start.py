@@ -13,6 +13,7 @@ tier-2 defines are held at their defaults as tier 1 requires.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -86,7 +87,10 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
         candidates = sorted(((t, m) for t, m in mapped if m is not None), key=lambda item: bool(item[1].moved))
         taken = 0
         for trial, config in candidates:
-            config = mapper.map(_untuned_at(trial.params, space, taken)) or config
+            spread = _untuned_at(trial.params, space, taken)
+            if spread is not trial.params:
+                config = mapper.map(spread) or config
+                config = dataclasses.replace(config, untuned=tuple(a for a in space.axis_names if a not in trial.params))
             attrs: dict = {MARK: f"{name}#{trial.number}"}
             if config.moved:
                 attrs[MOVED_MARK] = list(config.moved)
@@ -105,7 +109,7 @@ def _untuned_at(params: dict, space: Space, index: int) -> dict:
     sitting at this space's default (FC1's GELU_H2 from patch_embed: its fast configs all have 1,
     the default is 0)."""
     spread = spread_untuned(params, space)
-    return spread[index % len(spread)][0]
+    return spread[index % len(spread)][0] if len(spread) > 1 else params
 
 
 def _load_source(study: optuna.Study, name: str) -> optuna.Study:
@@ -160,9 +164,14 @@ def transfer_message(queued: list[Mapped] | None, prior: int, source_names: list
     if queued is not None:
         text = f"{_count(len(queued), 'config')} queued"
         moved = [m for m in queued if m.moved]
+        notes = []
         if moved:
-            axes = sorted({a for m in moved for a in m.moved})
-            text += f" ({len(moved)} moved to the nearest valid: {', '.join(axes)})"
+            notes.append(f"{len(moved)} moved to the nearest valid: {', '.join(sorted({a for m in moved for a in m.moved}))}")
+        untuned = sorted({a for m in queued for a in m.untuned})
+        if untuned:
+            notes.append(f"{', '.join(untuned)} not in the source: {'its' if len(untuned) == 1 else 'their'} values in turn")
+        if notes:
+            text += f" ({'; '.join(notes)})"
         parts.append(text)
     parts.append(f"prior from {_count(prior, 'trial')} of {', '.join(source_names)}")
     return "warm start: " + ", ".join(parts)
