@@ -17,6 +17,7 @@ from tuner.search.warm_start import (
     MOVED_MARK,
     MOVED_WEIGHT,
     SPREAD_MAX,
+    prior_sources,
     prior_trials,
     space_map,
     spread_untuned,
@@ -138,6 +139,7 @@ def test_an_axis_the_source_did_not_tune_is_spread_over_its_values_in_the_prior(
     assert [(t.params, t.user_attrs[PRIOR_WEIGHT]) for t in prior] == [
         ({**c, "STAGES": s}, 1 / 3) for c in configs for s in (2, 3, 4)]
     assert [t.value for t in prior] == [1.0] * 3 + [2.0] * 3
+    assert prior_sources(prior) == 2  # what the run reports: "prior from 2 trials of src"
     # a source that tuned every axis: one config, the whole weight; too many combinations: the defaults stand in
     assert spread_untuned({"BLOCK": 32, "METHOD": "a", "STAGES": 3}, space) == [({"BLOCK": 32, "METHOD": "a", "STAGES": 3}, 1.0)]
     assert 4 * 3 * 3 > SPREAD_MAX and spread_untuned({}, space) == [({}, 1.0)]

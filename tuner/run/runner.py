@@ -34,7 +34,14 @@ from tuner.search.distributions import store_axes, stored_axes
 from tuner.search.pruner import MarginPruner
 from tuner.search.sampler import ValidOnlySampler, make_base_sampler
 from tuner.search.space import Space
-from tuner.search.warm_start import prior_trials, queue_start_configs, start_params, transfer_message, warm_start
+from tuner.search.warm_start import (
+    prior_sources,
+    prior_trials,
+    queue_start_configs,
+    start_params,
+    transfer_message,
+    warm_start,
+)
 from tuner.store.liveness import recover_stale_trials
 from tuner.store.optuna_private import TrialFeed
 from tuner.store.results import best_trial, metric_of, value_of, value_text
@@ -255,7 +262,7 @@ class Runner:
         if settings.warm_start:  # the source studies' trials shape the sampler's model (each run: a resume too)
             prior = prior_trials(self.study, space, settings.warm_start)
             self.sampler.set_prior(prior)
-            self.transfer = transfer_message(warm_queued, len(prior), settings.warm_start)
+            self.transfer = transfer_message(warm_queued, prior_sources(prior), settings.warm_start)
         self._bar = None
         self.flops = settings.study_attrs.get("flops") or None
         self.timeline = Timeline(started=settings.started if settings.started is not None else time.monotonic())

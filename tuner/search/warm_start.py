@@ -140,9 +140,14 @@ def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> 
                 prior.append(optuna.trial.create_trial(
                     state=trial.state, value=value_of(trial) / best if trial.state == TrialState.COMPLETE else None,
                     params=mapped.params, distributions=distributions,
-                    user_attrs={"status": trial.user_attrs.get("status", ""),
+                    user_attrs={"status": trial.user_attrs.get("status", ""), MARK: f"{name}#{trial.number}",
                                 PRIOR_WEIGHT: share * MOVED_WEIGHT ** len(mapped.moved)}))
     return prior
+
+
+def prior_sources(prior: list[FrozenTrial]) -> int:
+    """How many source trials ``prior`` holds (one stands for each value of an axis its source did not tune)."""
+    return len({t.user_attrs.get(MARK) for t in prior})
 
 
 def spread_untuned(params: dict, space: Space) -> list[tuple[dict, float]]:
