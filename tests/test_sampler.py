@@ -254,3 +254,46 @@ def test_a_grid_spreads_its_first_configs_over_the_space_then_walks_in_order():
     assert in_order == sorted(in_order) and [c[0] for c in in_order[:4]] == [1, 1, 1, 1]
     assert [c[0] for c in spread[:4]] == [1, 2, 3, 4]  # rows 0, 10, 20 and 31: every value of the first axis
     assert spread[4:] == sorted(spread[4:]) and sorted(spread) == in_order  # then the rest in order, each once
+
+
+def test_late_in_a_study_the_feasibility_model_weighs_only_the_candidates_l_favours_most(monkeypatch):
+    """Its two mixtures over every candidate were most of a proposal's cost late in a long study (2.6
+    of 5.7 ms at 2,000 trials, docs/RELIABILITY.md): from FEASIBILITY_TOP_AFTER own observations on it
+    sees only the FEASIBILITY_TOP candidates the good-config density favours most, and a failing
+    region is still proposed less (planted here: the fastest configs border it)."""
+    monkeypatch.setattr(parzen, "FEASIBILITY_TOP_AFTER", 30)
+    monkeypatch.setattr(parzen, "FEASIBILITY_TOP", 64)
+    seen: list[tuple[int, int]] = []  # (own observations, candidates the feasibility model weighed)
+    log_density = parzen.Mixture.log_density
+
+    def counted(self, candidates, rng):
+        if self.sharp:
+            seen.append((observed[0], len(candidates)))
+        return log_density(self, candidates, rng)
+
+    monkeypatch.setattr(parzen.Mixture, "log_density", counted)
+
+    def planted(config):
+        if config["a"] >= 12:
+            return Record("launch_error", attrs={"reason": "too many resources"})
+        ms = 1.0 + abs(config["a"] - 11) + 0.5 * abs(config["b"] - 5) + 0.25 * config["c"]
+        return Record("ok", float(ms), [float(ms)] * 10)
+
+    recording, space = recorded_space({"a": list(range(16)), "b": list(range(12)), "c": list(range(8))}, planted)
+    observed = [0]
+    propose = ParzenSearch.propose
+
+    def counting(self, pool, *args, **kwargs):
+        observed[0] = len(pool.observations)
+        return propose(self, pool, *args, **kwargs)
+
+    monkeypatch.setattr(ParzenSearch, "propose", counting)
+    settings = RunSettings(study_name="late", sampler="tpe", trials=80, seed=0, pruner=False, progress=False)
+    runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
+    runner.run()
+    study = runner.study
+    early = [n for own, n in seen if own < 30]
+    late = [n for own, n in seen if own > 30]
+    assert max(early) > 64 and late and max(late) <= 64, (max(early), max(late, default=None))
+    failing = sum(t.params["a"] >= 12 for t in study.trials[30:]) / len(study.trials[30:])
+    assert failing < 0.7 * sum(p["a"] >= 12 for p in space.valid) / len(space.valid)

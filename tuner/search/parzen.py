@@ -18,7 +18,8 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   whose good values alternate (multiples of a wavefront) is not smooth in its index;
 * feasibility: ``p_ok`` is the successes' share of a narrow-kernel density of successes and
   failures (compile, launch, run-time errors, mismatches), learnt online, so a region that
-  fails is proposed less without being ruled out;
+  fails is proposed less without being ruled out; from ``FEASIBILITY_TOP_AFTER`` observations on it
+  weighs only the candidates ``l`` favours most (its cost would otherwise dominate a long study's);
 * plateaus: after as many trials without a new best as there are axes, every other proposal
   is a one-axis move from the best config (or else the best of another basin) that is likely
   to work; the others stay with the density ratio, which can leap to a basin that no chain of
@@ -49,6 +50,11 @@ N_EI_CANDIDATES = 24
 
 #: observations a mixture keeps (a uniform subsample beyond): bounds the cost in the number of trials
 MAX_COMPONENTS = 128
+
+#: from this many own observations on, the draw looks only at the FEASIBILITY_TOP candidates ``l`` favours
+#: most (the feasibility model's cost then stays flat; the first 200 proposals are as before)
+FEASIBILITY_TOP_AFTER = 200
+FEASIBILITY_TOP = 256
 
 #: good configs needed before an ordered axis's kernel is checked against the data: with fewer,
 #: the leave-one-out choice follows noise and costs the first trials more than it gives
@@ -190,7 +196,13 @@ class ParzenSearch:
         if not len(rows):
             return None
         codes = pool.codes[rows]
-        log_l = good.log_density(codes, self.rng) + log_feasible(codes)
+        log_l = good.log_density(codes, self.rng)
+        if len(own) >= FEASIBILITY_TOP_AFTER and failed.codes and len(rows) > FEASIBILITY_TOP:
+            # late in a study the feasibility model (two mixtures of MAX_COMPONENTS sharp kernels over every
+            # candidate) is most of a proposal's cost: it weighs only the candidates l favours most
+            keep = np.sort(np.argpartition(-log_l, FEASIBILITY_TOP)[:FEASIBILITY_TOP])
+            rows, codes, log_l = rows[keep], codes[keep], log_l[keep]
+        log_l = log_l + log_feasible(codes)
         # TPE's draw: candidates come from l (here: the sample reweighted by l * p_ok), the ratio picks among them
         if len(rows) > self.n_ei_candidates:
             weight = np.exp(log_l - log_l.max())
