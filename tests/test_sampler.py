@@ -56,19 +56,24 @@ def test_ask_cost_does_not_grow_with_the_space():
     assert large_cost < 10 * small_cost
 
 
-def test_failures_make_their_region_proposed_less():
-    """Configs with a >= 12 fail at launch; their neighbours just below are the fastest, so the
-    value model alone would draw the search into the failing region (0.28 of the proposals after
-    20 trials, measured with the feasibility model switched off). The optimum is found early, so
-    most of these trials are a plateau, where every other proposal is the density ratio's: soft
-    feasibility lets some through (0.15 where moves alone gave 0.11)."""
+def failing_region_space() -> tuple[Recording, Space]:
+    """Configs with a >= 12 fail at launch; the fastest ones (a = 11) border them."""
     def planted(config):
         if config["a"] >= 12:
             return Record("launch_error", attrs={"reason": "too many resources"})
         ms = 1.0 + abs(config["a"] - 11) + 0.5 * abs(config["b"] - 5) + 0.25 * config["c"]
         return Record("ok", float(ms), [float(ms)] * 10)
 
-    recording, space = recorded_space({"a": list(range(16)), "b": list(range(12)), "c": list(range(8))}, planted)
+    return recorded_space({"a": list(range(16)), "b": list(range(12)), "c": list(range(8))}, planted)
+
+
+def test_failures_make_their_region_proposed_less():
+    """Configs with a >= 12 fail at launch; their neighbours just below are the fastest, so the
+    value model alone would draw the search into the failing region (0.28 of the proposals after
+    20 trials, measured with the feasibility model switched off). The optimum is found early, so
+    most of these trials are a plateau, where every other proposal is the density ratio's: soft
+    feasibility lets some through (0.15 where moves alone gave 0.11)."""
+    recording, space = failing_region_space()
     share = sum(p["a"] >= 12 for p in space.valid) / len(space.valid)  # 0.25
     rates = []
     for seed in range(6):
@@ -273,13 +278,7 @@ def test_late_in_a_study_the_feasibility_model_weighs_only_the_candidates_l_favo
 
     monkeypatch.setattr(parzen.Mixture, "log_density", counted)
 
-    def planted(config):
-        if config["a"] >= 12:
-            return Record("launch_error", attrs={"reason": "too many resources"})
-        ms = 1.0 + abs(config["a"] - 11) + 0.5 * abs(config["b"] - 5) + 0.25 * config["c"]
-        return Record("ok", float(ms), [float(ms)] * 10)
-
-    recording, space = recorded_space({"a": list(range(16)), "b": list(range(12)), "c": list(range(8))}, planted)
+    recording, space = failing_region_space()
     observed = [0]
     propose = ParzenSearch.propose
 
