@@ -90,7 +90,8 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
             spread = _untuned_at(trial.params, space, taken)
             if spread is not trial.params:
                 config = mapper.map(spread) or config
-                config = dataclasses.replace(config, untuned=tuple(a for a in space.axis_names if a not in trial.params))
+                untuned = tuple(a for a in space.axis_names if a not in trial.params and a not in mapper.hold)  # tiered: tier 2 held
+                config = dataclasses.replace(config, untuned=untuned)
             attrs: dict = {MARK: f"{name}#{trial.number}"}
             if config.moved:
                 attrs[MOVED_MARK] = list(config.moved)
