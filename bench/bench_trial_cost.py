@@ -62,36 +62,12 @@ while True:
 
 
 COUNTER = """
-import json, sys, threading
-import optuna, sqlalchemy
-from tuner.cli.launch import main
+import json, sys
+from tuner.testing import work_per_trial
 trials, window = int(sys.argv[3]), int(sys.argv[4])
-calls, statements, told, marks = [0], [0], [0], {}
-
-def count(frame, event, arg):
-    if event in ("call", "c_call"):
-        calls[0] += 1
-
-@sqlalchemy.event.listens_for(sqlalchemy.engine.Engine, "before_cursor_execute")
-def _statement(*args):
-    statements[0] += 1
-
-tell = optuna.Study.tell
-
-def counted_tell(self, *args, **kwargs):
-    result = tell(self, *args, **kwargs)
-    told[0] += 1
-    if told[0] in (window, trials - 1):  # the windows' ends: stop counting
-        marks[told[0]] = (calls[0], statements[0])
-        sys.setprofile(None); threading.setprofile(None)
-    if told[0] in (0 + 1, trials - 1 - window):  # the windows' starts (after trial 1: imports done)
-        marks.setdefault(-told[0], (calls[0], statements[0]))
-        sys.setprofile(count); threading.setprofile(count)
-    return result
-
-optuna.Study.tell = counted_tell
-code = main(["run", "--replay", sys.argv[1], "--storage", sys.argv[2], "--trials", str(trials), "--seed", sys.argv[5], "--json"])
-print(json.dumps({str(k): v for k, v in marks.items()}))
+code, (first, last) = work_per_trial(["run", "--replay", sys.argv[1], "--storage", sys.argv[2], "--trials", str(trials),
+                                      "--seed", sys.argv[5], "--json"], [(1, window), (trials - window, window)])
+print(json.dumps({"first": first, "last": last}))
 sys.exit(code)
 """
 
@@ -141,10 +117,8 @@ def counted(args, tmp: str) -> dict:
                          cwd=ROOT, capture_output=True, text=True)
     if run.returncode != 0:
         raise SystemExit(run.stderr[-2000:])
-    marks = {int(k): v for k, v in json.loads(run.stdout.strip().splitlines()[-1]).items()}
-    w, n = args.window, args.trials - 1
-    first = [(marks[w][i] - marks[-1][i]) / (w - 1) for i in (0, 1)]
-    last = [(marks[n][i] - marks[-(n - w)][i]) / w for i in (0, 1)]
+    windows = json.loads(run.stdout.strip().splitlines()[-1])
+    w, first, last = args.window, windows["first"], windows["last"]
     return {"trials": args.trials, "window": w, "calls_first": round(first[0]), "calls_last": round(last[0]),
             "calls_ratio": round(last[0] / first[0], 3), "sql_first": round(first[1], 1), "sql_last": round(last[1], 1),
             "sql_ratio": round(last[1] / first[1], 3), "replay": Path(args.replay).name}

@@ -15,6 +15,7 @@ from tuner.cli import commands as cli
 from tuner.run import objective, runner
 from tuner.search import parzen
 from tuner.store import optuna_private
+from tuner.testing import work_per_trial
 
 TRIALS = 300
 
@@ -120,52 +121,15 @@ def test_mixture_density_is_the_product_of_its_kernels():
         assert np.allclose(np.exp(got), (uniform + product @ weights) / (1.0 + 0.5 * n_obs))
 
 
-def test_the_work_per_trial_late_in_a_study_is_the_work_early(monkeypatch, tmp_path):
+def test_the_work_per_trial_late_in_a_study_is_the_work_early(tmp_path):
     """Item 12's measure in work, which a machine's speed cannot move: the Python calls (every
     thread) and SQL statements per trial over trials 150-200 and over the last 50 of the run
     (before 150 the Parzen mixtures still grow to their cap of components)."""
-    import sys
-    import threading
-
-    import sqlalchemy
-
-    calls, statements, told, marks = [0], [0], [0], {}
-
-    def count(frame, event, arg):
-        if event in ("call", "c_call"):
-            calls[0] += 1
-
-    def statement(*args):
-        statements[0] += 1
-
-    tell = optuna.Study.tell
-    windows = {150: "first", TRIALS - 50: "last"}
-
-    def counted_tell(self, *args, **kwargs):
-        result = tell(self, *args, **kwargs)
-        told[0] += 1
-        if told[0] in windows or told[0] - 50 in windows:
-            marks[told[0]] = (calls[0], statements[0])
-        if told[0] in windows:
-            sys.setprofile(count)
-            threading.setprofile(count)
-        elif told[0] - 50 in windows:
-            sys.setprofile(None)
-            threading.setprofile(None)
-        return result
-
-    sqlalchemy.event.listen(sqlalchemy.engine.Engine, "before_cursor_execute", statement)
-    monkeypatch.setattr(optuna.Study, "tell", counted_tell)
-    try:
-        code = cli.main(["run", "--replay", str(PNPOLY), "--storage", f"sqlite:///{tmp_path / 'c.db'}",
-                         "--trials", str(TRIALS), "--seed", "1", "--no-pruner", "--json"])
-    finally:
-        sys.setprofile(None)
-        threading.setprofile(None)
-        sqlalchemy.event.remove(sqlalchemy.engine.Engine, "before_cursor_execute", statement)
+    code, per_trial = work_per_trial(["run", "--replay", str(PNPOLY), "--storage", f"sqlite:///{tmp_path / 'c.db'}",
+                                      "--trials", str(TRIALS), "--seed", "1", "--no-pruner", "--json"],
+                                     [(150, 50), (TRIALS - 50, 50)])
     assert code == 0
-    per_trial = {name: [(marks[start + 50][i] - marks[start][i]) / 50 for i in (0, 1)] for start, name in windows.items()}
-    (first_calls, first_sql), (last_calls, last_sql) = per_trial["first"], per_trial["last"]
+    (first_calls, first_sql), (last_calls, last_sql) = per_trial
     assert first_sql > 10 and first_calls > 1000, per_trial  # the windows were counted
     assert last_sql <= 1.02 * first_sql, per_trial
     assert last_calls <= 1.05 * first_calls, per_trial

@@ -112,3 +112,56 @@ def ask_seconds(space: Space, recording: Recording, trials: int) -> list[float]:
         else:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
     return costs
+
+
+def work_per_trial(argv: list[str], windows: list[tuple[int, int]]) -> tuple[int, list[tuple[float, float]]]:
+    """``tuner ARGV`` in this process, and its work per trial over each window ``(start, length)`` of
+    finished trials (from the ``start``-th told to ``start + length``-th): Python function calls in
+    every thread and SQL statements, counted (not timed: a machine's speed cannot move them).
+    Returns the command's exit code and, per window, (calls, statements) per trial."""
+    import sys
+    import threading
+
+    import optuna
+    import sqlalchemy
+
+    from tuner.cli.commands import main
+
+    calls, statements, told = [0], [0], [0]
+    marks: dict[int, tuple[int, int]] = {}
+    starts = {start for start, _ in windows}
+    ends = {start + length for start, length in windows}
+
+    def count(frame, event, arg):
+        if event in ("call", "c_call"):
+            calls[0] += 1
+
+    def statement(*args):
+        statements[0] += 1
+
+    tell = optuna.Study.tell
+
+    def counted_tell(self, *args, **kwargs):
+        result = tell(self, *args, **kwargs)
+        told[0] += 1
+        if told[0] in starts or told[0] in ends:
+            marks[told[0]] = (calls[0], statements[0])
+        if told[0] in ends:
+            sys.setprofile(None)
+            threading.setprofile(None)
+        if told[0] in starts:
+            sys.setprofile(count)
+            threading.setprofile(count)
+        return result
+
+    sqlalchemy.event.listen(sqlalchemy.engine.Engine, "before_cursor_execute", statement)
+    optuna.Study.tell = counted_tell  # type: ignore[method-assign]
+    try:
+        code = main(argv)
+    finally:
+        optuna.Study.tell = tell  # type: ignore[method-assign]
+        sys.setprofile(None)
+        threading.setprofile(None)
+        sqlalchemy.event.remove(sqlalchemy.engine.Engine, "before_cursor_execute", statement)
+    per_window = [((marks[s + n][0] - marks[s][0]) / n, (marks[s + n][1] - marks[s][1]) / n) for s, n in windows]
+    return code, per_window
