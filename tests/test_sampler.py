@@ -160,6 +160,48 @@ def test_on_a_plateau_moves_and_the_density_ratio_take_turns():
     assert consulted == [i - 1 for i in range(10, 40) if (i - 1 - patience) % 2 == 0]
 
 
+def test_a_local_move_whose_bases_are_spent_weighs_them_in_a_few_groups():
+    """Late on a plateau most bases have no untried move left that is likely to work: the bases'
+    moves are weighed in groups of 1, 2, 4, ... (one feasibility evaluation each), and a move,
+    when there is one, is untried, one axis from a base and predicted to work."""
+    evaluations, moves = [], []
+
+    class Watched(ParzenSearch):
+        def _local_move(self, pool, own, ordered, log_feasible):
+            calls = [0]
+
+            def counted(codes):
+                calls[0] += 1
+                return log_feasible(codes)
+
+            row = super()._local_move(pool, own, ordered, counted)
+            bases = parzen._bases(own, len(pool.levels))
+            evaluations.append((calls[0], len(bases)))
+            if row is not None:
+                code = pool.codes[row]
+                assert not pool.tried[row]
+                assert any(np.count_nonzero(code != own.measured[i]) == 1 for i in bases)
+                moves.append(row)
+            return row
+
+    # a third of the configs fail (b < 2) and the rest are all equally fast: a plateau from the start
+    recording, space = recorded_space({"a": list(range(12)), "b": list(range(6)), "c": [0, 1]},
+                                      lambda c: Record("ok", 1.0, [1.0]) if c["b"] >= 2 else Record("compile_error", None, None))
+    study = optuna.create_study(sampler=ValidOnlySampler(space, Watched(seed=0), seed=0))
+    for _ in range(110):
+        trial = study.ask()
+        config = {axis: trial.suggest_categorical(axis, values) for axis, values in space.axes.items()}
+        record = recording.lookup(config)
+        if record.ms is None:
+            trial.set_user_attr("status", record.status)
+            study.tell(trial, state=TrialState.PRUNED)
+        else:
+            study.tell(trial, record.ms)
+    assert moves and len(evaluations) > len(moves)  # some local moves found nothing
+    for calls, bases in evaluations:
+        assert calls <= (bases + 1).bit_length()  # groups of 1, 2, 4, ... cover the bases
+
+
 def test_an_ordered_axis_is_counted_same_or_different_where_its_good_values_alternate():
     """Axis 0 (8 levels): good at the even levels only; axis 1 (6 levels): good at the low ones."""
     def observed(n: int) -> Observations:

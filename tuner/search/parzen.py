@@ -216,17 +216,28 @@ class ParzenSearch:
         """One-axis move that is untried and likely to work (a plateau's way out), from the best
         config that has one, or else from the best of another basin (:func:`_bases`). The move's
         axis is drawn among those with a move, so no axis is favoured for its many values."""
-        for index in _bases(own, len(pool.levels)):
-            moves = [np.asarray(m) for m in pool.steps(own.measured[index], ordered) if m]
-            if not moves:
+        bases = _bases(own, len(pool.levels))
+        # bases in groups of 1, 2, 4, ...: one feasibility evaluation per group, so a study whose
+        # bases are spent (late, on a plateau) pays a few evaluations, not one per base
+        start = 0
+        while start < len(bases):
+            group = bases[start:2 * start + 1]
+            start = 2 * start + 1
+            per_base = [[np.asarray(m) for m in pool.steps(own.measured[index], ordered) if m] for index in group]
+            flat = [m for moves in per_base for m in moves]
+            if not flat:
                 continue
-            feasible = log_feasible(pool.codes[np.concatenate(moves)]) > math.log(0.5)
-            bounds = np.cumsum([0] + [len(m) for m in moves])
-            moves = [m[feasible[lo:hi]] for m, lo, hi in zip(moves, bounds[:-1], bounds[1:], strict=True)]
-            moves = [m for m in moves if len(m)]
-            if moves:
-                axis = moves[self.rng.integers(len(moves))]
-                return int(axis[self.rng.integers(len(axis))])
+            feasible = log_feasible(pool.codes[np.concatenate(flat)]) > math.log(0.5)
+            offset = 0
+            for moves in per_base:
+                kept = []
+                for m in moves:
+                    kept.append(m[feasible[offset:offset + len(m)]])
+                    offset += len(m)
+                kept = [m for m in kept if len(m)]
+                if kept:
+                    axis = kept[self.rng.integers(len(kept))]
+                    return int(axis[self.rng.integers(len(axis))])
         return None
 
 
