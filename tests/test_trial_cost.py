@@ -133,3 +133,37 @@ def test_the_work_per_trial_late_in_a_study_is_the_work_early(tmp_path):
     assert first_sql > 10 and first_calls > 1000, per_trial  # the windows were counted
     assert last_sql <= 1.02 * first_sql, per_trial
     assert last_calls <= 1.05 * first_calls, per_trial
+
+
+def _trials_by_id(path) -> bool:
+    """Does SQLite serve Optuna's sync query (the trials in flight, and those new since) by trial
+    id rather than by scanning the study's trials?"""
+    import sqlite3
+
+    with sqlite3.connect(path) as connection:
+        plan = connection.execute("EXPLAIN QUERY PLAN SELECT * FROM trials WHERE study_id = ? "
+                                  "AND (trial_id IN (?, ?) OR trial_id > ?)", (1, 5, 9, 60)).fetchall()
+    searches = [row[-1] for row in plan if row[-1].startswith(("SEARCH", "SCAN"))]
+    return bool(searches) and all("PRIMARY KEY" in step for step in searches)
+
+
+def test_a_growing_study_file_gives_sqlite_the_statistics_to_look_trials_up_by_id(tmp_path):
+    path = tmp_path / "c.db"
+    url = f"sqlite:///{path}"
+    assert cli.main(["run", "--replay", str(PNPOLY), "--storage", url, "--trials", "20", "--seed", "1", "--json"]) == 0
+    assert not _trials_by_id(path)  # small: no statistics yet, the planner's default
+    assert cli.main(["run", "--replay", str(PNPOLY), "--storage", url, "--trials", "70", "--seed", "1", "--json"]) == 0
+    assert _trials_by_id(path)  # told when the study passed 64 trials, during the run
+
+
+def test_a_study_file_without_statistics_gets_them_when_a_run_resumes_it(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "c.db"
+    url = f"sqlite:///{path}"
+    assert cli.main(["run", "--replay", str(PNPOLY), "--storage", url, "--trials", "70", "--seed", "1", "--json"]) == 0
+    with sqlite3.connect(path) as connection:  # as a file written before the statistics were
+        connection.execute("DROP TABLE sqlite_stat1")
+    assert not _trials_by_id(path)
+    assert cli.main(["run", "--replay", str(PNPOLY), "--storage", url, "--trials", "72", "--seed", "1", "--json"]) == 0
+    assert _trials_by_id(path)

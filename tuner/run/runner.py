@@ -45,7 +45,7 @@ from tuner.search.warm_start import (
 from tuner.store.liveness import recover_stale_trials
 from tuner.store.optuna_private import TrialFeed
 from tuner.store.results import best_trial, metric_of, value_of, value_text
-from tuner.store.storage import open_storage, redact, resolve_url
+from tuner.store.storage import PLANNER_STATISTICS_FROM, give_planner_statistics, open_storage, redact, resolve_url
 from tuner.study.file import SearchSettings
 
 #: fingerprint keys a resumed study must match
@@ -263,6 +263,8 @@ class Runner:
             prior = prior_trials(self.study, space, settings.warm_start)
             self.sampler.set_prior(prior)
             self.transfer = transfer_message(warm_queued, prior_sources(prior), settings.warm_start)
+        if len(self.study.get_trials(deepcopy=False)) >= PLANNER_STATISTICS_FROM:  # a study file from before
+            give_planner_statistics(self.storage)
         self._bar = None
         self.flops = settings.study_attrs.get("flops") or None
         self.timeline = Timeline(started=settings.started if settings.started is not None else time.monotonic())
@@ -411,6 +413,8 @@ class Runner:
             self._bar = None
 
     def _on_result(self, number: int, params: dict, m: Measurement) -> None:
+        if number + 1 == PLANNER_STATISTICS_FROM:  # the study has grown past what a plan without statistics serves well
+            give_planner_statistics(self.storage)
         if self._bar is None:
             return
         done = best_trial(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))

@@ -293,6 +293,31 @@ def _sqlite_wal(engine) -> None:
     engine.dispose()  # pooled connections were opened before the listener
 
 
+#: from this many trials on, a SQLite study file's query planner is told the tables' sizes
+PLANNER_STATISTICS_FROM = 64
+
+
+def give_planner_statistics(storage: optuna.storages.BaseStorage) -> None:
+    """``ANALYZE`` a SQLite study file, sampled (``analysis_limit``: a few ms at any size).
+
+    Without statistics SQLite takes the index on ``trials.study_id`` for a selective one and
+    serves Optuna's sync query (``study_id = ? AND (trial_id IN (...) OR trial_id > ?)``, run
+    several times a trial) by scanning every trial of the study: 0.16 ms at 2,000 trials, and
+    growing. With them it looks the trials up by id (0.006 ms). Other storages plan for
+    themselves; a file that cannot be written keeps the slower plan."""
+    import sqlalchemy
+
+    if not isinstance(storage, RDBStorage) or storage.engine.dialect.name != "sqlite":
+        return
+    try:
+        with storage.engine.connect() as connection:
+            connection.exec_driver_sql("PRAGMA analysis_limit = 1000")
+            connection.exec_driver_sql("ANALYZE")
+            connection.commit()
+    except sqlalchemy.exc.OperationalError:  # read-only, or busy past the timeout
+        pass
+
+
 def _repair_partial_tail(backend: JournalFileBackend, path: Path) -> None:
     """Move a partial last record (a writer died mid-line) aside, under the journal's lock.
 
