@@ -228,13 +228,9 @@ class ParzenSearch:
             if not flat:
                 continue
             feasible = log_feasible(pool.codes[np.concatenate(flat)]) > math.log(0.5)
-            offset = 0
+            masks = iter(np.split(feasible, np.cumsum([len(m) for m in flat])[:-1]))
             for moves in per_base:
-                kept = []
-                for m in moves:
-                    kept.append(m[feasible[offset:offset + len(m)]])
-                    offset += len(m)
-                kept = [m for m in kept if len(m)]
+                kept = [m for m in (m[next(masks)] for m in moves) if len(m)]
                 if kept:
                     axis = kept[self.rng.integers(len(kept))]
                     return int(axis[self.rng.integers(len(axis))])
