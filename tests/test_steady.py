@@ -15,7 +15,7 @@ from tests.fake_backend import FakeBackend, base_ms
 from tests.test_paired import REFERENCE, Recorder, job
 from tuner.device.timing import Measurer
 from tuner.measurement.paired import PairSeries, blocks_differ
-from tuner.measurement.steady import SteadyRule, trend, warm_until_steady
+from tuner.measurement.steady import SessionWarmUp, SteadyRule, trend, warm_until_steady
 
 CANDIDATE = {"X": 300}
 TRUTH = base_ms(CANDIDATE) / base_ms(REFERENCE)  # the warm ratio
@@ -119,3 +119,50 @@ def test_the_block_test_is_calibrated():
     alarms = sum(blocks_differ([[rng.gauss(0, 1) for _ in range(10)] for _ in range(5)]) for _ in range(500))
     assert alarms <= 15  # alpha 0.01: about 5 in 500
     assert blocks_differ([[rng.gauss(k, 1) for _ in range(10)] for k in range(5)])
+
+
+def test_a_warm_up_stopped_between_blocks_resumes_where_it_stopped(quiet, monkeypatch):
+    monkeypatch.setenv("FAKE_COLD", "0.1")
+    monkeypatch.setenv("FAKE_COLD_LAUNCHES", "1000")
+    backend = FakeBackend()
+    warming = SessionWarmUp(RULE)
+    polls = []
+    assert warming.run(reference_runner(backend), lambda: polls.append(1) or len(polls) == 3) is None
+    assert backend.launches == warming.launches < 100  # the first launches and two blocks, then it stopped
+    outcome = warming.run(reference_runner(backend))
+    assert outcome is not None and outcome.steady and outcome.launches == backend.launches >= 900
+    assert warming.run(reference_runner(backend), lambda: pytest.fail("asked again")) is outcome  # ended: runs nothing
+
+
+def test_the_reference_paired_with_itself_is_measured_while_the_gpu_warms(quiet, monkeypatch):
+    """A job that arrives during the session warm-up stops it. The reference's own config is measured
+    at once (a kernel paired with itself reads 1 at any clock) and keeps no raw times, which are the
+    warming GPU's; the next config resumes the warm-up and is measured steady, like its repeats."""
+    monkeypatch.setenv("FAKE_COLD", "0.1")
+    monkeypatch.setenv("FAKE_COLD_LAUNCHES", "2000")
+    timing = {"session_warmup_ms": 50, "steady_block_ms": 20, "steady_tolerance": 0.005}
+    measurer = Measurer(FakeBackend())
+    polls = []
+    measurer.warm_up(job(REFERENCE, **timing), lambda: polls.append(1) or len(polls) == 3)  # the first job comes
+    warmed = measurer.backend.launches
+    itself, _ = measurer.measure(job(REFERENCE, **timing), Recorder())
+    assert warmed < 100 and measurer.backend.launches - warmed < 300  # no warm-up of ~2,000 launches before it
+    assert itself.status == "ok" and itself.extra["before_steady"] and itself.ms is None and itself.reference_ms is None
+    assert itself.extra["ratio_lo"] <= 1.0 <= itself.extra["ratio_hi"] and "session_steady" not in itself.extra
+    first, _ = measurer.measure(job(CANDIDATE, **timing), Recorder())
+    again = [measurer.measure(job(CANDIDATE, **timing), Recorder())[0] for _ in range(3)]
+    assert first.extra["session_steady"] and first.extra["session_warmup_s"] > 1.5  # the session's first steady trial
+    for m in (first, *again):
+        assert m.extra["ratio_lo"] <= TRUTH <= m.extra["ratio_hi"] and "before_steady" not in m.extra
+    assert first.ratio == pytest.approx(statistics.median(m.ratio for m in again), rel=0.003)
+
+
+def test_without_early_self_pairs_the_reference_waits_for_a_steady_gpu(quiet, monkeypatch):
+    """A study whose values are in ms (or that measures energy) needs the reference's raw times: then
+    its own config is measured like any other, after the warm-up."""
+    monkeypatch.setenv("FAKE_COLD", "0.1")
+    monkeypatch.setenv("FAKE_COLD_LAUNCHES", "2000")
+    timing = {"session_warmup_ms": 50, "steady_block_ms": 20, "steady_tolerance": 0.005, "early_self_pair": False}
+    itself, _ = Measurer(FakeBackend()).measure(job(REFERENCE, **timing), Recorder())
+    assert itself.extra["session_steady"] and "before_steady" not in itself.extra
+    assert itself.reference_ms == pytest.approx(base_ms(REFERENCE), rel=0.01) and itself.ms is not None

@@ -39,6 +39,9 @@ class Timing:
     steady_tolerance: float = 0.015
     steady_block_ms: float = 100.0
     energy_s: float = 0.0  # after timing, the candidate and then the reference run alone this long for energy
+    # sustained: the reference's own config, as a trial, is measured before the session warm-up ends (a kernel
+    # paired with itself reads 1 at any clock), so a study's first result need not wait for a steady GPU
+    early_self_pair: bool = True
 
     @property
     def stop_rule(self) -> StopRule:

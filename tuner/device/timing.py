@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tuner.device.energy import Counter, Energy, measure_energy
 from tuner.device.protocol import Timing
 from tuner.measurement.paired import PairSeries
-from tuner.measurement.steady import WarmUp, warm_until_steady
+from tuner.measurement.steady import SessionWarmUp, WarmUp
 from tuner.measurement.value import Measurement
 
 if TYPE_CHECKING:
@@ -97,6 +97,7 @@ class Measurer:
         self.backend = backend
         self._problem_key: str | None = None
         self._reference: tuple[str, Any] | None = None
+        self._warming: tuple[str, SessionWarmUp] | None = None  # the session's warm-up so far, and its kernel
         self._session: WarmUp | None = None  # how the session's warm-up ended (None: not yet)
         self._session_reported = False
 
@@ -113,7 +114,7 @@ class Measurer:
             if checked.status != "ok":
                 return checked, False
             reference = self._reference_handle(job, spec, problem)
-            result = self._paired(handle, reference, timing, channel)
+            result = self._paired(handle, reference, timing, channel, itself=_paired_with_itself(job))
             for key in ("checksum", "max_err"):
                 setattr(result, key, getattr(checked, key))
             result.extra = {**checked.extra, **result.extra}
@@ -163,20 +164,26 @@ class Measurer:
         """The session warm-up before the first trial (sustained regime), while the tuner still
         sets up: the reference runs until its time is steady (:mod:`tuner.measurement.steady`) and then on
         until a job arrives (at most ``WARM_WAIT_S``), so the first trial finds the GPU at its
-        loaded clocks."""
+        loaded clocks. A job that arrives before the GPU is steady stops it between blocks: the
+        reference paired with itself is measured at once, any other job resumes the warm-up first."""
         timing = job.timing
         if timing.regime != "sustained" or self._session is not None:
             return
         spec, problem = self._prepare(job)
         reference = self._reference_handle(job, spec, problem)
-        self._warm_session(reference, timing)
+        if not self._warm_session(reference, timing, job_waiting):
+            return
         until = time.monotonic() + WARM_WAIT_S
         while not job_waiting() and time.monotonic() < until:
             self._run_for([reference], 20.0, 1)
 
-    def _warm_session(self, reference: Any, timing: Timing) -> None:
-        self._session = warm_until_steady(lambda n: [r[0] for r in self.backend.time([reference], n)],
-                                          timing.steady_rule)
+    def _warm_session(self, reference: Any, timing: Timing, interrupted: Callable[[], bool] = lambda: False) -> bool:
+        """Run the session warm-up on (resume it while the reference is the same); True once it ended."""
+        key = self._reference[0] if self._reference is not None else ""
+        if self._warming is None or self._warming[0] != key:  # another reference: its times start a new series
+            self._warming = (key, SessionWarmUp(timing.steady_rule))
+        self._session = self._warming[1].run(lambda n: [r[0] for r in self.backend.time([reference], n)], interrupted)
+        return self._session is not None
 
     # -- parts ---------------------------------------------------------------------------------
     def _prepare(self, job: PrepareJob) -> tuple[Any, dict]:
@@ -215,18 +222,18 @@ class Measurer:
             self.backend.unload(self._reference[1])
             self._reference = None
 
-    def _warm_up(self, handles: Sequence[Any], timing: Timing) -> None:
+    def _warm_up(self, handles: Sequence[Any], timing: Timing, session: bool = True) -> None:
         """At least ``warmup`` rounds and ``warmup_ms`` of them: an idle GPU starts at low clocks.
 
         Sustained: the first trial of a session first runs the reference alone until its time
-        is steady (unless :meth:`warm_up` did), so the GPU reaches the clocks it holds under load.
-        Burst: the GPU rests ``idle_s`` first and warms with one round only.
+        is steady (unless :meth:`warm_up` did, or not ``session``), so the GPU reaches the clocks it
+        holds under load. Burst: the GPU rests ``idle_s`` first and warms with one round only.
         """
         if timing.regime == "burst":
             time.sleep(timing.idle_s)
             self.backend.time(handles, 1)
             return
-        if self._session is None:
+        if session and self._session is None:
             self._warm_session(handles[0], timing)
         self._run_for(handles, timing.warmup_ms, timing.warmup)
 
@@ -237,8 +244,12 @@ class Measurer:
             busy_ms += sum(map(sum, self.backend.time(handles, max(1, min_rounds))))
             rounds += max(1, min_rounds)
 
-    def _paired(self, candidate: Any, reference: Any, timing: Timing, channel: Channel) -> Measurement:
-        self._warm_up([reference, candidate], timing)
+    def _paired(self, candidate: Any, reference: Any, timing: Timing, channel: Channel, itself: bool = False) -> Measurement:
+        """Pairs until the stop rule holds or the parent says stop. ``itself``: the candidate is the
+        reference's own config, whose ratio needs no steady GPU; measured before the session is
+        steady, its raw times are the warming GPU's and are not kept (``ms`` and ``reference_ms`` None)."""
+        early = itself and timing.early_self_pair and self._session is None
+        self._warm_up([reference, candidate], timing, session=not early)
         series = PairSeries()
         rule = timing.stop_rule
         step = 0
@@ -262,6 +273,9 @@ class Measurer:
         if timing.energy_s > 0:
             extra.update(self._energy(candidate, summary.candidate_ms, timing).attrs())
             extra.update(self._energy(reference, summary.reference_ms, timing).attrs("reference_"))
+        if early:
+            extra["before_steady"] = True
+            return Measurement("ok", ratio=summary.ratio, extra=extra)
         return Measurement("ok", ms=summary.candidate_ms, ratio=summary.ratio, reference_ms=summary.reference_ms,
                            extra=extra)
 
@@ -271,6 +285,12 @@ class Measurer:
         if counter is None:
             return Energy(note="this device has no energy counter")
         return measure_energy(lambda n: self.backend.time([handle], n), counter, launch_ms or 1.0, timing.energy_s)
+
+
+def _paired_with_itself(job: MeasureJob) -> bool:
+    from tuner.device.protocol import Kernel
+
+    return isinstance(job.reference, Kernel) and job.reference.config == job.candidate.config
 
 
 def _ratio_attrs(summary, timing: Timing) -> dict[str, Any]:

@@ -70,7 +70,9 @@ class GpuEvaluator:
         m = self.measure_settings
         return Timing(warmup=m.warmup, warmup_ms=m.warmup_ms, block=m.block, min_pairs=m.min_pairs,
                       max_pairs=m.repeats, ci_target=m.ci_target, regime=m.regime, idle_s=m.idle_s,
-                      energy_s=m.energy_s)
+                      energy_s=m.energy_s,
+                      # raw times and energy of the reference paired with itself wait for a steady GPU
+                      early_self_pair=m.value == "ratio" and m.energy_s == 0)
 
     def objective_attrs(self) -> dict:
         """What a study's values mean: a resumed study must have been measured the same way."""

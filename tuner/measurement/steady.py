@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 
 @dataclass(frozen=True)
@@ -65,18 +66,42 @@ def trend(values: Sequence[float]) -> float:
     return slope * (n - 1) / mean_y
 
 
-def warm_until_steady(run: Callable[[int], list[float]], rule: SteadyRule) -> WarmUp:
-    """``run(n)`` launches the kernel n times and returns their times (ms); until ``rule`` holds or the cap."""
-    first = run(10)
-    busy, launches = sum(first), len(first)
-    per_block = max(10, round(rule.block_ms / max(statistics.median(first), 1e-6)))
-    medians: list[float] = []
-    while True:
-        times = run(per_block)
-        busy += sum(times)
-        launches += len(times)
-        medians.append(statistics.median(times))
-        steady = busy >= rule.min_ms and rule.holds(medians)
-        if steady or busy >= rule.cap_ms:
-            last = medians[-rule.blocks:]
-            return WarmUp(steady, busy, launches, statistics.median(last), spread(last))
+class SessionWarmUp:
+    """A session's warm-up as it goes. It can stop between blocks and resume where it stopped, so
+    that a trial that needs no steady GPU (the reference paired with itself: both sides of every
+    pair see the same clock) is measured while the GPU still warms."""
+
+    def __init__(self, rule: SteadyRule):
+        self.rule = rule
+        self.medians: list[float] = []
+        self.busy_ms = 0.0
+        self.launches = 0
+        self._per_block = 0  # launches per block, from the first launches' time
+        self.outcome: WarmUp | None = None
+
+    def run(self, launch: Callable[[int], list[float]], interrupted: Callable[[], bool] = lambda: False) -> WarmUp | None:
+        """``launch(n)`` launches the kernel n times and returns their times (ms); blocks until the
+        rule holds or the cap (the outcome), or None once ``interrupted()`` says so between blocks."""
+        rule = self.rule
+        if not self._per_block:
+            first = self._add(launch(10))
+            self._per_block = max(10, round(rule.block_ms / max(statistics.median(first), 1e-6)))
+        while self.outcome is None:
+            if interrupted():
+                return None
+            self.medians.append(statistics.median(self._add(launch(self._per_block))))
+            steady = self.busy_ms >= rule.min_ms and rule.holds(self.medians)
+            if steady or self.busy_ms >= rule.cap_ms:
+                last = self.medians[-rule.blocks:]
+                self.outcome = WarmUp(steady, self.busy_ms, self.launches, statistics.median(last), spread(last))
+        return self.outcome
+
+    def _add(self, times: list[float]) -> list[float]:
+        self.busy_ms += sum(times)
+        self.launches += len(times)
+        return times
+
+
+def warm_until_steady(launch: Callable[[int], list[float]], rule: SteadyRule) -> WarmUp:
+    """``launch(n)`` launches the kernel n times and returns their times (ms); until ``rule`` holds or the cap."""
+    return cast(WarmUp, SessionWarmUp(rule).run(launch))

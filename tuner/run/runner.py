@@ -44,7 +44,7 @@ from tuner.search.warm_start import (
 )
 from tuner.store.liveness import recover_stale_trials
 from tuner.store.optuna_private import TrialFeed
-from tuner.store.results import best_trial, metric_of, value_of, value_text
+from tuner.store.results import best_trial, metric_of, time_of, value_of, value_text
 from tuner.store.storage import PLANNER_STATISTICS_FROM, give_planner_statistics, open_storage, redact, resolve_url
 from tuner.study.file import SearchSettings
 
@@ -438,7 +438,7 @@ def summarize(study: optuna.Study, storage_url: str) -> dict:
     b = best_trial(trials, study.directions[0])  # several objectives: the fastest (tuner best --pareto: the front)
     if b is not None:
         metric = metric_of(study)
-        best = {"params": b.params, "ms": b.user_attrs.get("ms", value_of(b)), metric: value_of(b),
+        best = {"params": b.params, "ms": time_of(b, trials), metric: value_of(b),
                 "flags": b.user_attrs.get("flags", ""), "trial": b.number}
     summary = {
         "study": study.study_name,

@@ -94,7 +94,7 @@ def trials_frame(trials: Iterable[FrozenTrial], axes: Sequence[str] | None = Non
                    value=primary(t) if t.state == TrialState.COMPLETE else None,
                    datetime_start=t.datetime_start, datetime_complete=t.datetime_complete)
         if row["ms"] is None and t.state == TrialState.COMPLETE:
-            row["ms"] = primary(t)
+            row["ms"] = time_of(t, trials)
         rows.append(row)
     frame = pd.DataFrame(rows, columns=[*axes, *COLUMNS])
     for axis in axes:  # a trial stopped while its params were chosen leaves a gap: whole numbers stay whole
@@ -166,6 +166,15 @@ def normalise(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     if not axes:
         raise TableError(f"no define columns besides {', '.join(COLUMNS)}")
     return frame, axes
+
+
+def time_of(trial: FrozenTrial, trials: Sequence[FrozenTrial]) -> float | None:
+    """A complete trial's time in ms: its own median, or where it kept none (the reference paired
+    with itself before the GPU was steady) its ratio on the scale of :func:`paired_ms`."""
+    ms = trial.user_attrs.get("ms")
+    if isinstance(ms, (int, float)):
+        return float(ms)
+    return paired_ms(trials).get(trial.number, primary(trial))
 
 
 def paired_ms(trials: Sequence[FrozenTrial]) -> dict[int, float]:
