@@ -33,7 +33,9 @@ def test_sm90a_epilogues_check_through_the_worker(epilogue, n, k, inputs, tmp_pa
     device, results = evaluate("gemm_sm90a.py", problem, configs, tmp_path=tmp_path)
     for config, m in zip(configs, results, strict=True):
         assert m.status == "ok", (config, m.status, m.reason)
-        assert m.ms > 0 and m.max_err is not None and m.max_err <= 1.0
+        assert m.ratio > 0 and m.max_err is not None and m.max_err <= 1.0
+        # the reference's own config ({}: the spec's defaults) is measured while the GPU warms, without raw times
+        assert m.ms > 0 if not m.extra.get("before_steady") else config == {} and m.ms is None
         if inputs == "small_int" and epilogue != "BIAS_GELU":
             assert m.max_err == 0.0  # exact: any indexing mistake is a hard mismatch
 

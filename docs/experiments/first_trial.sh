@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Time to the first trial of a warm run (compile cache kept): this tree and, alternately in the same
 # session, another checkout of the project (e.g. the commit before a change), 10-trial runs.
+# IDLE_S=N: the GPU rests N seconds before each run (a first run after idle; default 0: back to back).
 #   bash docs/experiments/first_trial.sh OUTDIR [ROUNDS] [OTHER_TREE] [STUDY]
 set -uo pipefail
 out=${1:?output folder}; rounds=${2:-4}; other=${3:-}; study=${4:-studies/patch_embed_sm90a.toml}
@@ -10,6 +11,7 @@ python3 -m tuner run "$study" --storage "sqlite:///$out/first_fill.db" --trials 
 for round in $(seq "$rounds"); do
   for tree in "$here" ${other:+"$other"}; do
     label=$([ "$tree" = "$here" ] && echo this || echo other)
+    sleep "${IDLE_S:-0}"
     PYTHONPATH="$tree${base:+:$base}" python3 -m tuner run "$study" --storage "sqlite:///$out/first_$label$round.db" \
       --trials 10 --json > "$out/first_$label$round.json" 2> "$out/first_$label$round.err"
     tail -1 "$out/first_$label$round.json" | python3 -c "import json,sys; s=json.loads(sys.stdin.read()); print('$label', s['first_trial_s'], s['startup_s'])" \
