@@ -235,7 +235,8 @@ class Measurer:
             return
         if session and self._session is None:
             self._warm_session(handles[0], timing)
-        self._run_for(handles, timing.warmup_ms, timing.warmup)
+        # (the reference paired with itself measured early needs no clocks either: only the first rounds' start-up)
+        self._run_for(handles, timing.warmup_ms if session else 0.0, timing.warmup)
 
     def _run_for(self, handles: Sequence[Any], min_ms: float, min_rounds: int) -> None:
         """At least ``min_rounds`` rounds and ``min_ms`` of device time (launches, not gaps)."""
