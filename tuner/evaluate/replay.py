@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from tuner.contract.kernel_spec import KernelSpec, Value, as_define_value
 from tuner.errors import UserError
 from tuner.measurement.value import EXTRA_STATUSES, STATUSES, Measurement
@@ -158,6 +156,8 @@ def load_recording(path: str | Path) -> Recording:
 
 def _from_csv(path: Path, text: str) -> Recording:
     import csv
+
+    import pandas as pd  # (here: a GPU run's start imports this module without reading a table)
 
     try:
         rows = list(csv.reader(io.StringIO(text)))

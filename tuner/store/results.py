@@ -9,16 +9,17 @@ and the reports draw from it. :func:`best_trial` is the one rule for "the winner
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pandas where a table is built or read: a run's start imports this module without it
     import optuna
+    import pandas as pd
 
 #: the columns after the defines, in order
 COLUMNS = (
@@ -83,6 +84,8 @@ def best_trial(trials: Iterable[FrozenTrial], direction: StudyDirection = StudyD
 
 def trials_frame(trials: Iterable[FrozenTrial], axes: Sequence[str] | None = None) -> pd.DataFrame:
     """The results table of ``trials``: define columns (``axes``, else every param seen), then :data:`COLUMNS`."""
+    import pandas as pd
+
     trials = list(trials)
     if axes is None:
         axes = list(dict.fromkeys(name for t in trials for name in t.params))
@@ -126,6 +129,8 @@ class TableError(ValueError):
 
 def read_table(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
     """A results CSV as (frame in this schema, define columns); Optuna exports are renamed."""
+    import pandas as pd
+
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -186,7 +191,7 @@ def paired_ms(trials: Sequence[FrozenTrial]) -> dict[int, float]:
     """
     references = [t.user_attrs["reference_ms"] for t in trials
                   if isinstance(t.user_attrs.get("reference_ms"), (int, float)) and t.user_attrs.get("ratio")]
-    scale = float(pd.Series(references).median()) if references else None
+    scale = statistics.median(references) if references else None
     out = {}
     for t in trials:
         ratio = t.user_attrs.get("ratio")
