@@ -140,3 +140,41 @@ def test_read_trials_gives_asked_and_new_trials_as_they_are_now(kind, tmp_path):
     study.tell(later, 3.0)
     assert [(t.number, t.state) for t in feed.read()] == [(2, TrialState.COMPLETE), (3, TrialState.RUNNING)]
     assert [t.number for t in study.get_trials(deepcopy=False)] == [0, 1, 2, 3]
+
+
+def test_the_modules_a_database_storage_imports_on_first_use(tmp_path):
+    """A run imports these in a thread while its GPU worker starts (tuner.store.storage.import_soon):
+    none is imported before a database storage is opened, each is once it is."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+import optuna
+from tuner.store import optuna_private
+from tuner.store.storage import open_storage
+names = optuna_private.RDB_LAZY_MODULES
+print(sorted(n for n in names if n in sys.modules))
+open_storage("sqlite:///{tmp_path / 'a.db'}")
+print(sorted(n for n in names if n not in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["[]", "[]"]
+
+
+def test_import_soon_imports_them_without_opening_anything(tmp_path):
+    import subprocess
+    import sys
+
+    code = f"""
+import sys, threading
+from tuner.store import optuna_private
+from tuner.store.storage import import_soon
+import_soon("sqlite:///{tmp_path / 'b.db'}")
+for t in threading.enumerate():
+    if t.name == "storage-imports":
+        t.join()
+print(all(n in sys.modules for n in optuna_private.RDB_LAZY_MODULES))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True"] and not (tmp_path / "b.db").exists()  # a run that fails before opening leaves no file

@@ -209,6 +209,7 @@ class Session:
         any work is done for it (``tuner grid`` checks its default CSV file there).
         """
         from tuner.run.runner import Runner
+        from tuner.store.storage import import_soon
 
         startup = startup or StartupClock()
         if not self.run_options.replay and supervisor is None:
@@ -222,6 +223,7 @@ class Session:
             loaded = self.load()
             startup.mark("study_loaded")
             loaded.space.enumerate_soon()  # overlaps the worker's CUDA start and its inputs
+            import_soon(self.storage)  # and so do the storage's imports
             evaluation = self.evaluation(loaded, supervisor)
             startup.mark("worker_ready")
             if named is not None:

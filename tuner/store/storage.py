@@ -12,9 +12,11 @@ Passwords never leave this module unredacted: use :func:`redact` for anything pr
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import re
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -24,6 +26,7 @@ from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from tuner.errors import UserError, as_user_error
+from tuner.store import optuna_private
 from tuner.store.journal_file import TolerantJournalFile
 from tuner.store.liveness import grace_s, heartbeat_s
 from tuner.store.url import hidden, optuna_template, raw_password, redact, remember, sqlite_file, sqlite_url
@@ -73,6 +76,22 @@ def check_study_name(name: str, where: str = "--study-name") -> str:
     if len(name) > MAX_STUDY_NAME:
         raise UserError(f"{where}: a study name has at most {MAX_STUDY_NAME} characters, got {len(name)}")
     return name
+
+
+def import_soon(url: str | None) -> None:
+    """Import in a thread what opening the database storage ``url`` imports on first use, while a
+    run waits for its GPU worker. Opening stays where it was: a run that fails before it leaves
+    no database behind."""
+    url = resolve_url(url)
+    if url == "memory" or is_journal(url):
+        return
+
+    def load() -> None:
+        for name in optuna_private.RDB_LAZY_MODULES:
+            with contextlib.suppress(ImportError):  # opening the storage then says what is missing
+                importlib.import_module(name)
+
+    threading.Thread(target=load, name="storage-imports", daemon=True).start()
 
 
 def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True) -> optuna.storages.BaseStorage:
