@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tuner.device.energy import Counter, Energy, measure_energy
-from tuner.device.protocol import Timing
+from tuner.device.protocol import Kernel, Timing
 from tuner.measurement.paired import PairSeries
 from tuner.measurement.steady import SessionWarmUp, WarmUp
 from tuner.measurement.value import Measurement
@@ -204,8 +204,6 @@ class Measurer:
         return self.backend.check(handle, spec, problem, job.check_rows, job.seed, job.tolerance)
 
     def _reference_handle(self, job: WarmUpJob, spec: Any, problem: dict) -> Any:
-        from tuner.device.protocol import Kernel
-
         ref = job.reference
         key = ref.cubin_path if isinstance(ref, Kernel) else "baseline"
         if self._reference is None or self._reference[0] != key:
@@ -289,8 +287,6 @@ class Measurer:
 
 
 def _paired_with_itself(job: MeasureJob) -> bool:
-    from tuner.device.protocol import Kernel
-
     return isinstance(job.reference, Kernel) and job.reference.config == job.candidate.config
 
 
