@@ -127,18 +127,20 @@ def test_trials_frame_and_best_trial():
 
 def test_a_trial_without_its_own_time_shows_its_ratio_on_the_studys_scale():
     """The reference paired with itself before the GPU was steady keeps no raw times: its time in
-    the table (and as the best) is its ratio x the median of the other trials' reference times."""
+    the table (and as the best) is its ratio x the median of the other trials' reference times, and
+    its TFLOPS are those of that time."""
     from tuner.run.runner import summarize
 
     study = optuna.create_study()
     study.set_metric_names(["ratio"])
     axis = {"X": optuna.distributions.CategoricalDistribution([1, 2, 3])}
-    for attrs in ({"ratio": 0.999}, {"ratio": 1.2, "ms": 1.25, "reference_ms": 1.04},
-                  {"ratio": 1.5, "ms": 1.52, "reference_ms": 1.02}):
+    for attrs in ({"ratio": 0.999}, {"ratio": 1.2, "ms": 1.25, "reference_ms": 1.04, "tflops": 800.0},
+                  {"ratio": 1.5, "ms": 1.52, "reference_ms": 1.02, "tflops": 657.9}):
         trial = study.ask(axis)
         for key, value in {"status": "ok", **attrs}.items():
             trial.set_user_attr(key, value)
         study.tell(trial, attrs["ratio"])
     frame = trials_frame(study.trials, ["X"])
     assert frame["ms"].tolist() == pytest.approx([0.999 * 1.03, 1.25, 1.52])
+    assert frame["tflops"][0] == pytest.approx(1000.0 / (0.999 * 1.03), rel=1e-3)  # the work the others did
     assert summarize(study, "sqlite:///:memory:")["best"]["ms"] == pytest.approx(0.999 * 1.03)

@@ -90,6 +90,7 @@ def trials_frame(trials: Iterable[FrozenTrial], axes: Sequence[str] | None = Non
     if axes is None:
         axes = list(dict.fromkeys(name for t in trials for name in t.params))
     rows: list[dict[str, Any]] = []
+    timeless: list[dict[str, Any]] = []  # rows of trials that kept no raw time of their own
     for t in trials:
         row: dict[str, Any] = {axis: t.params.get(axis) for axis in axes}
         row.update({key: t.user_attrs.get(key) for key in _ATTR_COLUMNS})
@@ -98,7 +99,12 @@ def trials_frame(trials: Iterable[FrozenTrial], axes: Sequence[str] | None = Non
                    datetime_start=t.datetime_start, datetime_complete=t.datetime_complete)
         if row["ms"] is None and t.state == TrialState.COMPLETE:
             row["ms"] = time_of(t, trials)
+            timeless.append(row)
         rows.append(row)
+    work = [r["tflops"] * r["ms"] for r in rows if _number(r["tflops"]) and _number(r["ms"])]
+    for row in timeless:  # TFLOPS at the time shown, for the work the other rows did (the same problem)
+        if work and row["ms"]:
+            row["tflops"] = round(statistics.median(work) / row["ms"], 3)
     frame = pd.DataFrame(rows, columns=[*axes, *COLUMNS])
     for axis in axes:  # a trial stopped while its params were chosen leaves a gap: whole numbers stay whole
         present = [row[axis] for row in rows if row[axis] is not None]
@@ -180,6 +186,10 @@ def time_of(trial: FrozenTrial, trials: Sequence[FrozenTrial]) -> float | None:
     if isinstance(ms, (int, float)):
         return float(ms)
     return paired_ms(trials).get(trial.number, primary(trial))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def paired_ms(trials: Sequence[FrozenTrial]) -> dict[int, float]:
