@@ -125,17 +125,14 @@ def compile_kernel(
 ) -> CompileResult:
     """Compile ``config`` for ``arch``; return stats, the CUBIN's path and a status."""
     limits = limits or CompileLimits()
+    hit = cached_build(spec, config, problem, arch, cache_dir, limits)
+    if hit is not None:
+        return hit
     options = compile_options(spec, config, problem, arch)
     flags = spec.flags(config, problem)
     bundle = SourceBundle.load(spec.source_path)
     key = cache_key(bundle, [arch, *options])
-
     cache = _Cache(Path(cache_dir) if cache_dir else default_cache_dir())
-    hit = cache.get(key)
-    if hit is not None:
-        hit.cached = True
-        hit.flags = flags
-        return _apply_limits(hit, limits)
 
     start = time.perf_counter()
     ok, log, cubin = _compiler()(bundle, options)
@@ -149,6 +146,25 @@ def compile_kernel(
     result = CompileResult("ok", compile_s=elapsed, log=log, flags=flags, **stats)
     cache.put(key, result, cubin)
     return _apply_limits(result, limits)
+
+
+def cached_build(
+    spec: KernelSpec,
+    config: Config,
+    problem: Problem,
+    arch: str,
+    cache_dir: Path | str | None = None,
+    limits: CompileLimits | None = None,
+) -> CompileResult | None:
+    """``config``'s build from the compile cache, or None when it was never built (nothing is compiled)."""
+    options = compile_options(spec, config, problem, arch)
+    key = cache_key(SourceBundle.load(spec.source_path), [arch, *options])
+    hit = _Cache(Path(cache_dir) if cache_dir else default_cache_dir()).get(key)
+    if hit is None:
+        return None
+    hit.cached = True
+    hit.flags = spec.flags(config, problem)
+    return _apply_limits(hit, limits or CompileLimits())
 
 
 def kernel_ptx(spec: KernelSpec, config: Config, problem: Problem, arch: str, fast: bool = False) -> str:
@@ -385,6 +401,11 @@ class CompilePool:
     def result(self, config: Config) -> CompileResult:
         with self._lock:
             future = self._pending.pop(self._key(config), None)
+        if future is not None and not future.done():  # a config built before is read here, not after a process starts
+            hit = cached_build(self.spec, config, self.problem, self.arch, self.cache_dir, self.limits)
+            if hit is not None:
+                future.cancel()
+                return hit
         if future is not None:
             try:
                 return _result(future.result())
