@@ -125,6 +125,7 @@ def test_trials_frame_and_best_trial():
     assert best_trial([t for t in study.trials if t.value is None]) is None
 
 
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # set_metric_names, as the runner
 def test_a_trial_without_its_own_time_shows_its_ratio_on_the_studys_scale():
     """The reference paired with itself before the GPU was steady keeps no raw times: its time in
     the table (and as the best) is its ratio x the median of the other trials' reference times, and
