@@ -125,26 +125,21 @@ def compile_kernel(
 ) -> CompileResult:
     """Compile ``config`` for ``arch``; return stats, the CUBIN's path and a status."""
     limits = limits or CompileLimits()
-    hit = cached_build(spec, config, problem, arch, cache_dir, limits)
+    build = _Build.of(spec, config, problem, arch, cache_dir)
+    hit = build.cached(limits)
     if hit is not None:
         return hit
-    options = compile_options(spec, config, problem, arch)
-    flags = spec.flags(config, problem)
-    bundle = SourceBundle.load(spec.source_path)
-    key = cache_key(bundle, [arch, *options])
-    cache = _Cache(Path(cache_dir) if cache_dir else default_cache_dir())
-
     start = time.perf_counter()
-    ok, log, cubin = _compiler()(bundle, options)
+    ok, log, cubin = _compiler()(build.bundle, build.options)
     elapsed = time.perf_counter() - start
     if not ok:
         first = next((line for line in log.splitlines() if "error" in line), "compile failed")
-        result = CompileResult("compile_error", first.strip()[:300], compile_s=elapsed, log=log, flags=flags)
-        cache.put(key, result, None)
+        result = CompileResult("compile_error", first.strip()[:300], compile_s=elapsed, log=log, flags=build.flags)
+        build.cache.put(build.key, result, None)
         return result
     stats = parse_ptxas(log)
-    result = CompileResult("ok", compile_s=elapsed, log=log, flags=flags, **stats)
-    cache.put(key, result, cubin)
+    result = CompileResult("ok", compile_s=elapsed, log=log, flags=build.flags, **stats)
+    build.cache.put(build.key, result, cubin)
     return _apply_limits(result, limits)
 
 
@@ -157,14 +152,33 @@ def cached_build(
     limits: CompileLimits | None = None,
 ) -> CompileResult | None:
     """``config``'s build from the compile cache, or None when it was never built (nothing is compiled)."""
-    options = compile_options(spec, config, problem, arch)
-    key = cache_key(SourceBundle.load(spec.source_path), [arch, *options])
-    hit = _Cache(Path(cache_dir) if cache_dir else default_cache_dir()).get(key)
-    if hit is None:
-        return None
-    hit.cached = True
-    hit.flags = spec.flags(config, problem)
-    return _apply_limits(hit, limits or CompileLimits())
+    return _Build.of(spec, config, problem, arch, cache_dir).cached(limits or CompileLimits())
+
+
+@dataclass(frozen=True)
+class _Build:
+    """One config's build: what NVRTC is given, and where the compile cache keeps its result."""
+
+    bundle: SourceBundle
+    options: list[str]
+    flags: str
+    key: str
+    cache: _Cache
+
+    @classmethod
+    def of(cls, spec: KernelSpec, config: Config, problem: Problem, arch: str, cache_dir: Path | str | None) -> _Build:
+        bundle = SourceBundle.load(spec.source_path)
+        options = compile_options(spec, config, problem, arch)
+        return cls(bundle, options, spec.flags(config, problem), cache_key(bundle, [arch, *options]),
+                   _Cache(Path(cache_dir) if cache_dir else default_cache_dir()))
+
+    def cached(self, limits: CompileLimits) -> CompileResult | None:
+        hit = self.cache.get(self.key)
+        if hit is None:
+            return None
+        hit.cached = True
+        hit.flags = self.flags
+        return _apply_limits(hit, limits)
 
 
 def kernel_ptx(spec: KernelSpec, config: Config, problem: Problem, arch: str, fast: bool = False) -> str:
