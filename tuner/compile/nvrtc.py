@@ -143,18 +143,6 @@ def compile_kernel(
     return _apply_limits(result, limits)
 
 
-def cached_build(
-    spec: KernelSpec,
-    config: Config,
-    problem: Problem,
-    arch: str,
-    cache_dir: Path | str | None = None,
-    limits: CompileLimits | None = None,
-) -> CompileResult | None:
-    """``config``'s build from the compile cache, or None when it was never built (nothing is compiled)."""
-    return _Build.of(spec, config, problem, arch, cache_dir).cached(limits or CompileLimits())
-
-
 @dataclass(frozen=True)
 class _Build:
     """One config's build: what NVRTC is given, and where the compile cache keeps its result."""
@@ -416,7 +404,7 @@ class CompilePool:
         with self._lock:
             future = self._pending.pop(self._key(config), None)
         if future is not None and not future.done():  # a config built before is read here, not after a process starts
-            hit = cached_build(self.spec, config, self.problem, self.arch, self.cache_dir, self.limits)
+            hit = _Build.of(self.spec, config, self.problem, self.arch, self.cache_dir).cached(self.limits)
             if hit is not None:
                 future.cancel()
                 return hit
