@@ -39,6 +39,26 @@ def test_parallel_enumeration_equals_one_process_in_product_order(monkeypatch):
     assert spread.invalid == alone.invalid and spread.invalid_examples == alone.invalid_examples
 
 
+def test_pooled_helpers_find_the_engine_imported():
+    """The enumeration's and the compile pool's processes are forked by a forkserver that imported
+    NumPy and the spec machinery once (tuner.lifetime.helper_pool): none pays for those imports."""
+    import subprocess
+    import sys
+
+    code = (
+        "from tuner.lifetime import HELPER_MODULES, helper_pool\n"
+        "if __name__ == '__main__':\n"
+        "    with helper_pool(2) as pool:\n"
+        "        found = pool.submit(eval, f'[m in __import__(\"sys\").modules for m in {HELPER_MODULES!r}]')\n"
+        "        print(found.result(), len(HELPER_MODULES))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr
+    found, count = run.stdout.rsplit(" ", 1)
+    assert found == str([True] * int(count)) and int(count) >= 2
+
+
 def test_space_enumerates_on_first_use_once(monkeypatch):
     from tuner.search import space as space_module
 

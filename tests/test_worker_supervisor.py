@@ -107,3 +107,15 @@ def test_the_worker_does_not_rerun_the_parents_main_module(tmp_path):
                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == ["[]", "True True"]
+
+
+def test_the_cuda_start_is_quiet_on_a_host_without_a_gpu():
+    """A worker process begins the CUDA driver's start in a thread (tuner.device.cuda_start); where
+    there is no driver or no GPU it ends without a word: the backend's own calls say what failed."""
+    import subprocess
+    import sys
+
+    code = "from tuner.device import cuda_start\ncuda_start.begin()\ncuda_start.wait()\nprint('waited')\n"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0 and run.stdout == "waited\n" and run.stderr == "", run.stderr

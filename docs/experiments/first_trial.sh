@@ -2,6 +2,7 @@
 # Time to the first trial of a warm run (compile cache kept): this tree and, alternately in the same
 # session, another checkout of the project (e.g. the commit before a change), 10-trial runs.
 # IDLE_S=N: the GPU rests N seconds before each run (a first run after idle; default 0: back to back).
+# FRESH=1: each run with an empty compile and enumeration cache of its own (no fill).
 #   bash docs/experiments/first_trial.sh OUTDIR [ROUNDS] [OTHER_TREE] [STUDY]
 # Each tree runs from its own folder: `python -m` puts the current folder first on sys.path, so a
 # PYTHONPATH naming the other tree would not take effect (it did not before 2026-11-26, evening).
@@ -10,12 +11,14 @@ out=$(realpath "${1:?output folder}"); rounds=${2:-4}; other=${3:+$(realpath "$3
 export PYTHONUNBUFFERED=1 TUNER_CACHE_DIR=${TUNER_CACHE_DIR:-$(mktemp -d)}
 here=$PWD
 for tree in "$here" ${other:+"$other"}; do  # fills the cache for each tree's code
+  [ -n "${FRESH:-}" ] && break
   (cd "$tree" && python3 -m tuner run "$study" --storage "sqlite:///$out/first_fill_$(basename "$tree").db" --trials 20 --json > /dev/null 2>&1)
 done
 for round in $(seq "$rounds"); do
   for tree in "$here" ${other:+"$other"}; do
     label=$([ "$tree" = "$here" ] && echo this || echo other)
     sleep "${IDLE_S:-0}"
+    [ -n "${FRESH:-}" ] && export TUNER_CACHE_DIR=$(mktemp -d)
     (cd "$tree" && python3 -m tuner run "$study" --storage "sqlite:///$out/first_$label$round.db" \
       --trials 10 --json > "$out/first_$label$round.json" 2> "$out/first_$label$round.err")
     tail -1 "$out/first_$label$round.json" | python3 -c "import json,sys; s=json.loads(sys.stdin.read()); print('$label', s['first_trial_s'], s['startup_s'])" \

@@ -17,13 +17,10 @@ row of :mod:`tuner.contract.arch` instead, counted per reason.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
 from tuner.compile.ptx_entry import PtxEntry, parse_entry
@@ -163,10 +160,9 @@ def real_entries(spec, configs: Sequence[dict], problem: dict, arch: str, jobs: 
             if progress:
                 progress(len(found))
         return found
-    from tuner.lifetime import exit_with
+    from tuner.lifetime import helper_pool
 
-    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("forkserver"), initializer=exit_with,
-                             initargs=(os.getpid(),)) as pool:
+    with helper_pool(jobs) as pool:
         found = []
         for entry in pool.map(_entry_job, work, chunksize=4):
             found.append(entry)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing as mp
 import os
 import re
 import tempfile
@@ -26,7 +25,7 @@ from typing import TypedDict
 
 from tuner.contract.kernel_spec import Config, KernelSpec, Problem, load_spec
 from tuner.contract.source import SourceBundle
-from tuner.lifetime import exit_with
+from tuner.lifetime import helper_pool
 from tuner.plugin import load_object
 
 _REGS = re.compile(r"Used (\d+) registers")
@@ -396,8 +395,7 @@ class CompilePool:
             if key in self._pending:
                 return
             if self._executor is None:
-                self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("forkserver"),
-                                                     initializer=exit_with, initargs=(os.getpid(),))
+                self._executor = helper_pool(self.jobs)
             self._pending[key] = self._executor.submit(_compile_job, self._job(config))
 
     def result(self, config: Config) -> CompileResult:

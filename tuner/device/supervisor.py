@@ -67,7 +67,12 @@ def _main_module_hidden() -> Iterator[None]:
 
 def _worker_entry(conn: Connection, backend: str, parent: int) -> None:
     """The worker process's target. The worker module (NumPy, the backends) is imported in the
-    child only, so that spawning one costs the parent nothing but the process start."""
+    child only, so that spawning one costs the parent nothing but the process start; with the
+    CUDA backend the driver starts meanwhile (:mod:`tuner.device.cuda_start`)."""
+    if backend == "cuda":
+        from tuner.device import cuda_start
+
+        cuda_start.begin()
     from tuner.device.worker import worker_main
 
     worker_main(conn, backend, parent)

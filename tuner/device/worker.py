@@ -137,6 +137,9 @@ class CudaBackend:
     def hello(self) -> dict[str, Any]:
         from cuda.bindings import driver as cu
 
+        from tuner.device import cuda_start
+
+        cuda_start.wait()  # a start begun with the process (then cuInit below only checks it)
         self.cu = cu
         _ck("cuInit", cu.cuInit(0))
         self.dev = _ck("cuDeviceGet", cu.cuDeviceGet(0))

@@ -13,13 +13,11 @@ import ctypes
 import hashlib
 import itertools
 import json
-import multiprocessing as mp
 import os
 import re
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +25,7 @@ from typing import Any
 
 from tuner.contract.kernel_spec import Config, KernelSpec, Problem, Value, load_spec
 from tuner.errors import UserError
-from tuner.lifetime import exit_with
+from tuner.lifetime import helper_pool
 
 #: the longest one call of a spec's ``check()`` may take (it runs for every config of the product,
 #: in microseconds; one that takes seconds is in a loop)
@@ -73,10 +71,8 @@ def enumerate_valid(
     slices = min(4 * jobs, total // 1000 + 1)  # a few per process, so an uneven slice does not hold the rest up
     bounds = [total * i // slices for i in range(slices + 1)]
     result = Enumeration()
-    context = mp.get_context("forkserver")  # the caller may have threads: no fork
     try:
-        with ProcessPoolExecutor(max_workers=min(jobs, slices), mp_context=context,
-                                 initializer=exit_with, initargs=(os.getpid(),)) as pool:
+        with helper_pool(min(jobs, slices)) as pool:
             parts = [pool.submit(_check_slice_of_file, str(spec.path), problem, axes, fixed, lo, hi)
                      for lo, hi in itertools.pairwise(bounds)]
             for part in parts:
