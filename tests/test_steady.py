@@ -8,14 +8,20 @@ drift (a sine of the clock). Time is the launches' own device time: nothing slee
 
 import random
 import statistics
+from dataclasses import replace
 
 import pytest
 
 from tests.fake_backend import FakeBackend, base_ms
 from tests.test_paired import REFERENCE, Recorder, job
+from tuner.device.protocol import MeasureJob, WarmUpJob
+from tuner.device.supervisor import Supervisor
 from tuner.device.timing import Measurer
 from tuner.measurement.paired import PairSeries, blocks_differ
 from tuner.measurement.steady import SessionWarmUp, SteadyRule, trend, warm_until_steady
+from tuner.measurement.value import Measurement
+from tuner.run.session import Session
+from tuner.testing import write_study
 
 CANDIDATE = {"X": 300}
 TRUTH = base_ms(CANDIDATE) / base_ms(REFERENCE)  # the warm ratio
@@ -166,3 +172,87 @@ def test_without_early_self_pairs_the_reference_waits_for_a_steady_gpu(quiet, mo
     itself, _ = Measurer(FakeBackend()).measure(job(REFERENCE, **timing), Recorder())
     assert itself.extra["session_steady"] and "before_steady" not in itself.extra
     assert itself.reference_ms == pytest.approx(base_ms(REFERENCE), rel=0.01) and itself.ms is not None
+
+
+def test_the_first_trial_measured_ahead_is_told_when_the_study_asks_it(quiet, monkeypatch):
+    """The warm-up job carries the study's likely first trial, the reference paired with itself: it is
+    measured before the warm-up and kept. When the study asks it, the worker tells the kept blocks and
+    outcome without a launch; the next config is measured steady, as before."""
+    monkeypatch.setenv("FAKE_COLD", "0.1")
+    monkeypatch.setenv("FAKE_COLD_LAUNCHES", "2000")
+    timing = {"session_warmup_ms": 50, "steady_block_ms": 20, "steady_tolerance": 0.005}
+    measurer = Measurer(FakeBackend())
+    first = job(REFERENCE, **timing)
+    measurer.warm_up(replace(first, first_trial=first), lambda: measurer.backend.launches > 600)  # asked later
+    asked = measurer.backend.launches
+    told = Recorder()
+    itself, restart = measurer.measure(job(REFERENCE, **timing), told)
+    assert measurer.backend.launches == asked and not restart  # told from what was kept
+    assert itself.status == "ok" and itself.extra["measured_ahead"] and itself.extra["before_steady"]
+    assert itself.ms is None and itself.extra["ratio_lo"] <= 1.0 <= itself.extra["ratio_hi"]
+    assert len(told.blocks) >= 2 and [step for step, _, _ in told.blocks] == list(range(len(told.blocks)))
+    assert told.blocks[-1][1:] == (itself.ratio, itself.extra["pairs"])
+    after, _ = measurer.measure(job(CANDIDATE, **timing), Recorder())
+    assert after.extra["session_steady"] and "measured_ahead" not in after.extra
+    assert after.extra["ratio_lo"] <= TRUTH <= after.extra["ratio_hi"]
+    again, _ = measurer.measure(job(REFERENCE, **timing), Recorder())  # a kept trial is told once
+    assert "measured_ahead" not in again.extra and again.ms is not None
+
+
+def test_a_first_trial_measured_ahead_gives_way_to_a_job_that_comes_sooner_or_another_job(quiet, monkeypatch):
+    """A job that arrives while the first trial is measured ahead ends that measurement unkept; a
+    first job other than the kept trial is measured as it would have been, and the kept one dropped."""
+    monkeypatch.setenv("FAKE_COLD", "0.1")
+    monkeypatch.setenv("FAKE_COLD_LAUNCHES", "2000")
+    timing = {"session_warmup_ms": 50, "steady_block_ms": 20, "steady_tolerance": 0.005}
+    first = job(REFERENCE, **timing)
+    sooner = Measurer(FakeBackend())
+    sooner.warm_up(replace(first, first_trial=first), lambda: sooner.backend.launches > 30)
+    assert 30 < sooner.backend.launches < 100  # ended at the first block after the job came
+    itself, _ = sooner.measure(job(REFERENCE, **timing), Recorder())
+    assert "measured_ahead" not in itself.extra and itself.extra["before_steady"]  # measured early, as before
+    other = Measurer(FakeBackend())
+    other.warm_up(replace(first, first_trial=first), lambda: other.backend.launches > 600)
+    candidate, _ = other.measure(job(CANDIDATE, **timing), Recorder())
+    assert "measured_ahead" not in candidate.extra and candidate.extra["session_steady"]
+    assert candidate.extra["ratio_lo"] <= TRUTH <= candidate.extra["ratio_hi"]
+    dropped, _ = other.measure(job(REFERENCE, **timing), Recorder())
+    assert "measured_ahead" not in dropped.extra
+
+
+class _RecordingSupervisor(Supervisor):
+    """The parent's side only: the jobs a run sends are kept; every trial reads 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list = []
+
+    def start(self, timeout_s: float = 120.0) -> dict:
+        self.device = {"name": "recorded", "sm_count": 132, "cc": [9, 0], "max_smem_per_block": 232448}
+        return self.device
+
+    def prepare(self, job) -> None:
+        self.sent.append(job)
+
+    def measure(self, job, timeout_s, report) -> Measurement:
+        self.sent.append(job)
+        report(0, 1.0, [1.0] * 20)
+        return Measurement("ok", ms=1.0, ratio=1.0, reference_ms=1.0, extra={"pairs": 20})
+
+    def stop(self) -> None:
+        pass
+
+
+def test_the_study_asks_its_first_trial_as_the_warm_up_job_announced_it(tmp_path):
+    """The worker can only tell a trial measured ahead if the study's first measure job is that very job:
+    a study whose reference is its first start config asks it first, field for field."""
+    start = {"BLOCK": 64, "THREAD_TILE": 2}
+    study = write_study(tmp_path, "ahead", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
+                        tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]},
+                        search={"trials": 3, "start": [start], "confirm_top": 0, "pruner": False})
+    supervisor = _RecordingSupervisor()
+    Session(study, storage=f"sqlite:///{tmp_path / 'a.db'}", given={"cache_dir": tmp_path / "cache"}).run(supervisor)
+    warm_up = next(job for job in supervisor.sent if isinstance(job, WarmUpJob) and not isinstance(job, MeasureJob))
+    measured = [job for job in supervisor.sent if isinstance(job, MeasureJob)]
+    assert warm_up.first_trial is not None and {k: warm_up.first_trial.candidate.config[k] for k in start} == start
+    assert len(measured) == 3 and measured[0] == warm_up.first_trial and measured[1] != warm_up.first_trial

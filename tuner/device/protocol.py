@@ -85,10 +85,15 @@ class PrepareJob:
 
 @dataclass(frozen=True, kw_only=True)
 class WarmUpJob(PrepareJob):
-    """Warm the GPU up with the reference before the first trial (sustained regime)."""
+    """Warm the GPU up with the reference before the first trial (sustained regime).
+
+    ``first_trial``: the study's likely first trial, the reference paired with itself, to measure
+    at once and keep until it is asked (:meth:`tuner.device.timing.Measurer.warm_up`).
+    """
 
     reference: Reference
     timing: Timing = field(default_factory=Timing)
+    first_trial: MeasureJob | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +191,8 @@ def encode(message: Message) -> dict[str, Any]:
             value = asdict(value)
         elif f.name == "kernels":
             value = [asdict(k) for k in value]
+        elif f.name == "first_trial" and value is not None:
+            value = encode(value)
         data[f.name] = value
     return data
 
@@ -205,4 +212,6 @@ def decode(data: dict[str, Any]) -> Message:
         fields_["timing"] = Timing.of(fields_["timing"])
     if "measurement" in fields_:
         fields_["measurement"] = Measurement(**fields_["measurement"])
+    if fields_.get("first_trial") is not None:
+        fields_["first_trial"] = decode(fields_["first_trial"])
     return cls(**fields_)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tuner.device.energy import Counter, Energy, measure_energy
@@ -89,6 +90,40 @@ class Backend(Protocol):
 #: how long the worker keeps the GPU warm for a first trial that has not come yet
 WARM_WAIT_S = 10.0
 
+#: a block of pair ratios as the parent is told it: step, running value, the block's samples, pairs so far
+BlockReport = tuple[int, float, list[float], int]
+
+
+@dataclass
+class _MeasuredAhead:
+    """A trial measured before the study asked it: the job, its outcome, the blocks to tell."""
+
+    job: MeasureJob
+    measurement: Measurement
+    blocks: list[BlockReport]
+
+
+class _JobWaiting(Exception):
+    """A job arrived while a trial was measured ahead: that job goes first."""
+
+
+class _AheadChannel:
+    """The parent's side of a trial measured ahead: its blocks are kept, never stopped, and a job
+    that arrives meanwhile ends it."""
+
+    def __init__(self, job_waiting: Callable[[], bool]):
+        self.blocks: list[BlockReport] = []
+        self._job_waiting = job_waiting
+
+    def ready(self) -> None:
+        pass
+
+    def block(self, step: int, value: float, samples: list[float], pairs: int) -> bool:
+        self.blocks.append((step, value, samples, pairs))
+        if self._job_waiting():
+            raise _JobWaiting
+        return False
+
 
 class Measurer:
     """Runs jobs on a backend; keeps the reference loaded across trials of one problem."""
@@ -100,10 +135,14 @@ class Measurer:
         self._warming: tuple[str, SessionWarmUp] | None = None  # the session's warm-up so far, and its kernel
         self._session: WarmUp | None = None  # how the session's warm-up ended (None: not yet)
         self._session_reported = False
+        self._ahead: _MeasuredAhead | None = None  # the first trial, measured before it was asked
 
     # -- jobs ----------------------------------------------------------------------------------
     def measure(self, job: MeasureJob, channel: Channel) -> tuple[Measurement, bool]:
         """One trial: check, then paired timing. Returns (measurement, restart the worker)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.job == job:
+            return _tell(ahead, channel), False
         spec, problem = self._prepare(job)
         channel.ready()
         timing = job.timing
@@ -165,17 +204,35 @@ class Measurer:
         sets up: the reference runs until its time is steady (:mod:`tuner.measurement.steady`) and then on
         until a job arrives (at most ``WARM_WAIT_S``), so the first trial finds the GPU at its
         loaded clocks. A job that arrives before the GPU is steady stops it between blocks: the
-        reference paired with itself is measured at once, any other job resumes the warm-up first."""
+        reference paired with itself is measured at once, any other job resumes the warm-up first.
+        ``job.first_trial`` (that self-pair, as the study will ask it) is measured before the warm-up and
+        kept, so the study's first result need not wait for it."""
         timing = job.timing
         if timing.regime != "sustained" or self._session is not None:
             return
         spec, problem = self._prepare(job)
+        if job.first_trial is not None:
+            self._measure_ahead(job.first_trial, job_waiting)
         reference = self._reference_handle(job, spec, problem)
         if not self._warm_session(reference, timing, job_waiting):
             return
         until = time.monotonic() + WARM_WAIT_S
         while not job_waiting() and time.monotonic() < until:
             self._run_for([reference], 20.0, 1)
+
+    def _measure_ahead(self, job: MeasureJob, job_waiting: Callable[[], bool]) -> None:
+        """The reference paired with itself, measured early (it needs no steady GPU) and kept until
+        the study asks it; a job that arrives first ends it unkept."""
+        if not (_paired_with_itself(job) and job.timing.early_self_pair):
+            return
+        channel = _AheadChannel(job_waiting)
+        try:
+            measurement, restart = self.measure(job, channel)
+        except _JobWaiting:
+            return
+        if measurement.status == "ok" and not restart:
+            measurement.extra["measured_ahead"] = True
+            self._ahead = _MeasuredAhead(job, measurement, channel.blocks)
 
     def _warm_session(self, reference: Any, timing: Timing, interrupted: Callable[[], bool] = lambda: False) -> bool:
         """Run the session warm-up on (resume it while the reference is the same); True once it ended."""
@@ -284,6 +341,15 @@ class Measurer:
         if counter is None:
             return Energy(note="this device has no energy counter")
         return measure_energy(lambda n: self.backend.time([handle], n), counter, launch_ms or 1.0, timing.energy_s)
+
+
+def _tell(ahead: _MeasuredAhead, channel: Channel) -> Measurement:
+    """A trial measured ahead, told as it was measured: its blocks, then its outcome (a stop
+    changes nothing: the measurement is complete)."""
+    channel.ready()
+    for block in ahead.blocks:
+        channel.block(*block)
+    return ahead.measurement
 
 
 def _paired_with_itself(job: MeasureJob) -> bool:
