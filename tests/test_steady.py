@@ -249,10 +249,26 @@ def test_the_study_asks_its_first_trial_as_the_warm_up_job_announced_it(tmp_path
     start = {"BLOCK": 64, "THREAD_TILE": 2}
     study = write_study(tmp_path, "ahead", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
                         tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]},
-                        search={"trials": 3, "start": [start], "confirm_top": 0, "pruner": False})
+                        search={"trials": 3, "seed": 1, "start": [start], "confirm_top": 0, "pruner": False})
     supervisor = _RecordingSupervisor()
     Session(study, storage=f"sqlite:///{tmp_path / 'a.db'}", given={"cache_dir": tmp_path / "cache"}).run(supervisor)
     warm_up = next(job for job in supervisor.sent if isinstance(job, WarmUpJob) and not isinstance(job, MeasureJob))
     measured = [job for job in supervisor.sent if isinstance(job, MeasureJob)]
     assert warm_up.first_trial is not None and {k: warm_up.first_trial.candidate.config[k] for k in start} == start
-    assert len(measured) == 3 and measured[0] == warm_up.first_trial and measured[1] != warm_up.first_trial
+    assert measured[0] == warm_up.first_trial and warm_up.first_trial not in measured[1:]  # (a config is measured once)
+
+
+def test_the_first_trial_asked_while_it_is_measured_ahead_is_finished_and_told(quiet, monkeypatch):
+    """The study asks its first trial while the worker still measures it ahead: the measurement goes on
+    to its end (the job waiting is that trial) and is told without another launch."""
+    monkeypatch.setenv("FAKE_COLD", "0.1")
+    monkeypatch.setenv("FAKE_COLD_LAUNCHES", "2000")
+    timing = {"session_warmup_ms": 50, "steady_block_ms": 20, "steady_tolerance": 0.005}
+    first = job(REFERENCE, **timing)
+    measurer = Measurer(FakeBackend())
+    asked = lambda: measurer.backend.launches > 30  # noqa: E731
+    measurer.warm_up(replace(first, first_trial=first), asked, lambda: job(REFERENCE, **timing) if asked() else None)
+    launched = measurer.backend.launches
+    itself, _ = measurer.measure(job(REFERENCE, **timing), Recorder())
+    assert itself.extra["measured_ahead"] and measurer.backend.launches == launched
+    assert itself.extra["pairs"] >= 20 and itself.extra["ratio_lo"] <= 1.0 <= itself.extra["ratio_hi"]

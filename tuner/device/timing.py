@@ -108,19 +108,19 @@ class _JobWaiting(Exception):
 
 
 class _AheadChannel:
-    """The parent's side of a trial measured ahead: its blocks are kept, never stopped, and a job
-    that arrives meanwhile ends it."""
+    """The parent's side of a trial measured ahead: its blocks are kept, never stopped, and another
+    job that arrives meanwhile ends it."""
 
-    def __init__(self, job_waiting: Callable[[], bool]):
+    def __init__(self, other_job_waiting: Callable[[], bool]):
         self.blocks: list[BlockReport] = []
-        self._job_waiting = job_waiting
+        self._other_job_waiting = other_job_waiting
 
     def ready(self) -> None:
         pass
 
     def block(self, step: int, value: float, samples: list[float], pairs: int) -> bool:
         self.blocks.append((step, value, samples, pairs))
-        if self._job_waiting():
+        if self._other_job_waiting():
             raise _JobWaiting
         return False
 
@@ -199,20 +199,22 @@ class Measurer:
         """A problem's inputs in place before its first job."""
         self._prepare(job)
 
-    def warm_up(self, job: WarmUpJob, job_waiting: Callable[[], bool]) -> None:
+    def warm_up(self, job: WarmUpJob, job_waiting: Callable[[], bool],
+                next_job: Callable[[], object | None] | None = None) -> None:
         """The session warm-up before the first trial (sustained regime), while the tuner still
         sets up: the reference runs until its time is steady (:mod:`tuner.measurement.steady`) and then on
         until a job arrives (at most ``WARM_WAIT_S``), so the first trial finds the GPU at its
         loaded clocks. A job that arrives before the GPU is steady stops it between blocks: the
         reference paired with itself is measured at once, any other job resumes the warm-up first.
         ``job.first_trial`` (that self-pair, as the study will ask it) is measured before the warm-up and
-        kept, so the study's first result need not wait for it."""
+        kept, so the study's first result need not wait for it; ``next_job`` shows the job waiting,
+        if any, so that this trial, asked while it is measured, lets it end."""
         timing = job.timing
         if timing.regime != "sustained" or self._session is not None:
             return
         spec, problem = self._prepare(job)
         if job.first_trial is not None:
-            self._measure_ahead(job.first_trial, job_waiting)
+            self._measure_ahead(job.first_trial, job_waiting, next_job)
         reference = self._reference_handle(job, spec, problem)
         if not self._warm_session(reference, timing, job_waiting):
             return
@@ -220,12 +222,13 @@ class Measurer:
         while not job_waiting() and time.monotonic() < until:
             self._run_for([reference], 20.0, 1)
 
-    def _measure_ahead(self, job: MeasureJob, job_waiting: Callable[[], bool]) -> None:
+    def _measure_ahead(self, job: MeasureJob, job_waiting: Callable[[], bool],
+                       next_job: Callable[[], object | None] | None) -> None:
         """The reference paired with itself, measured early (it needs no steady GPU) and kept until
-        the study asks it; a job that arrives first ends it unkept."""
+        the study asks it; another job that arrives first ends it unkept."""
         if not (_paired_with_itself(job) and job.timing.early_self_pair):
             return
-        channel = _AheadChannel(job_waiting)
+        channel = _AheadChannel(lambda: job_waiting() and (next_job is None or next_job() != job))
         try:
             measurement, restart = self.measure(job, channel)
         except _JobWaiting:

@@ -64,6 +64,32 @@ class Channel:
         return isinstance(answer, Answer) and answer.stop
 
 
+class Inbox:
+    """The worker's end of the pipe for jobs: one that has arrived can be looked at before its turn
+    (a trial measured ahead goes on when the job that came is that trial)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self._next: Any = None
+
+    def waiting(self) -> bool:
+        return self._next is not None or self.conn.poll(0.001)  # (the wait also paces a GPU-less double)
+
+    def peek(self) -> Any:
+        """The job that has arrived, if any, left for :meth:`take`."""
+        if self._next is None and self.conn.poll(0):
+            try:
+                self._next = protocol.decode(self.conn.recv())
+            except EOFError:  # the parent is gone: take() says so
+                return None
+        return self._next
+
+    def take(self) -> Any:
+        """The next job, once it comes; EOFError when the parent is gone."""
+        job, self._next = self._next, None
+        return job if job is not None else protocol.decode(self.conn.recv())
+
+
 def _load_backend(name: str):
     if name == "cuda":
         return CudaBackend()
@@ -83,10 +109,11 @@ def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
         return
     conn.send(protocol.encode(Hello(device)))
     channel = Channel(conn)
+    inbox = Inbox(conn)
     measurer = Measurer(backend)
     while True:
         try:
-            job = protocol.decode(conn.recv())
+            job = inbox.take()
         except EOFError:
             return
         if isinstance(job, Exit):
@@ -94,7 +121,7 @@ def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
         if type(job) is PrepareJob or type(job) is WarmUpJob:  # ahead of the first job; a failure shows in that job
             try:
                 if isinstance(job, WarmUpJob):
-                    measurer.warm_up(job, lambda: conn.poll(0.001))  # (the wait also paces a GPU-less double)
+                    measurer.warm_up(job, inbox.waiting, inbox.peek)
                 elif isinstance(job, PrepareJob):
                     measurer.prepare(job)
             except Exception:
