@@ -140,7 +140,7 @@ class Measurer:
     # -- jobs ----------------------------------------------------------------------------------
     def measure(self, job: MeasureJob, channel: Channel) -> tuple[Measurement, bool]:
         """One trial: check, then paired timing. Returns (measurement, restart the worker)."""
-        ahead, self._ahead = self._ahead, None
+        ahead, self._ahead = self._ahead, None  # kept for the next trial only, told if it is that trial
         if ahead is not None and ahead.job == job:
             return _tell(ahead, channel), False
         spec, problem = self._prepare(job)

@@ -157,11 +157,11 @@ class GpuEvaluator:
             self.compiler.submit(buildable)
         self.supervisor.prepare(PrepareJob(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed))
         try:  # the reference's compile finishes while the worker builds the inputs
-            job = self.reference_job()
+            reference_job = self.reference_job()
             # a study's first trial is, usually, the reference's own config: measured while the tuner sets up
-            first = MeasureJob(**self._job(), candidate=job) if isinstance(job, Kernel) else None
+            first = MeasureJob(**self._job(), candidate=reference_job) if isinstance(reference_job, Kernel) else None
             self.supervisor.prepare(WarmUpJob(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed,
-                                              reference=job, timing=self.timing, first_trial=first))
+                                              reference=reference_job, timing=self.timing, first_trial=first))
         except UserError:
             pass  # an unusable reference: the first trial says why
         return device
