@@ -39,15 +39,18 @@ def test_parallel_enumeration_equals_one_process_in_product_order(monkeypatch):
     assert spread.invalid == alone.invalid and spread.invalid_examples == alone.invalid_examples
 
 
-def test_pooled_helpers_find_the_engine_imported():
+@pytest.mark.parametrize("started", ["by the first pool", "ahead (start_helpers)"])
+def test_pooled_helpers_find_the_engine_imported(started):
     """The enumeration's and the compile pool's processes are forked by a forkserver that imported
-    NumPy and the spec machinery once (tuner.lifetime.helper_pool): none pays for those imports."""
+    NumPy and the spec machinery once (tuner.lifetime.helper_pool): none pays for those imports,
+    whether the forkserver started with the first pool or ahead of it."""
     import subprocess
     import sys
 
     code = (
-        "from tuner.lifetime import HELPER_MODULES, helper_pool\n"
+        "from tuner.lifetime import HELPER_MODULES, helper_pool, start_helpers\n"
         "if __name__ == '__main__':\n"
+        f"    {'start_helpers()' if 'ahead' in started else 'pass'}\n"
         "    with helper_pool(2) as pool:\n"
         "        found = pool.submit(eval, f'[m in __import__(\"sys\").modules for m in {HELPER_MODULES!r}]')\n"
         "        print(found.result(), len(HELPER_MODULES))\n"

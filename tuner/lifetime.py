@@ -31,9 +31,23 @@ def helper_pool(workers: int) -> ProcessPoolExecutor:
     """Processes for work in parallel (the enumeration, compiles, host dry runs) that end with this
     one. They are forked by a forkserver, never from this threaded process, and find
     :data:`HELPER_MODULES` imported."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_helper_context(), initializer=exit_with,
+                               initargs=(os.getpid(),))
+
+
+def start_helpers() -> None:
+    """Start the helpers' forkserver now: it imports :data:`HELPER_MODULES` while this process goes
+    on, and the first pool's first process need not wait for that."""
+    from multiprocessing import forkserver
+
+    _helper_context()
+    forkserver.ensure_running()
+
+
+def _helper_context() -> mp.context.ForkServerContext:
     context = mp.get_context("forkserver")
     context.set_forkserver_preload(HELPER_MODULES)  # (read when the forkserver starts: once a process)
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=exit_with, initargs=(os.getpid(),))
+    return context
 
 
 def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:

@@ -4,7 +4,8 @@ A GPU run's first trial waits for the worker (a fresh process that initialises C
 the inputs), and the command line imports Optuna, SQLAlchemy and the samplers first (most of a
 second on a GPU host). So when the arguments ask for a measured run, the worker is spawned
 here, from a module that imports only the standard library and the supervisor, and it
-initialises CUDA while the rest loads. The arguments are only peeked at: a wrong guess costs a
+initialises CUDA while the rest loads; so does the forkserver of the compile processes
+(:func:`tuner.lifetime.start_helpers`). The arguments are only peeked at: a wrong guess costs a
 worker that is stopped unused, never a wrong run (the command line parses them properly).
 """
 
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from tuner.device.supervisor import Supervisor
+from tuner.lifetime import start_helpers
 
 
 def runs_on_the_gpu(argv: Sequence[str]) -> bool:
@@ -37,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if runs_on_the_gpu(argv):
         worker = Supervisor.from_env()
         worker.start_soon()
+        start_helpers()
     from tuner.cli.commands import main as cli_main
 
     try:

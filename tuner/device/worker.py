@@ -68,7 +68,7 @@ class Inbox:
     """The worker's end of the pipe for jobs: one that has arrived can be looked at before its turn
     (a trial measured ahead goes on when the job that came is that trial)."""
 
-    def __init__(self, conn):
+    def __init__(self, conn: Any) -> None:
         self.conn = conn
         self._next: Any = None
 

@@ -214,9 +214,11 @@ class Session:
         startup = startup or StartupClock()
         if not self.run_options.replay and supervisor is None:
             from tuner.device.supervisor import Supervisor
+            from tuner.lifetime import start_helpers
 
             supervisor = Supervisor.from_env()
             supervisor.start_soon()
+            start_helpers()  # (the compile processes' forkserver)
         if supervisor is not None:
             startup.mark("worker_spawned", supervisor.spawned)
         try:
