@@ -79,3 +79,23 @@ def test_bad_reference_is_a_one_line_error(tmp_path, cache_dir):
     result = tuner("run", bad, "--storage", f"sqlite:///{tmp_path / 's.db'}", env=FAKE)
     assert result.returncode == 2 and "measure.reference" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_new_studys_first_trial_is_the_one_the_worker_measured_ahead(tmp_path, cache_dir):
+    """Its reference is its first start config: the worker measures that trial while the tuner sets
+    up and tells it when asked, however soon the study asks (the job waits its turn). The next
+    trials are measured as they come."""
+    import optuna
+
+    start = {"BLOCK": 64, "THREAD_TILE": 2}
+    study = write_study(tmp_path, "ahead", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
+                        tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]},
+                        search={"trials": 3, "seed": 1, "start": [start], "confirm_top": 0, "pruner": False},
+                        measure={"timeout_s": 20})
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    run_json("run", study, "--storage", url, "--json", "--cache-dir", cache_dir)
+    trials = optuna.load_study(study_name="ahead", storage=url).trials
+    assert trials[0].params == start and trials[0].user_attrs["measured_ahead"] is True
+    assert trials[0].user_attrs["ratio_lo"] <= 1.0 <= trials[0].user_attrs["ratio_hi"]
+    assert len(trials[0].intermediate_values) >= 2  # its blocks, told as measured
+    assert not any(t.user_attrs.get("measured_ahead") for t in trials[1:])
