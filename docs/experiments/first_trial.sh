@@ -23,5 +23,8 @@ for round in $(seq "$rounds"); do
       --trials 10 --json > "$out/first_$label$round.json" 2> "$out/first_$label$round.err")
     tail -1 "$out/first_$label$round.json" | python3 -c "import json,sys; s=json.loads(sys.stdin.read()); print('$label', s['first_trial_s'], s['startup_s'])" \
       || tail -3 "$out/first_$label$round.err"
+    python3 -c "import optuna, sys; optuna.logging.set_verbosity(optuna.logging.WARNING); t = optuna.load_study(study_name=None, \
+storage=sys.argv[1]).trials[0]; print('  its first trial:', {k: t.user_attrs.get(k) for k in ('measured_ahead', 'before_steady', 'pairs')})" \
+      "sqlite:///$out/first_$label$round.db" 2>/dev/null || true
   done
 done
