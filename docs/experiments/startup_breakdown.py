@@ -21,30 +21,12 @@ def process_started() -> float:
     return time.monotonic() - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
-started = process_started()
 marks: list[tuple[str, float, float]] = []
 
 
 def step(label: str, t: float) -> None:
     now = time.monotonic()
     marks.append((label, now - started, now - t))
-
-
-from tuner.device import cuda_start  # noqa: E402
-
-cuda_start.begin()  # as a worker process does first
-t = time.monotonic()
-import numpy as np  # noqa: E402, F401
-
-step("import numpy", t)
-t = time.monotonic()
-from cuda.bindings import driver  # noqa: E402, F401
-
-step("import cuda.bindings.driver", t)
-t = time.monotonic()
-from tuner.device.worker import CudaBackend  # noqa: E402
-
-step("import tuner.device.worker (the rest)", t)
 
 
 class Quiet:  # the tuner's side of a measurement: never stops it
@@ -70,6 +52,22 @@ def timed(obj, name: str, label: str) -> None:
 
 
 if __name__ == "__main__":
+    started = process_started()
+    from tuner.device import cuda_start
+
+    cuda_start.begin()  # as a worker process does first
+    t = time.monotonic()
+    import numpy  # noqa: F401
+
+    step("import numpy", t)
+    t = time.monotonic()
+    from cuda.bindings import driver  # noqa: F401
+
+    step("import cuda.bindings.driver", t)
+    t = time.monotonic()
+    from tuner.device.worker import CudaBackend
+
+    step("import tuner.device.worker (the rest)", t)
     from tuner.compile.nvrtc import CompilePool
     from tuner.device import verify
     from tuner.device.protocol import Kernel, MeasureJob
