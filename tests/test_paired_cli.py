@@ -9,6 +9,10 @@ import json
 
 from tests.conftest import FAKE_BACKEND, tuner
 from tests.fake_backend import base_ms
+from tuner.device.protocol import MeasureJob, WarmUpJob
+from tuner.device.supervisor import Supervisor
+from tuner.measurement.value import Measurement
+from tuner.run.session import Session
 from tuner.testing import run_summary, write_study
 
 FAKE = {"TUNER_WORKER_BACKEND": FAKE_BACKEND}
@@ -81,21 +85,61 @@ def test_bad_reference_is_a_one_line_error(tmp_path, cache_dir):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+START = {"BLOCK": 64, "THREAD_TILE": 2}
+
+
+def ahead_study(tmp_path):
+    """A new study whose reference is its first start config: its first trial can be measured ahead."""
+    return write_study(tmp_path, "ahead", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
+                       tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]},
+                       search={"trials": 3, "seed": 1, "start": [START], "confirm_top": 0, "pruner": False},
+                       measure={"timeout_s": 20})
+
+
 def test_a_new_studys_first_trial_is_the_one_the_worker_measured_ahead(tmp_path, cache_dir):
     """Its reference is its first start config: the worker measures that trial while the tuner sets
     up and tells it when asked, however soon the study asks (the job waits its turn). The next
     trials are measured as they come."""
     import optuna
 
-    start = {"BLOCK": 64, "THREAD_TILE": 2}
-    study = write_study(tmp_path, "ahead", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
-                        tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]},
-                        search={"trials": 3, "seed": 1, "start": [start], "confirm_top": 0, "pruner": False},
-                        measure={"timeout_s": 20})
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    run_json("run", study, "--storage", url, "--json", "--cache-dir", cache_dir)
+    run_json("run", ahead_study(tmp_path), "--storage", url, "--json", "--cache-dir", cache_dir)
     trials = optuna.load_study(study_name="ahead", storage=url).trials
-    assert trials[0].params == start and trials[0].user_attrs["measured_ahead"] is True
+    assert trials[0].params == START and trials[0].user_attrs["measured_ahead"] is True
     assert trials[0].user_attrs["ratio_lo"] <= 1.0 <= trials[0].user_attrs["ratio_hi"]
     assert len(trials[0].intermediate_values) >= 2  # its blocks, told as measured
     assert not any(t.user_attrs.get("measured_ahead") for t in trials[1:])
+
+
+class _RecordingSupervisor(Supervisor):
+    """The parent's side only: the jobs a run sends are kept; every trial reads 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list = []
+
+    def start(self, timeout_s: float = 120.0) -> dict:
+        self.device = {"name": "recorded", "sm_count": 132, "cc": [9, 0], "max_smem_per_block": 232448}
+        return self.device
+
+    def prepare(self, job) -> None:
+        self.sent.append(job)
+
+    def measure(self, job, timeout_s, report) -> Measurement:
+        self.sent.append(job)
+        report(0, 1.0, [1.0] * 20)
+        return Measurement("ok", ms=1.0, ratio=1.0, reference_ms=1.0, extra={"pairs": 20})
+
+    def stop(self) -> None:
+        pass
+
+
+def test_the_study_asks_its_first_trial_as_the_warm_up_job_announced_it(tmp_path):
+    """The worker can only tell a trial measured ahead if the study's first measure job is that very job:
+    a study whose reference is its first start config asks it first, field for field."""
+    supervisor = _RecordingSupervisor()
+    Session(ahead_study(tmp_path), storage=f"sqlite:///{tmp_path / 'a.db'}", given={"cache_dir": tmp_path / "cache"}).run(supervisor)
+    warm_up = next(job for job in supervisor.sent if isinstance(job, WarmUpJob) and not isinstance(job, MeasureJob))
+    measured = [job for job in supervisor.sent if isinstance(job, MeasureJob)]
+    assert warm_up.first_trial is not None and {k: warm_up.first_trial.candidate.config[k] for k in START} == START
+    assert measured[0] == warm_up.first_trial and warm_up.first_trial not in measured[1:]  # (a config is measured once)

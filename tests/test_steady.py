@@ -14,14 +14,9 @@ import pytest
 
 from tests.fake_backend import FakeBackend, base_ms
 from tests.test_paired import REFERENCE, Recorder, job
-from tuner.device.protocol import MeasureJob, WarmUpJob
-from tuner.device.supervisor import Supervisor
 from tuner.device.timing import Measurer
 from tuner.measurement.paired import PairSeries, blocks_differ
 from tuner.measurement.steady import SessionWarmUp, SteadyRule, trend, warm_until_steady
-from tuner.measurement.value import Measurement
-from tuner.run.session import Session
-from tuner.testing import write_study
 
 CANDIDATE = {"X": 300}
 TRUTH = base_ms(CANDIDATE) / base_ms(REFERENCE)  # the warm ratio
@@ -218,44 +213,6 @@ def test_a_first_trial_measured_ahead_gives_way_to_a_job_that_comes_sooner_or_an
     assert candidate.extra["ratio_lo"] <= TRUTH <= candidate.extra["ratio_hi"]
     dropped, _ = other.measure(job(REFERENCE, **timing), Recorder())
     assert "measured_ahead" not in dropped.extra
-
-
-class _RecordingSupervisor(Supervisor):
-    """The parent's side only: the jobs a run sends are kept; every trial reads 1."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sent: list = []
-
-    def start(self, timeout_s: float = 120.0) -> dict:
-        self.device = {"name": "recorded", "sm_count": 132, "cc": [9, 0], "max_smem_per_block": 232448}
-        return self.device
-
-    def prepare(self, job) -> None:
-        self.sent.append(job)
-
-    def measure(self, job, timeout_s, report) -> Measurement:
-        self.sent.append(job)
-        report(0, 1.0, [1.0] * 20)
-        return Measurement("ok", ms=1.0, ratio=1.0, reference_ms=1.0, extra={"pairs": 20})
-
-    def stop(self) -> None:
-        pass
-
-
-def test_the_study_asks_its_first_trial_as_the_warm_up_job_announced_it(tmp_path):
-    """The worker can only tell a trial measured ahead if the study's first measure job is that very job:
-    a study whose reference is its first start config asks it first, field for field."""
-    start = {"BLOCK": 64, "THREAD_TILE": 2}
-    study = write_study(tmp_path, "ahead", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
-                        tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]},
-                        search={"trials": 3, "seed": 1, "start": [start], "confirm_top": 0, "pruner": False})
-    supervisor = _RecordingSupervisor()
-    Session(study, storage=f"sqlite:///{tmp_path / 'a.db'}", given={"cache_dir": tmp_path / "cache"}).run(supervisor)
-    warm_up = next(job for job in supervisor.sent if isinstance(job, WarmUpJob) and not isinstance(job, MeasureJob))
-    measured = [job for job in supervisor.sent if isinstance(job, MeasureJob)]
-    assert warm_up.first_trial is not None and {k: warm_up.first_trial.candidate.config[k] for k in start} == start
-    assert measured[0] == warm_up.first_trial and warm_up.first_trial not in measured[1:]  # (a config is measured once)
 
 
 def test_the_first_trial_asked_while_it_is_measured_ahead_is_finished_and_told(quiet, monkeypatch):
