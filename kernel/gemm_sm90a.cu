@@ -157,6 +157,12 @@ typedef unsigned short uint16_t;
                            // the wgmma partial sum is added into a second, FP32 accumulator and the wgmma one restarts
                            // (DeepGEMM / CUTLASS promotion: cuBLAS's precise mode). Costs ACC registers twice.
 #endif
+#ifndef PROMOTE_SPLIT
+#define PROMOTE_SPLIT 0    // PROMOTE_EVERY > 0: 1 = the accumulator's two column halves are two wgmma chains (N/2 each,
+                           // own commit groups), so a window ends by promoting one half while the other's wgmmas
+                           // still run, instead of draining the tensor pipe (wgmma.wait_group 0) to promote all of
+                           // it; one k-block stays in flight, as with MMA_INFLIGHT=1 (which it needs)
+#endif
 
 #ifndef EPI_DIRECT
 #define EPI_DIRECT 0       // 1 = no staging at all (needs STORE_TMA=0, EXTRA_TMA=0, EPI_SLOTS=0): the epilogue operand
@@ -261,6 +267,10 @@ static_assert(BIAS_ACC == 0 || (BIAS_ACC == 1 && EPILOGUE != BIAS_POS), "BIAS_AC
 static_assert(GELU_H2 == 0 || (GELU_H2 == 1 && EPILOGUE == BIAS_GELU && !GELU_F16X2), "GELU_H2: BIAS_GELU, not with GELU_F16X2");
 static_assert(EPI_DIRECT == 0 || (EPI_DIRECT == 1 && !STORE_TMA && !EXTRA_TMA && !EPI_SLOTS), "EPI_DIRECT needs STORE_TMA=0, EXTRA_TMA=0, EPI_SLOTS=0");
 static_assert(PROMOTE_EVERY >= 0 && PROMOTE_EVERY <= K_ITERS, "PROMOTE_EVERY: 0 (off) .. K / BLOCK_K k-blocks");
+static_assert(PROMOTE_SPLIT == 0 || (PROMOTE_SPLIT == 1 && PROMOTE_EVERY && MMA_INFLIGHT == 1 && DIAG != 2 &&
+              (BLOCK_N == 128 || BLOCK_N == 192 || BLOCK_N == 256) && K_ITERS <= 8),
+              "PROMOTE_SPLIT: PROMOTE_EVERY > 0, MMA_INFLIGHT=1, BLOCK_N 128, 192 or 256 (halves of a carried wgmma N), "
+              "K / BLOCK_K <= 8 (its k-blocks are unrolled)");
 static_assert(CONSUMER_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * NUM_CONSUMERS <= 65536, "register file");
 static_assert(SMEM_BYTES <= 232448, "dynamic shared memory limit of sm_90");
@@ -586,6 +596,36 @@ template <> struct Wgmma<256> {
         : "l"(da), "l"(db), "r"(acc));
   }
 };
+
+#if PROMOTE_SPLIT
+// Column half H of an m64 block's accumulator: wgmma m64n(BLOCK_N/2) writes registers [H * ACC_N/2, (H+1) * ACC_N/2)
+// in the same fragment order as the whole block's m64nBLOCK_N
+template <int H> static __device__ __forceinline__ float (&acc_half(float (&r)[ACC_N]))[ACC_N / 2] {
+  return *reinterpret_cast<float (*)[ACC_N / 2]>(&r[H * (ACC_N / 2)]);
+}
+// A k-block's wgmmas of column half H (W rows H * BLOCK_N/2 ...); a window's first k-block starts it from zero
+template <int H>
+static __device__ __forceinline__ void mma_half(float (&acc)[WG_M_TILES][ACC_N], uint32_t a, uint32_t b, bool first) {
+#pragma unroll
+  for (int kk = 0; kk < BLOCK_K / MMA_K; ++kk)
+#pragma unroll
+    for (int mi = 0; mi < WG_M_TILES; ++mi)
+      Wgmma<BLOCK_N / 2>::mma(acc_half<H>(acc[mi]), smem_desc(a + mi * 64 * BLOCK_K + kk * MMA_K),
+                              smem_desc(b + H * (BLOCK_N / 2) * BLOCK_K + kk * MMA_K), (first && kk == 0) ? 0u : 1u);
+}
+// Column half H promoted: added into the FP32 sums
+template <int H>
+static __device__ __forceinline__ void promote_half(float (&acc)[WG_M_TILES][ACC_N], float (&sum)[WG_M_TILES][ACC_N]) {
+#pragma unroll
+  for (int mi = 0; mi < WG_M_TILES; ++mi) {
+    float (&half)[ACC_N / 2] = acc_half<H>(acc[mi]);
+    fence_regs(half);
+#pragma unroll
+    for (int i = 0; i < ACC_N / 2; ++i) sum[mi][H * (ACC_N / 2) + i] += half[i];
+    fence_regs(half);
+  }
+}
+#endif
 
 // A consumed stage is released to the producer of every CTA of the cluster (each one wrote a
 // slice of W into it by multicast).
@@ -952,6 +992,62 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
       const uint32_t pos = (uint32_t)it * K_ITERS;
       uint32_t s = pos % N_STAGES, ph = (pos / N_STAGES) & 1, prev_s = 0;
       (void)prev_s;
+#if PROMOTE_SPLIT
+      // Two wgmma chains, columns [0, BLOCK_N/2) (lo) and [BLOCK_N/2, BLOCK_N) (hi), committed as two groups per
+      // k-block. A window's last k-block waits for its lo group only (hi still runs) and promotes lo; the next
+      // window's first k-block queues its lo wgmmas, then waits for the old hi group and promotes hi. The stage
+      // of k-block k-1 is released once both its groups completed (MMA_INFLIGHT=1's schedule). Each window's
+      // k-blocks are unrolled, so first / last are constants: an accumulator read on a runtime branch makes ptxas
+      // serialize every wgmma.
+#if !(BIAS_ACC || EPI_DIRECT)
+      // a defined start: ptxas otherwise serializes the wgmmas of some builds (each half starts with scale-d 0)
+#pragma unroll
+      for (int mi = 0; mi < WG_M_TILES; ++mi)
+#pragma unroll
+        for (int i = 0; i < ACC_N; ++i) acc[mi][i] = 0.f;
+#endif
+      int k = 0;
+      // first / last: the k-block's place in its window; hi: the window's first k-block promotes the previous
+      // window's hi half (not in the tile's first window). Called with constants only (see above).
+      auto k_block = [&](bool first, bool last, bool hi) {
+        mbar_wait(FULL_BAR(s), ph);
+#if PINGPONG
+        if (k == K_ITERS - 1 && tid == 0) mbar_arrive(ORDER_BAR(c));   // all my fills landed
+#endif
+        const uint32_t a = stages + s * STAGE_BYTES + row_off * BLOCK_K;
+        const uint32_t b = stages + s * STAGE_BYTES + A_STAGE_BYTES;
+        wgmma_fence();
+        mma_half<0>(acc, a, b, first);
+        wgmma_commit();
+        if (first && hi) {
+          wgmma_wait<1>();   // k-block k-1, the previous window's end, completed: its hi half is final
+          promote_half<1>(acc, acc_fp32);
+        }
+        wgmma_fence();
+        mma_half<1>(acc, a, b, first);
+        wgmma_commit();
+        if (last) {
+          wgmma_wait<1>();   // this k-block's lo group and everything before it completed
+          promote_half<0>(acc, acc_fp32);
+        } else if (!(first && hi)) {
+          wgmma_wait<2>();   // k-block k-1 completed
+        }
+        if (k > 0) release_stage_wg(EMPTY_BAR(prev_s), tid);
+        prev_s = s;
+        if (++s == N_STAGES) { s = 0; ph ^= 1; }
+        ++k;
+      };
+#pragma unroll
+      for (int kb = 0; kb < K_ITERS; ++kb)
+        k_block(kb % PROMOTE_EVERY == 0, (kb + 1) % PROMOTE_EVERY == 0 || kb == K_ITERS - 1, kb > 0);
+      wgmma_wait<0>();
+      release_stage_wg(EMPTY_BAR(prev_s), tid);
+      promote_half<1>(acc, acc_fp32);
+#pragma unroll
+      for (int mi = 0; mi < WG_M_TILES; ++mi)
+#pragma unroll
+        for (int i = 0; i < ACC_N; ++i) acc[mi][i] = acc_fp32[mi][i];   // where the epilogue reads the sum
+#else
       for (int k = 0; k < K_ITERS; ++k) {
         mbar_wait(FULL_BAR(s), ph);
 #if PINGPONG
@@ -1019,6 +1115,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
       wgmma_wait<0>();
       release_stage_wg(EMPTY_BAR(prev_s), tid);
 #endif
+#endif  // PROMOTE_SPLIT
 
       // ---------------------------------------------------------- epilogue
 #if EPI_DIRECT

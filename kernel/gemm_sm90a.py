@@ -40,14 +40,16 @@ WGMMA_N = (64, 96, 128, 160, 192, 256)   # wgmma wrappers the kernel carries
 ACC_REG_HEADROOM = 40       # registers a consumer needs beyond its accumulators (ptxas-checked)
 COMBINED_EXT_PAD = 256      # combined_ext rows = SEQ_LEN + this (>= any WG_M)
 REGFILE = 65536
+PROMOTE_SPLIT_MAX_K_ITERS = 8   # k-blocks PROMOTE_SPLIT unrolls (see its rule)
 
 #: the on/off switches among the defines
 FLAGS = ("PINGPONG", "STORE_TMA", "EXTRA_TMA", "SNAKE_ORDER", "BUG_POS_OFF_BY_ONE", "GELU_F16X2", "CLUSTER_RELEASE",
-         "BIAS_ACC", "GELU_H2", "EPI_DIRECT", "SHARED_STAGING", "PREFETCH_A")
+         "BIAS_ACC", "GELU_H2", "EPI_DIRECT", "SHARED_STAGING", "PREFETCH_A", "PROMOTE_SPLIT")
 _DEFAULT_DEVICE = DeviceInfo()
 #: constants the rules' messages name
 _RULE_CONSTANTS = {"BLOCK_K": BLOCK_K, "EPILOGUES": EPILOGUES, "WGMMA_N": WGMMA_N, "EPI_SLAB_COLS": EPI_SLAB_COLS,
-                   "ACC_REG_HEADROOM": ACC_REG_HEADROOM, "REGFILE": REGFILE}
+                   "ACC_REG_HEADROOM": ACC_REG_HEADROOM, "REGFILE": REGFILE,
+                   "PROMOTE_SPLIT_MAX_K_ITERS": PROMOTE_SPLIT_MAX_K_ITERS}
 
 #: what a config must meet, in the order ``check()`` reports the first one it breaks
 RULES = (
@@ -119,6 +121,13 @@ RULES = (
          "PROMOTE_EVERY: 2 x {acc_regs} accumulators (wgmma + promoted FP32) + {held_regs} held operand registers "
          "leave less than {ACC_REG_HEADROOM} of CONSUMER_REGS={CONSUMER_REGS} (ptxas spills): "
          "a smaller consumer tile (BLOCK_N, or 64 rows per consumer)"),
+    Rule(lambda v: not v.PROMOTE_SPLIT or (v.PROMOTE_EVERY and v.MMA_INFLIGHT == 1 and v.BLOCK_N // 2 in WGMMA_N),
+         "PROMOTE_SPLIT=1 (promote one column half while the other's wgmmas run) needs PROMOTE_EVERY > 0, "
+         "MMA_INFLIGHT=1 and BLOCK_N 128, 192 or 256 (halves of a carried wgmma N)"),
+    # its k-blocks are unrolled (ptxas serializes every wgmma when one group stays in flight across a loop's back
+    # edge while the other half's registers are read); 24 unrolled k-blocks spill 8-3,300 B (ptxas, FC2)
+    Rule(lambda v: not v.PROMOTE_SPLIT or v.k_iters <= PROMOTE_SPLIT_MAX_K_ITERS,
+         "PROMOTE_SPLIT=1 unrolls the K loop: K/BLOCK_K={k_iters} k-blocks > {PROMOTE_SPLIT_MAX_K_ITERS}"),
     # -- epilogue staging
     Rule(lambda v: not v.STORE_TMA or v.BLOCK_N % EPI_SLAB_COLS in (0, 32),
          "STORE_TMA=1 needs BLOCK_N % {EPI_SLAB_COLS} in (0, 32) (store boxes + a 32-column register tail)"),
@@ -200,6 +209,7 @@ class Spec(KernelSpec):
         "SHARED_STAGING": 0,
         "PREFETCH_A": 0,
         "PROMOTE_EVERY": 0,
+        "PROMOTE_SPLIT": 0,
         # test hook and benchmark diagnostics (never in a study's space)
         "BUG_POS_OFF_BY_ONE": 0,
         "DIAG": 0,

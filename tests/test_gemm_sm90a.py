@@ -410,6 +410,16 @@ def device_jobs(epi, n, k):
              {"config": {**promoted, "MMA_INFLIGHT": 1, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1, "PROMOTE_EVERY": 4}, "time": False}]
     if epi == "BIAS_POS":
         jobs.append({"config": {**promoted, "PROMOTE_EVERY": 1, "BUG_POS_OFF_BY_ONE": 1}, "time": False, "expect_fail": True})
+    # PROMOTE_SPLIT (K up to 8 k-blocks): ping-pong 64x192 in windows of 2, cooperative 128x192 in a window of 4
+    # and a shorter last one, 128-column tiles promoted every k-block (m64n64 halves)
+    if k_iters <= 8:
+        split = {"MMA_INFLIGHT": 1, "PROMOTE_SPLIT": 1}
+        jobs += [{"config": {**pp, **split, "BLOCK_M": 64, "PROMOTE_EVERY": 2}, "time": False},
+                 {"config": {**promoted, **split, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1, "PROMOTE_EVERY": 4}, "time": False},
+                 {"config": {**promoted, **split, "BLOCK_N": 128, "PROMOTE_EVERY": 1}, "time": False}]
+        if epi == "BIAS_POS":
+            jobs.append({"config": {**pp, **split, "BLOCK_M": 64, "PROMOTE_EVERY": 2, "BUG_POS_OFF_BY_ONE": 1},
+                         "time": False, "expect_fail": True})
     return P, jobs
 
 
