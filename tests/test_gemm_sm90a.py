@@ -331,6 +331,81 @@ def test_promotion_reads_the_accumulator_only_after_the_wgmmas_completed(tmp_pat
         assert "DEPBAR" in ins[j][0] and ins[j][1].replace(" ", "").endswith("gsb0,0x0"), (ins[j], ins[i])
 
 
+SPLIT_FC1 = {"PINGPONG": 1, "BLOCK_M": 64, "BLOCK_N": 192, "N_STAGES": 5, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1,
+             "MMA_INFLIGHT": 1, "PROMOTE_EVERY": 4, "PROMOTE_SPLIT": 1, "BIAS_ACC": 1, "GELU_H2": 1, "L2_PROMO": 256}
+
+
+def test_split_promotion_never_drains_the_tensor_pipe_inside_the_k_loop(tmp_path):
+    """PROMOTE_SPLIT=1 (FC1's precise winner, windows of 4 of its 6 k-blocks): the wgmmas are m64n96 halves,
+    ptxas does not serialize them (no wait per k32 step), and no wait for all groups (WARPGROUP.DEPBAR.LE gsb0,
+    0x0) falls between a tile's first and last wgmma (its k-blocks are unrolled): a window ends with one half's
+    group still in flight. Without the split the wgmmas are whole m64n192 ones."""
+    import re
+    import subprocess
+
+    from tests.test_gemm_sm100a import _nvdisasm
+
+    def sass_of(cfg):
+        ok, log, cubin, stats = nvrtc_build(cfg, P, {"EXPECT_SMEM_BYTES": SPEC.derive(cfg, P)["smem_bytes"]})
+        assert ok and not stats["spills"] and "serialized" not in log, log[-2000:]
+        (tmp_path / "k.cubin").write_bytes(cubin)
+        sass = subprocess.run([_nvdisasm(), "-c", str(tmp_path / "k.cubin")], capture_output=True, text=True,
+                              check=True).stdout
+        ins = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+((?:@!?U?P\w+\s+)?[A-Z][\w.]*)\s*([^;]*);", sass, re.M)
+        mma = [i for i, (op, _) in enumerate(ins) if op.startswith("QGMMA")]
+        drains = [i for i, (op, args) in enumerate(ins) if op.startswith("WARPGROUP.DEPBAR")
+                  and args.replace(" ", "").endswith("gsb0,0x0") and mma[0] < i < mma[-1]]
+        waits = sum(op.startswith("WARPGROUP.DEPBAR") for op, _ in ins)
+        return {ins[i][0] for i in mma}, len(mma), waits, drains
+
+    P = study("fc1")["problem"]
+    assert SPEC.check(SPLIT_FC1, P) is None
+    shapes, wgmmas, waits, drains = sass_of(SPLIT_FC1)
+    assert shapes == {"QGMMA.64x96x32.F32.E4M3.E4M3"} and wgmmas == 6 * 2 * 4 and waits <= 8 and not drains
+    shapes, wgmmas, waits, drains = sass_of({**SPLIT_FC1, "PROMOTE_SPLIT": 0})
+    assert shapes == {"QGMMA.64x192x32.F32.E4M3.E4M3"}
+
+
+def test_split_promotion_rules():
+    P = study("fc1")["problem"]
+    assert "needs PROMOTE_EVERY > 0" in SPEC.check({**SPLIT_FC1, "PROMOTE_EVERY": 0}, P)
+    assert "MMA_INFLIGHT=1" in SPEC.check({**SPLIT_FC1, "MMA_INFLIGHT": 2}, P)
+    assert "BLOCK_N 128, 192 or 256" in SPEC.check({**SPLIT_FC1, "BLOCK_N": 160}, P)
+    fc2 = {**study("fc2")["problem"]}                        # K = 3072: 24 k-blocks, not unrolled
+    assert "K/BLOCK_K=24 k-blocks > 8" in SPEC.check({**SPLIT_FC1, "GELU_H2": 0}, fc2)
+
+
+def test_unroll_k_unrolls_the_k_loop_up_to_8_k_blocks(tmp_path):
+    """UNROLL_K=1 (FC1's precise start, 6 k-blocks): every k-block's wgmmas appear in the code, 6 x as many as the
+    loop's body has, and ptxas does not serialize them; the model takes it up to 8 k-blocks and not with
+    PROMOTE_SPLIT, which unrolls already."""
+    P = study("fc1")["problem"]
+    cfg = {**SPLIT_FC1, "PROMOTE_SPLIT": 0, "PROMOTE_EVERY": 2, "UNROLL_K": 1}
+    assert SPEC.check(cfg, P) is None
+
+    def qgmmas(config):
+        ok, log, cubin, stats = nvrtc_build(config, P, {"EXPECT_SMEM_BYTES": SPEC.derive(config, P)["smem_bytes"]})
+        assert ok and not stats["spills"] and "serialized" not in log, log[-2000:]
+        return _sass_ops(cubin, tmp_path).count("QGMMA.64x192x32.F32.E4M3.E4M3")
+
+    assert qgmmas(cfg) == 6 * qgmmas({**cfg, "UNROLL_K": 0}) == 6 * 4
+    assert "K/BLOCK_K=24 k-blocks > 8" in SPEC.check({**cfg, "GELU_H2": 0}, study("fc2")["problem"])
+    assert "unrolls the K loop already" in SPEC.check({**cfg, "PROMOTE_SPLIT": 1, "PROMOTE_EVERY": 4}, P)
+
+
+def _sass_ops(cubin: bytes, tmp_path) -> list[str]:
+    """The opcodes of a cubin's SASS, in order."""
+    import re
+    import subprocess
+
+    from tests.test_gemm_sm100a import _nvdisasm
+
+    (tmp_path / "ops.cubin").write_bytes(cubin)
+    sass = subprocess.run([_nvdisasm(), "-c", str(tmp_path / "ops.cubin")], capture_output=True, text=True,
+                          check=True).stdout
+    return re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][\w.]*)", sass, re.M)
+
+
 def test_cluster_release_has_no_gpu_scope_fence_in_the_loop():
     """CLUSTER_RELEASE=1: the per-stage release to the cluster emits no .release.cluster arrive (the old one
     costs a MEMBAR.ALL.GPU per arrive in SASS); checked on the PTX-visible form."""
