@@ -54,6 +54,7 @@ STATUS_COLORS = {
     "compile_error": "#d62728",
     "too_many_regs": "#9467bd",
     "spills": "#c5b0d5",
+    "wgmma_serialized": "#dbdb8d",
     "hang": "#8c564b",
     "launch_error": "#e377c2",
     "mismatch": "#bcbd22",

@@ -35,7 +35,7 @@ from tuner.store.notes import attach_trial_artifacts, study_note, write_study_no
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOT_DIR = Path(os.environ.get("TUNER_SCREENSHOT_DIR", ROOT / "docs" / "img"))
-FAILURE_STATUSES = {"invalid", "compile_error", "too_many_regs", "spills", "hang", "launch_error",
+FAILURE_STATUSES = {"invalid", "compile_error", "too_many_regs", "spills", "wgmma_serialized", "hang", "launch_error",
                     "mismatch", "pruned_slow"}
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

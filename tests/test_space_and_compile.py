@@ -170,6 +170,37 @@ def test_register_and_spill_limits_prune(cache_dir):
     assert spilling.status == "spills" and spilling.spills > 0
 
 
+def test_a_build_whose_wgmmas_ptxas_serializes_is_rejected_before_the_gpu(cache_dir):
+    """The Hopper GEMM's 128-row ping-pong tile with its K loop unrolled: ptxas makes every wgmma wait for
+    the last (its C7520 note). The build is rejected with ptxas's reason, and measured as any other when
+    the study turns the rule off; the same tile unrolled not, or promoted in 64-row tiles, passes."""
+    from tuner.compile.nvrtc import CompileLimits
+
+    spec = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
+    problem = {"M": 928256, "N": 3072, "K": 768, "EPILOGUE": "BIAS_GELU", "SEQ_LEN": 196}
+    tile = {"BLOCK_M": 128, "BLOCK_N": 192, "N_STAGES": 4, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1, "MMA_INFLIGHT": 1,
+            "PINGPONG": 1, "SHARED_STAGING": 1, "BIAS_ACC": 1, "GELU_H2": 1}
+    config = {**spec.params, **tile, "UNROLL_K": 1}
+    assert spec.check(config, problem) is None
+    serialized = compile_kernel(spec, config, problem, "sm_90a", cache_dir)
+    assert serialized.status == "wgmma_serialized"
+    assert serialized.reason == "ptxas serializes the wgmmas: program dependence on compiler-inserted WG.AR in divergent path"
+    allowed = compile_kernel(spec, config, problem, "sm_90a", cache_dir, CompileLimits(reject_serialized_wgmma=False))
+    assert allowed.status == "ok" and allowed.cached                  # the same build, from the cache
+    assert compile_kernel(spec, {**config, "UNROLL_K": 0}, problem, "sm_90a", cache_dir).status == "ok"
+
+
+def test_wgmma_serialized_reads_ptxas_note():
+    from tuner.compile.nvrtc import wgmma_serialized
+
+    note = ("ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+            "non wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline "
+            "stage in the function 'gemm_sm90a'\nptxas info    : Used 168 registers\n")
+    assert wgmma_serialized(note) == ("non wgmma instructions reading accumulator registers of a wgmma between "
+                                      "start and end of the pipeline stage")
+    assert wgmma_serialized("ptxas info    : Used 168 registers, used 16 barriers\n") is None
+
+
 def test_unwritable_cache_still_compiles(tmp_path):
     if os.geteuid() == 0:
         # root ignores permissions: make the cache path a file instead

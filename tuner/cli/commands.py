@@ -348,7 +348,7 @@ def _check_study(args, path: Path) -> int:
             bar = tqdm(desc="compiling", unit="config", file=sys.stderr)
             progress = lambda: bar.update(1)  # noqa: E731
         preflight = run_preflight(spec, space.problem, space.valid, space.full_config, targets,
-                                  CompileLimits(cfg.measure.max_regs, cfg.measure.reject_spills), every=args.all,
+                                  CompileLimits.of(cfg.measure), every=args.all,
                                   study=cfg.name, cache_dir=args.run.cache_dir, jobs=args.run.jobs, progress=progress)
         skipped = [a for a in spec.archs if a not in targets] if cfg.arch == "native" and not args.arch else []
         if skipped:

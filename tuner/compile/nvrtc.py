@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Protocol, TypedDict
 
 from tuner.contract.kernel_spec import Config, KernelSpec, Problem, load_spec
 from tuner.contract.source import SourceBundle
@@ -32,13 +32,15 @@ _REGS = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _STACK = re.compile(r"(\d+) bytes stack frame")
 _SMEM = re.compile(r"(\d+) bytes smem")
+#: ptxas's "Potential Performance Loss" note on Hopper: it made every wgmma wait for the one before
+_SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized due to (.+?) in the function")
 
 
 @dataclass
 class CompileResult:
     """What a compile produced; ``status`` uses the trial-record vocabulary."""
 
-    status: str  # ok | compile_error | too_many_regs | spills
+    status: str  # ok | compile_error | too_many_regs | spills | wgmma_serialized
     reason: str = ""
     regs: int | None = None
     spills: int | None = None  # spill store + load bytes
@@ -58,12 +60,24 @@ class CompileResult:
         return asdict(self)
 
 
+class _LimitSettings(Protocol):
+    max_regs: int
+    reject_spills: bool
+    reject_serialized_wgmma: bool
+
+
 @dataclass
 class CompileLimits:
     """Post-compile rules: configurable per study."""
 
     max_regs: int = 255
     reject_spills: bool = True
+    reject_serialized_wgmma: bool = True
+
+    @classmethod
+    def of(cls, settings: _LimitSettings) -> CompileLimits:
+        """The limits a study's ``[measure]`` settings set."""
+        return cls(settings.max_regs, settings.reject_spills, settings.reject_serialized_wgmma)
 
 
 def nvrtc_version() -> str:
@@ -208,14 +222,26 @@ def helper_cubin(name: str, text: str, arch: str) -> bytes:
     return cubin
 
 
+def wgmma_serialized(log: str) -> str | None:
+    """Why ptxas serialized the build's wgmma instructions (from its log), or None when it did not.
+
+    Such a build is correct and runs, each wgmma waiting for the one before: typically an accumulator
+    register read, or a fence, on a path ptxas cannot follow while wgmmas are in flight."""
+    found = _SERIALIZED.search(log)
+    return " ".join(found.group(1).split()) if found else None
+
+
 def _apply_limits(result: CompileResult, limits: CompileLimits) -> CompileResult:
-    if result.status not in ("ok", "too_many_regs", "spills"):
+    if result.status not in ("ok", "too_many_regs", "spills", "wgmma_serialized"):
         return result
     result.status, result.reason = "ok", ""
+    serialized = wgmma_serialized(result.log) if limits.reject_serialized_wgmma else None
     if result.regs is not None and result.regs > limits.max_regs:
         result.status, result.reason = "too_many_regs", f"{result.regs} registers > {limits.max_regs}"
     elif limits.reject_spills and result.spills:
         result.status, result.reason = "spills", f"{result.spills} bytes of spill stores+loads"
+    elif serialized:
+        result.status, result.reason = "wgmma_serialized", f"ptxas serializes the wgmmas: {serialized}"
     return result
 
 

@@ -54,7 +54,7 @@ class GpuEvaluator:
         self.supervisor = supervisor or Supervisor.from_env()
         self.cache_dir = cache_dir
         self.seed = seed
-        self.limits = CompileLimits(measure.max_regs, measure.reject_spills)
+        self.limits = CompileLimits.of(measure)
         #: a full config of the kernel, or BASELINE for the spec's host-side baseline
         self.reference = reference if reference is not None else dict(spec.params)
         #: None: the reference is the one the study's settings name; else the spec's defaults stand in

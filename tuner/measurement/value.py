@@ -16,6 +16,7 @@ STATUSES = (
     "compile_error",
     "too_many_regs",
     "spills",
+    "wgmma_serialized",
     "hang",
     "launch_error",
     "mismatch",

@@ -347,7 +347,7 @@ def precompile(loaded: Loaded, arch: str, cache_dir: Path | None, progress: bool
         tick = lambda: bar.update(1)  # noqa: E731
     full = [space.full_config(p) for p in space.valid]
     compile_many(space.spec, full, space.problem, arch, cache_dir,
-                 CompileLimits(cfg.measure.max_regs, cfg.measure.reject_spills), None, tick)
+                 CompileLimits.of(cfg.measure), None, tick)
 
 
 def write_note(runner) -> None:

@@ -187,6 +187,8 @@ class MeasureSettings:
     check_rows: int | None = option(None, "output rows of the sampled CPU check (default: the kernel spec's)", minimum=1)
     max_regs: int = option(255, "reject configs that need more registers per thread", minimum=1)
     reject_spills: bool = option(True, "reject configs that spill registers to local memory")
+    reject_serialized_wgmma: bool = option(True, "reject builds whose wgmma instructions ptxas serializes (its "
+                                           "'Potential Performance Loss' note: each wgmma waits for the last)")
 
 
 @dataclass
