@@ -158,8 +158,9 @@ typedef unsigned short uint16_t;
                            // (DeepGEMM / CUTLASS promotion: cuBLAS's precise mode). Costs ACC registers twice.
 #endif
 #ifndef UNROLL_K
-#define UNROLL_K 0         // 1 = the K loop unrolled (K / BLOCK_K <= 8; PROMOTE_SPLIT always is): ptxas schedules the
-                           // whole tile's k-blocks at once; whether that pays depends on the config (measured both ways)
+#define UNROLL_K 0         // k-blocks of the K loop unrolled together (at most 8, a divisor of K / BLOCK_K: all of them
+                           // unrolls the loop whole; PROMOTE_SPLIT always does); 0 = the compiler's choice. ptxas then
+                           // schedules those k-blocks at once: it pays or costs depending on the config (measured)
 #endif
 #ifndef PROMOTE_SPLIT
 #define PROMOTE_SPLIT 0    // PROMOTE_EVERY > 0: 1 = the accumulator's two column halves are two wgmma chains (N/2 each,
@@ -271,8 +272,8 @@ static_assert(BIAS_ACC == 0 || (BIAS_ACC == 1 && EPILOGUE != BIAS_POS), "BIAS_AC
 static_assert(GELU_H2 == 0 || (GELU_H2 == 1 && EPILOGUE == BIAS_GELU && !GELU_F16X2), "GELU_H2: BIAS_GELU, not with GELU_F16X2");
 static_assert(EPI_DIRECT == 0 || (EPI_DIRECT == 1 && !STORE_TMA && !EXTRA_TMA && !EPI_SLOTS), "EPI_DIRECT needs STORE_TMA=0, EXTRA_TMA=0, EPI_SLOTS=0");
 static_assert(PROMOTE_EVERY >= 0 && PROMOTE_EVERY <= K_ITERS, "PROMOTE_EVERY: 0 (off) .. K / BLOCK_K k-blocks");
-static_assert(UNROLL_K == 0 || (UNROLL_K == 1 && !PROMOTE_SPLIT && K_ITERS <= 8),
-              "UNROLL_K: 0, or 1 with K / BLOCK_K <= 8, not with PROMOTE_SPLIT (which unrolls already)");
+static_assert(UNROLL_K == 0 || (UNROLL_K >= 1 && UNROLL_K <= 8 && K_ITERS % UNROLL_K == 0 && !PROMOTE_SPLIT),
+              "UNROLL_K: 0, or 1..8 dividing K / BLOCK_K, not with PROMOTE_SPLIT (which unrolls the loop whole)");
 static_assert(PROMOTE_SPLIT == 0 || (PROMOTE_SPLIT == 1 && PROMOTE_EVERY && MMA_INFLIGHT == 1 && DIAG != 2 &&
               (BLOCK_N == 128 || BLOCK_N == 192 || BLOCK_N == 256) && K_ITERS <= 8),
               "PROMOTE_SPLIT: PROMOTE_EVERY > 0, MMA_INFLIGHT=1, BLOCK_N 128, 192 or 256 (halves of a carried wgmma N), "
@@ -1055,7 +1056,7 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
         for (int i = 0; i < ACC_N; ++i) acc[mi][i] = acc_fp32[mi][i];   // where the epilogue reads the sum
 #else
 #if UNROLL_K
-#pragma unroll
+#pragma unroll (UNROLL_K)
 #endif
       for (int k = 0; k < K_ITERS; ++k) {
         mbar_wait(FULL_BAR(s), ph);

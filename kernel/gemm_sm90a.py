@@ -40,12 +40,11 @@ WGMMA_N = (64, 96, 128, 160, 192, 256)   # wgmma wrappers the kernel carries
 ACC_REG_HEADROOM = 40       # registers a consumer needs beyond its accumulators (ptxas-checked)
 COMBINED_EXT_PAD = 256      # combined_ext rows = SEQ_LEN + this (>= any WG_M)
 REGFILE = 65536
-MAX_UNROLLED_K_ITERS = 8   # k-blocks UNROLL_K / PROMOTE_SPLIT unroll (see PROMOTE_SPLIT's rule)
+MAX_UNROLLED_K_ITERS = 8   # k-blocks UNROLL_K / PROMOTE_SPLIT unroll at most (see PROMOTE_SPLIT's rule)
 
 #: the on/off switches among the defines
 FLAGS = ("PINGPONG", "STORE_TMA", "EXTRA_TMA", "SNAKE_ORDER", "BUG_POS_OFF_BY_ONE", "GELU_F16X2", "CLUSTER_RELEASE",
-         "BIAS_ACC", "GELU_H2", "EPI_DIRECT", "SHARED_STAGING", "PREFETCH_A", "PROMOTE_SPLIT",
-         "UNROLL_K")
+         "BIAS_ACC", "GELU_H2", "EPI_DIRECT", "SHARED_STAGING", "PREFETCH_A", "PROMOTE_SPLIT")
 _DEFAULT_DEVICE = DeviceInfo()
 #: constants the rules' messages name
 _RULE_CONSTANTS = {"BLOCK_K": BLOCK_K, "EPILOGUES": EPILOGUES, "WGMMA_N": WGMMA_N, "EPI_SLAB_COLS": EPI_SLAB_COLS,
@@ -129,10 +128,11 @@ RULES = (
     # edge while the other half's registers are read); 24 unrolled k-blocks spill 8-3,300 B (ptxas, FC2)
     Rule(lambda v: not v.PROMOTE_SPLIT or v.k_iters <= MAX_UNROLLED_K_ITERS,
          "PROMOTE_SPLIT=1 unrolls the K loop: K/BLOCK_K={k_iters} k-blocks > {MAX_UNROLLED_K_ITERS}"),
-    Rule(lambda v: not v.UNROLL_K or v.k_iters <= MAX_UNROLLED_K_ITERS,
-         "UNROLL_K=1 unrolls the K loop: K/BLOCK_K={k_iters} k-blocks > {MAX_UNROLLED_K_ITERS}"),
+    Rule(lambda v: 0 <= v.UNROLL_K <= MAX_UNROLLED_K_ITERS and (not v.UNROLL_K or v.k_iters % v.UNROLL_K == 0),
+         "UNROLL_K={UNROLL_K}: 0 (the compiler's choice) or k-blocks unrolled together, at most "
+         "{MAX_UNROLLED_K_ITERS}, dividing K/BLOCK_K={k_iters}"),
     Rule(lambda v: not (v.UNROLL_K and v.PROMOTE_SPLIT),
-         "UNROLL_K=1 with PROMOTE_SPLIT=1: the split promotion unrolls the K loop already (UNROLL_K=0)"),
+         "UNROLL_K={UNROLL_K} with PROMOTE_SPLIT=1: the split promotion unrolls the K loop whole already (UNROLL_K=0)"),
     # -- epilogue staging
     Rule(lambda v: not v.STORE_TMA or v.BLOCK_N % EPI_SLAB_COLS in (0, 32),
          "STORE_TMA=1 needs BLOCK_N % {EPI_SLAB_COLS} in (0, 32) (store boxes + a 32-column register tail)"),

@@ -375,22 +375,26 @@ def test_split_promotion_rules():
     assert "K/BLOCK_K=24 k-blocks > 8" in SPEC.check({**SPLIT_FC1, "GELU_H2": 0}, fc2)
 
 
-def test_unroll_k_unrolls_the_k_loop_up_to_8_k_blocks(tmp_path):
-    """UNROLL_K=1 (FC1's precise start, 6 k-blocks): every k-block's wgmmas appear in the code, 6 x as many as the
-    loop's body has, and ptxas does not serialize them; the model takes it up to 8 k-blocks and not with
-    PROMOTE_SPLIT, which unrolls already."""
+def test_unroll_k_unrolls_that_many_k_blocks_together(tmp_path):
+    """UNROLL_K=U (FC1's precise start, 6 k-blocks): the loop's body holds U k-blocks' wgmmas (6: the loop is gone),
+    and ptxas does not serialize them; the model takes divisors of K/BLOCK_K up to 8, and not with PROMOTE_SPLIT,
+    which unrolls the loop whole already."""
     P = study("fc1")["problem"]
-    cfg = {**SPLIT_FC1, "PROMOTE_SPLIT": 0, "PROMOTE_EVERY": 2, "UNROLL_K": 1}
+    cfg = {**SPLIT_FC1, "PROMOTE_SPLIT": 0, "PROMOTE_EVERY": 2, "UNROLL_K": 6}
     assert SPEC.check(cfg, P) is None
 
-    def qgmmas(config):
+    def qgmmas(unroll):
+        config = {**cfg, "UNROLL_K": unroll}
         ok, log, cubin, stats = nvrtc_build(config, P, {"EXPECT_SMEM_BYTES": SPEC.derive(config, P)["smem_bytes"]})
         assert ok and not stats["spills"] and "serialized" not in log, log[-2000:]
         return _sass_ops(cubin, tmp_path).count("QGMMA.64x192x32.F32.E4M3.E4M3")
 
-    assert qgmmas(cfg) == 6 * qgmmas({**cfg, "UNROLL_K": 0}) == 6 * 4
-    assert "K/BLOCK_K=24 k-blocks > 8" in SPEC.check({**cfg, "GELU_H2": 0}, study("fc2")["problem"])
-    assert "unrolls the K loop already" in SPEC.check({**cfg, "PROMOTE_SPLIT": 1, "PROMOTE_EVERY": 4}, P)
+    assert [qgmmas(u) for u in (0, 2, 6)] == [4, 2 * 4, 6 * 4]
+    assert "dividing K/BLOCK_K=6" in SPEC.check({**cfg, "UNROLL_K": 4}, P)
+    fc2 = study("fc2")["problem"]                                      # 24 k-blocks: 8 at most together
+    assert SPEC.check({**cfg, "GELU_H2": 0, "UNROLL_K": 8}, fc2) is None
+    assert "at most 8" in SPEC.check({**cfg, "GELU_H2": 0, "UNROLL_K": 12}, fc2)
+    assert "unrolls the K loop whole already" in SPEC.check({**cfg, "PROMOTE_SPLIT": 1, "PROMOTE_EVERY": 4}, P)
 
 
 def _sass_ops(cubin: bytes, tmp_path) -> list[str]:

@@ -171,7 +171,7 @@ def test_register_and_spill_limits_prune(cache_dir):
 
 
 def test_a_build_whose_wgmmas_ptxas_serializes_is_rejected_before_the_gpu(cache_dir):
-    """The Hopper GEMM's 128-row ping-pong tile with its K loop unrolled: ptxas makes every wgmma wait for
+    """The Hopper GEMM's 128-row ping-pong tile with its K loop unrolled whole: ptxas makes every wgmma wait for
     the last (its C7520 note). The build is rejected with ptxas's reason, and measured as any other when
     the study turns the rule off; the same tile unrolled not, or promoted in 64-row tiles, passes."""
     from tuner.compile.nvrtc import CompileLimits
@@ -180,7 +180,7 @@ def test_a_build_whose_wgmmas_ptxas_serializes_is_rejected_before_the_gpu(cache_
     problem = {"M": 928256, "N": 3072, "K": 768, "EPILOGUE": "BIAS_GELU", "SEQ_LEN": 196}
     tile = {"BLOCK_M": 128, "BLOCK_N": 192, "N_STAGES": 4, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1, "MMA_INFLIGHT": 1,
             "PINGPONG": 1, "SHARED_STAGING": 1, "BIAS_ACC": 1, "GELU_H2": 1}
-    config = {**spec.params, **tile, "UNROLL_K": 1}
+    config = {**spec.params, **tile, "UNROLL_K": 6}
     assert spec.check(config, problem) is None
     serialized = compile_kernel(spec, config, problem, "sm_90a", cache_dir)
     assert serialized.status == "wgmma_serialized"
