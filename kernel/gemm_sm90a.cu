@@ -1003,9 +1003,9 @@ gemm_sm90a(const __grid_constant__ TmaDesc tm_a,   // A [M, K] E4M3, box (BLOCK_
       // Two wgmma chains, columns [0, BLOCK_N/2) (lo) and [BLOCK_N/2, BLOCK_N) (hi), committed as two groups per
       // k-block. A window's last k-block waits for its lo group only (hi still runs) and promotes lo; the next
       // window's first k-block queues its lo wgmmas, then waits for the old hi group and promotes hi. The stage
-      // of k-block k-1 is released once both its groups completed (MMA_INFLIGHT=1's schedule). Each window's
-      // k-blocks are unrolled, so first / last are constants: an accumulator read on a runtime branch makes ptxas
-      // serialize every wgmma.
+      // of k-block k-1 is released once both its groups completed (MMA_INFLIGHT=1's schedule). The K loop is
+      // unrolled whole, so first / last / hi are constants: an accumulator read on a runtime branch, or a group in
+      // flight across a loop's back edge while the other half is read, makes ptxas serialize every wgmma.
 #if !(BIAS_ACC || EPI_DIRECT)
       // a defined start: ptxas otherwise serializes the wgmmas of some builds (each half starts with scale-d 0)
 #pragma unroll
