@@ -489,6 +489,12 @@ def device_jobs(epi, n, k):
              {"config": {**promoted, "MMA_INFLIGHT": 1, "CLUSTER_M": 2, "CLUSTER_RELEASE": 1, "PROMOTE_EVERY": 4}, "time": False}]
     if epi == "BIAS_POS":
         jobs.append({"config": {**promoted, "PROMOTE_EVERY": 1, "BUG_POS_OFF_BY_ONE": 1}, "time": False, "expect_fail": True})
+    # UNROLL_K: the fast class's ping-pong tile two k-blocks at a time, a promoted cooperative one in groups of 6
+    jobs += [{"config": {**pp, "MMA_INFLIGHT": 1, "UNROLL_K": 2}, "time": False},
+             {"config": {**promoted, "MMA_INFLIGHT": 0, "PROMOTE_EVERY": 2, "UNROLL_K": 6}, "time": False}]
+    if epi == "BIAS_POS":
+        jobs.append({"config": {**pp, "MMA_INFLIGHT": 1, "UNROLL_K": 2, "BUG_POS_OFF_BY_ONE": 1}, "time": False,
+                     "expect_fail": True})
     # PROMOTE_SPLIT (K up to 8 k-blocks): ping-pong 64x192 in windows of 2, cooperative 128x192 in a window of 4
     # and a shorter last one, 128-column tiles promoted every k-block (m64n64 halves)
     if k_iters <= 8:
