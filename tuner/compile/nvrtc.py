@@ -235,13 +235,12 @@ def _apply_limits(result: CompileResult, limits: CompileLimits) -> CompileResult
     if result.status not in ("ok", "too_many_regs", "spills", "wgmma_serialized"):
         return result
     result.status, result.reason = "ok", ""
-    serialized = wgmma_serialized(result.log) if limits.reject_serialized_wgmma else None
     if result.regs is not None and result.regs > limits.max_regs:
         result.status, result.reason = "too_many_regs", f"{result.regs} registers > {limits.max_regs}"
     elif limits.reject_spills and result.spills:
         result.status, result.reason = "spills", f"{result.spills} bytes of spill stores+loads"
-    elif serialized:
-        result.status, result.reason = "wgmma_serialized", f"ptxas serializes the wgmmas: {serialized}"
+    elif limits.reject_serialized_wgmma and (why := wgmma_serialized(result.log)):
+        result.status, result.reason = "wgmma_serialized", f"ptxas serializes the wgmmas: {why}"
     return result
 
 
