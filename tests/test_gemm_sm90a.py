@@ -304,19 +304,12 @@ def test_promotion_reads_the_accumulator_only_after_the_wgmmas_completed(tmp_pat
     wait for all wgmma groups (WARPGROUP.DEPBAR.LE gsb0, 0x0) with no QGMMA in between, and each
     window's first wgmma starts from zero (QGMMA ... RZ, !UPT) instead of adding to the old registers."""
     import re
-    import subprocess
-
-    from tests.test_gemm_sm100a import _nvdisasm
 
     P = study("patch_embed")["problem"]
     cfg = {"BLOCK_N": 64, "N_STAGES": 4, "MMA_INFLIGHT": 2, "PROMOTE_EVERY": 1}
     ok, log, cubin, _ = nvrtc_build(cfg, P)
     assert ok, log[-2000:]
-    tool = _nvdisasm()
-    assert tool, "nvdisasm not found: pip install nvidia-cuda-nvdisasm (in the dev extra)"
-    (tmp_path / "k.cubin").write_bytes(cubin)
-    sass = subprocess.run([tool, "-c", str(tmp_path / "k.cubin")], capture_output=True, text=True, check=True).stdout
-    ins = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+((?:@!?U?P\w+\s+)?[A-Z][\w.]*)\s*([^;]*);", sass, re.M)
+    ins = _sass(cubin, tmp_path)
     mma = [(i, args) for i, (op, args) in enumerate(ins) if op.startswith("QGMMA")]
     first = int(re.match(r"R(\d+)", mma[0][1]).group(1))
     acc = {f"R{r}" for r in range(first, first + 32)}          # m64n64: 32 FP32 registers per thread
@@ -340,18 +333,10 @@ def test_split_promotion_never_drains_the_tensor_pipe_inside_the_k_loop(tmp_path
     ptxas does not serialize them (no wait per k32 step), and no wait for all groups (WARPGROUP.DEPBAR.LE gsb0,
     0x0) falls between a tile's first and last wgmma (its k-blocks are unrolled): a window ends with one half's
     group still in flight. Without the split the wgmmas are whole m64n192 ones."""
-    import re
-    import subprocess
-
-    from tests.test_gemm_sm100a import _nvdisasm
-
     def sass_of(cfg):
         ok, log, cubin, stats = nvrtc_build(cfg, P, {"EXPECT_SMEM_BYTES": SPEC.derive(cfg, P)["smem_bytes"]})
         assert ok and not stats["spills"] and "serialized" not in log, log[-2000:]
-        (tmp_path / "k.cubin").write_bytes(cubin)
-        sass = subprocess.run([_nvdisasm(), "-c", str(tmp_path / "k.cubin")], capture_output=True, text=True,
-                              check=True).stdout
-        ins = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+((?:@!?U?P\w+\s+)?[A-Z][\w.]*)\s*([^;]*);", sass, re.M)
+        ins = _sass(cubin, tmp_path)
         mma = [i for i, (op, _) in enumerate(ins) if op.startswith("QGMMA")]
         drains = [i for i, (op, args) in enumerate(ins) if op.startswith("WARPGROUP.DEPBAR")
                   and args.replace(" ", "").endswith("gsb0,0x0") and mma[0] < i < mma[-1]]
@@ -387,7 +372,7 @@ def test_unroll_k_unrolls_that_many_k_blocks_together(tmp_path):
         config = {**cfg, "UNROLL_K": unroll}
         ok, log, cubin, stats = nvrtc_build(config, P, {"EXPECT_SMEM_BYTES": SPEC.derive(config, P)["smem_bytes"]})
         assert ok and not stats["spills"] and "serialized" not in log, log[-2000:]
-        return _sass_ops(cubin, tmp_path).count("QGMMA.64x192x32.F32.E4M3.E4M3")
+        return [op for op, _ in _sass(cubin, tmp_path)].count("QGMMA.64x192x32.F32.E4M3.E4M3")
 
     assert [qgmmas(u) for u in (0, 2, 6)] == [4, 2 * 4, 6 * 4]
     assert "dividing K/BLOCK_K=6" in SPEC.check({**cfg, "UNROLL_K": 4}, P)
@@ -397,17 +382,18 @@ def test_unroll_k_unrolls_that_many_k_blocks_together(tmp_path):
     assert "unrolls the K loop whole already" in SPEC.check({**cfg, "PROMOTE_SPLIT": 1, "PROMOTE_EVERY": 4}, P)
 
 
-def _sass_ops(cubin: bytes, tmp_path) -> list[str]:
-    """The opcodes of a cubin's SASS, in order."""
+def _sass(cubin: bytes, tmp_path) -> list[tuple[str, str]]:
+    """A cubin's SASS instructions in order: (opcode with its predicate, operands)."""
     import re
     import subprocess
 
     from tests.test_gemm_sm100a import _nvdisasm
 
-    (tmp_path / "ops.cubin").write_bytes(cubin)
-    sass = subprocess.run([_nvdisasm(), "-c", str(tmp_path / "ops.cubin")], capture_output=True, text=True,
-                          check=True).stdout
-    return re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][\w.]*)", sass, re.M)
+    tool = _nvdisasm()
+    assert tool, "nvdisasm not found: pip install nvidia-cuda-nvdisasm (in the dev extra)"
+    (tmp_path / "sass.cubin").write_bytes(cubin)
+    sass = subprocess.run([tool, "-c", str(tmp_path / "sass.cubin")], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"^\s+/\*[0-9a-f]+\*/\s+((?:@!?U?P\w+\s+)?[A-Z][\w.]*)\s*([^;]*);", sass, re.M)
 
 
 def test_cluster_release_has_no_gpu_scope_fence_in_the_loop():
