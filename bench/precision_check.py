@@ -48,8 +48,8 @@ def study_config(path: Path, promote: int | None = None) -> dict:
     config = space.full_config(params)
     if promote is not None:
         config["PROMOTE_EVERY"] = promote
-        if not promote:   # nothing to split: the start's tile, unpromoted
-            config["PROMOTE_SPLIT"] = 0
+        if not promote:   # the start's tile, unpromoted: nothing to split, and unrolled ptxas serializes FC1's
+            config["PROMOTE_SPLIT"] = config["UNROLL_K"] = 0
     return config
 
 
