@@ -144,3 +144,26 @@ def test_device_comparison_applies_the_class_tolerance_as_the_host_check_does(pr
     on_host = host_check(bf16_to_f32(got), expected, np.arange(rows), rows * cols, tol)
     assert on_device.n_over == on_host.n_over
     assert on_device.n_over == (0 if precision == "fast" else len(expected[::7, 5]))
+
+
+def test_every_config_the_precision_check_measures_builds_unserialized(cache_dir):
+    """bench/precision_check.py counts the errors of each shape's fast start config and of its precise start
+    config at PROMOTE_EVERY 0 / 1 / 2 / 4. Each must build with its wgmmas pipelined, or it gets no count: FC1's
+    precise start, unrolled whole, is serialized by ptxas once unpromoted, so its P = 0 form is not unrolled."""
+    import sys
+
+    from tuner.compile.nvrtc import compile_kernel
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from precision_check import SHAPES, configs_of
+
+    for shape in SHAPES:
+        problem = load_study(ROOT / "studies" / f"{shape}_sm90a_precise.toml").problem
+        for label, config in configs_of(shape):
+            built = compile_kernel(SM90A, config, problem, "sm_90a", cache_dir)
+            assert built.status == "ok", (shape, label, built.status, built.reason)
+    unpromoted = dict(configs_of("fc1"))["precise start, PROMOTE_EVERY=0"]
+    assert unpromoted["PROMOTE_EVERY"] == 0 and unpromoted["UNROLL_K"] == 0
+    unrolled = compile_kernel(SM90A, {**unpromoted, "UNROLL_K": 6}, load_study(ROOT / "studies" / "fc1_sm90a_precise.toml").problem,
+                              "sm_90a", cache_dir)
+    assert unrolled.status == "wgmma_serialized"   # what the P = 0 form would be, unrolled
