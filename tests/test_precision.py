@@ -157,13 +157,14 @@ def test_every_config_the_precision_check_measures_builds_unserialized(cache_dir
     sys.path.insert(0, str(ROOT / "bench"))
     from precision_check import SHAPES, configs_of
 
+    def problem(shape):
+        return load_study(ROOT / "studies" / f"{shape}_sm90a_precise.toml").problem
+
     for shape in SHAPES:
-        problem = load_study(ROOT / "studies" / f"{shape}_sm90a_precise.toml").problem
         for label, config in configs_of(shape):
-            built = compile_kernel(SM90A, config, problem, "sm_90a", cache_dir)
+            built = compile_kernel(SM90A, config, problem(shape), "sm_90a", cache_dir)
             assert built.status == "ok", (shape, label, built.status, built.reason)
     unpromoted = dict(configs_of("fc1"))["precise start, PROMOTE_EVERY=0"]
     assert unpromoted["PROMOTE_EVERY"] == 0 and unpromoted["UNROLL_K"] == 0
-    unrolled = compile_kernel(SM90A, {**unpromoted, "UNROLL_K": 6}, load_study(ROOT / "studies" / "fc1_sm90a_precise.toml").problem,
-                              "sm_90a", cache_dir)
+    unrolled = compile_kernel(SM90A, {**unpromoted, "UNROLL_K": 6}, problem("fc1"), "sm_90a", cache_dir)
     assert unrolled.status == "wgmma_serialized"   # what the P = 0 form would be, unrolled
