@@ -131,19 +131,21 @@ def test_ctrl_c_ends_cleanly_and_resumes(tmp_path, cache_dir):
     cmd = [sys.executable, "-m", "tuner", "run", str(STUDY), "--storage", f"sqlite:///{db}", "--trials", 6,
            "--cache-dir", str(cache_dir), "--no-pruner", "--reference-probe", 0]
     proc = subprocess.Popen(list(map(str, cmd)), env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # interrupt mid-trial, once something is stored
+    deadline, states = time.monotonic() + 120, []
+    while time.monotonic() < deadline and proc.poll() is None:  # interrupt mid-trial, once something is stored
         time.sleep(0.3)
         try:
             with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
-                states = [s for (s,) in conn.execute("select state from trials")]
+                states = [s for (s,) in conn.execute("select state from trials order by number")]
         except sqlite3.Error:
             continue
         if "COMPLETE" in states and states[-1] == "RUNNING":
             break
+    running = proc.poll() is None
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert running, f"the run ended before Ctrl-C (trial states seen last: {states}): {err[-1500:]}"
+    assert proc.returncode == 130, f"trial states when interrupted: {states}\n{err[-1500:]}"
     assert "interrupted" in err and "Traceback" not in err
     study = optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
