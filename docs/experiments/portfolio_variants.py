@@ -57,14 +57,14 @@ class Bandit:
         self.rng = np.random.default_rng(seed)
         self.wins = np.ones(len(self.arms))
         self.losses = np.ones(len(self.arms))
-        self.pending = None  # (arm, observations before the proposal)
-        self.chosen = []
+        self.pending = None  # (arm, measured configs before the proposal, observations before it)
+        self.chosen = []  # each proposal's arm, for inspection
 
     def _credit(self, pool):
         """The last proposal's reward, once its observation is in: the share of earlier values it beat."""
         if self.pending is None:
             return
-        arm, measured, failed, total = self.pending
+        arm, measured, total = self.pending
         obs = pool.observations
         if len(obs) == total:
             return
@@ -87,6 +87,6 @@ class Bandit:
             arm = 0
         else:
             arm = int(np.argmax(self.rng.beta(self.wins, self.losses)))
-        self.pending = (arm, len(obs.measured), len(obs.failed), len(obs))
+        self.pending = (arm, len(obs.measured), len(obs))
         self.chosen.append(arm)
         return self.arms[arm].propose(pool, ordered, prior)
