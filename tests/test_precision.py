@@ -146,15 +146,13 @@ def test_device_comparison_applies_the_class_tolerance_as_the_host_check_does(pr
     assert on_device.n_over == (0 if precision == "fast" else len(expected[::7, 5]))
 
 
-def test_every_config_the_precision_check_measures_builds_unserialized(cache_dir):
+def test_every_config_the_precision_check_measures_builds_unserialized(cache_dir, monkeypatch):
     """bench/precision_check.py counts the errors of each shape's fast start config and of its precise start
     config at PROMOTE_EVERY 0 / 1 / 2 / 4. Each must build with its wgmmas pipelined, or it gets no count: FC1's
     precise start, unrolled whole, is serialized by ptxas once unpromoted, so its P = 0 form is not unrolled."""
-    import sys
-
     from tuner.compile.nvrtc import compile_kernel
 
-    sys.path.insert(0, str(ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from precision_check import SHAPES, configs_of
 
     def problem(shape):
