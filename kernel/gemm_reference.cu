@@ -30,6 +30,17 @@ static __device__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
+// One output's epilogue, out of line: inlined into the 64 unrolled stores below it makes NVRTC's
+// front end take seconds (the reference is compiled on a worker's first start).
+static __device__ __noinline__ void store_output(float v, int64_t m, int64_t n, const uint16_t* __restrict__ bias,
+                                                 const uint16_t* __restrict__ addend, int addend_rows, int gelu,
+                                                 float* __restrict__ expected, int N) {
+  if (bias) v += bf16_to_float(bias[n]);
+  if (addend) v += bf16_to_float(addend[(m % addend_rows) * N + n]);
+  if (gelu) v = gelu_tanh(v);
+  expected[m * N + n] = v;
+}
+
 extern "C" __global__ void __launch_bounds__(REF_THREADS)
 gemm_reference_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ W,
                    const uint16_t* __restrict__ bias, const uint16_t* __restrict__ addend, int addend_rows,
@@ -78,11 +89,7 @@ gemm_reference_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ W,
     for (int j = 0; j < 8; ++j) {
       const int64_t n = n0 + tx + 16 * j;
       if (n >= N) continue;
-      float v = acc[i][j];
-      if (bias) v += bf16_to_float(bias[n]);
-      if (addend) v += bf16_to_float(addend[(m % addend_rows) * N + n]);
-      if (gelu) v = gelu_tanh(v);
-      expected[m * N + n] = v;
+      store_output(acc[i][j], m, n, bias, addend, addend_rows, gelu, expected, N);
     }
   }
 }

@@ -13,6 +13,7 @@ from tuner.contract.precision import Tolerance
 from tuner.device.verify import (
     VERIFY_SOURCE,
     CheckResult,
+    compile_soon,
     compile_source,
     host_check,
     reference_source,
@@ -59,6 +60,28 @@ def test_helper_kernels_come_from_the_compile_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(compile_module, "_nvrtc_compile", lambda *a: pytest.fail("compiled again"))
     assert compile_source("verify.cu", VERIFY_SOURCE, "sm_90") == first
     assert len(list(tmp_path.glob("helper-*.cubin"))) == 1
+
+
+def test_a_helper_started_ahead_is_built_once_on_another_thread(tmp_path, monkeypatch):
+    import threading
+
+    from tuner.compile import nvrtc as compile_module
+
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path))
+    real, threads = compile_module._nvrtc_compile, []
+
+    def counted(*args):
+        threads.append(threading.current_thread())
+        return real(*args)
+
+    monkeypatch.setattr(compile_module, "_nvrtc_compile", counted)
+    ahead = compile_soon("verify.cu", VERIFY_SOURCE, "sm_90")
+    assert compile_soon("verify.cu", VERIFY_SOURCE, "sm_90") is ahead  # asked again before it is collected
+    cubin = compile_source("verify.cu", VERIFY_SOURCE, "sm_90")
+    assert cubin == ahead.result() and cubin[:4] == b"\x7fELF"
+    assert len(threads) == 1 and threads[0] is not threading.main_thread()
+    assert compile_source("verify.cu", VERIFY_SOURCE, "sm_90") == cubin  # collected: now from the cache
+    assert len(threads) == 1
 
 
 def test_a_broken_source_reports_the_compiler_log():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -306,12 +307,33 @@ def decode(values: np.ndarray, out: OutputSpec) -> np.ndarray:
     return bf16_to_f32(values) if out.decode == "bfloat16" else values.astype(np.float32)
 
 
+#: helper builds started ahead and not yet collected, by (file name, source, arch)
+_builds: dict[tuple[str, str, str], Future[bytes]] = {}
+_build_threads: ThreadPoolExecutor | None = None
+
+
+def compile_soon(name: str, text: str, arch: str) -> Future[bytes]:
+    """Start building a helper kernel now, on a thread: NVRTC releases the GIL, so a worker's helpers
+    build side by side and while it sets up CUDA and the inputs (with an empty compile cache they
+    are most of a first session's start). :func:`compile_source` collects the build; after that, the
+    same helper comes from the compile cache."""
+    from tuner.compile.nvrtc import helper_cubin
+
+    global _build_threads
+    key = (name, text, arch)
+    if key not in _builds:
+        if _build_threads is None:
+            _build_threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="helper-build")
+        _builds[key] = _build_threads.submit(helper_cubin, name, text, arch)
+    return _builds[key]
+
+
 def compile_source(name: str, text: str, arch: str) -> bytes:
     """NVRTC, as every kernel is built (:mod:`tuner.compile.nvrtc`, and its cache: a worker's helper
     kernels then cost nothing after the first session); raises with the log on error."""
-    from tuner.compile.nvrtc import helper_cubin
-
-    return helper_cubin(name, text, arch)
+    build = compile_soon(name, text, arch)
+    del _builds[(name, text, arch)]
+    return build.result()
 
 
 def reference_source(spec: KernelSpec, ref: ReferenceKernel) -> tuple[str, str]:

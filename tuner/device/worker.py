@@ -27,7 +27,7 @@ from tuner.contract.precision import Tolerance
 from tuner.device import echo_stub, protocol
 from tuner.device.driver import CudaError, kernel_params, launch_config, tensor_map
 from tuner.device.driver import check as _ck
-from tuner.device.inputs import InputGenerator, input_seed
+from tuner.device.inputs import GENERATOR_SOURCE, InputGenerator, input_seed
 from tuner.device.protocol import (
     Answer,
     Block,
@@ -43,7 +43,15 @@ from tuner.device.protocol import (
     WarmUpJob,
 )
 from tuner.device.timing import LaunchFailed, Measurer
-from tuner.device.verify import CheckResult, DeviceVerifier, rows_to_sample, verdict
+from tuner.device.verify import (
+    VERIFY_SOURCE,
+    CheckResult,
+    DeviceVerifier,
+    compile_soon,
+    reference_source,
+    rows_to_sample,
+    verdict,
+)
 from tuner.measurement.value import Measurement
 from tuner.plugin import load_object
 
@@ -185,6 +193,9 @@ class CudaBackend:
             "driver": _ck("cuDriverGetVersion", cu.cuDriverGetVersion()),
             "uuid": _uuid_text(cu, self.dev),
         }
+        arch = plain_target(self.device["cc"])
+        compile_soon("generate.cu", GENERATOR_SOURCE, arch)  # the helpers every problem needs build meanwhile
+        compile_soon("verify.cu", VERIFY_SOURCE, arch)
         self.buffers: dict[str, Any] = {}
         self.host_inputs: dict[str, np.ndarray] = {}
         self.generated: dict[str, RandomTable] = {}  # inputs that live on the device only (so far)
@@ -202,6 +213,9 @@ class CudaBackend:
         for ptr in self.buffers.values():
             cu.cuMemFree(ptr)
         self.buffers.clear()
+        ref = spec.reference_kernel(problem)
+        if ref is not None:  # its build overlaps the inputs' generation
+            compile_soon(*reference_source(spec, ref), plain_target(self.device["cc"]))
         rng = np.random.default_rng(seed)
         self.host_inputs, self.generated = {}, {}
         for name, value in spec.inputs(problem, rng).items():
