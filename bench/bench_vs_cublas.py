@@ -34,7 +34,7 @@ from tuner.contract.kernel_spec import load_spec  # noqa: E402
 from tuner.contract.precision import tolerance  # noqa: E402
 from tuner.evaluate.gpu import BASELINE, GpuEvaluator  # noqa: E402
 from tuner.search.space import Space  # noqa: E402
-from tuner.search.warm_start import start_params  # noqa: E402
+from tuner.search.start import start_params  # noqa: E402
 from tuner.study.file import load_study  # noqa: E402
 
 

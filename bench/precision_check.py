@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from tuner.compile.nvrtc import compile_kernel  # noqa: E402
 from tuner.contract.kernel_spec import load_spec  # noqa: E402
 from tuner.contract.precision import PRECISE_ATOL, PRECISE_RTOL, Tolerance  # noqa: E402
-from tuner.search.warm_start import start_params  # noqa: E402
+from tuner.search.start import start_params  # noqa: E402
 from tuner.study.file import load_study  # noqa: E402
 
 SHAPES = ("patch_embed", "fc1", "fc2")

@@ -34,7 +34,7 @@ from tuner.evaluate.gpu import GpuEvaluator  # noqa: E402
 from tuner.search.space import Space  # noqa: E402
 from tuner.contract.kernel_spec import load_spec  # noqa: E402
 from tuner.study.file import load_study  # noqa: E402
-from tuner.search.warm_start import start_params  # noqa: E402
+from tuner.search.start import start_params  # noqa: E402
 
 STUDY = ROOT / "studies" / "patch_embed_sm90a.toml"
 KEEP = ("status", "reason", "ms", "ratio", "sm_clock_mhz", "energy_mj_per_launch", "energy_mj_per_launch_err", "power_w",

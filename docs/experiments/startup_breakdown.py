@@ -72,7 +72,8 @@ if __name__ == "__main__":
     from tuner.device import verify
     from tuner.device.protocol import Kernel, MeasureJob
     from tuner.device.timing import Measurer
-    from tuner.run.session import Session, reference_config
+    from tuner.run.reference import reference_config
+    from tuner.run.session import Session
 
     t = time.monotonic()
     backend = CudaBackend()

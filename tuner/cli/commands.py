@@ -33,6 +33,7 @@ from tuner.study import options
 
 if typing.TYPE_CHECKING:
     from tuner.device.supervisor import Supervisor
+    from tuner.run.early_build import EarlyBuild
     from tuner.run.session import Session
 
 #: entry points in this group add subcommands: each is called with the subparsers object
@@ -40,11 +41,12 @@ if typing.TYPE_CHECKING:
 COMMANDS_GROUP = "tuner.commands"
 
 
-def main(argv: list[str] | None = None, worker: Supervisor | None = None) -> int:
-    """``worker``: a GPU worker already starting for this command (:mod:`tuner.cli.launch`)."""
+def main(argv: list[str] | None = None, worker: Supervisor | None = None, early_build: EarlyBuild | None = None) -> int:
+    """``worker``: a GPU worker already starting for this command, ``early_build``: its reference's
+    build under way (:mod:`tuner.cli.launch`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.gpu_worker = worker
+    args.gpu_worker, args.early_build = worker, early_build
     # tuner reports every trial's outcome itself; Optuna's per-trial warnings would repeat it
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -252,7 +254,7 @@ def cmd_run(args) -> int:
     startup = StartupClock()
     startup.mark("command_started")  # the command line's imports are done
     # the worker spawned by tuner.cli.launch before those imports: its CUDA start overlaps loading the study
-    summary, _ = _session(args).run(None if args.run.replay else args.gpu_worker, startup)
+    summary, _ = _session(args).run(None if args.run.replay else args.gpu_worker, startup, early_build=args.early_build)
     _print_summary(summary, args.json)
     return 0
 

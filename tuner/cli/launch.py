@@ -5,7 +5,7 @@ the inputs), and the command line imports Optuna, SQLAlchemy and the samplers fi
 second on a GPU host). So when the arguments ask for a measured run, the worker is spawned
 here, from a module that imports only the standard library and the supervisor, and it
 initialises CUDA while the rest loads; so does the forkserver of the compile processes
-(:func:`tuner.lifetime.start_helpers`). The arguments are only peeked at: a wrong guess costs a
+(:func:`tuner.lifetime.start_helpers`), and the reference config's build (:mod:`tuner.run.early_build`). The arguments are only peeked at: a wrong guess costs a
 worker that is stopped unused, never a wrong run (the command line parses them properly).
 """
 
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from tuner.device.supervisor import Supervisor
 from tuner.lifetime import start_helpers
+from tuner.run.early_build import EarlyBuild
 
 
 def runs_on_the_gpu(argv: Sequence[str]) -> bool:
@@ -35,15 +36,16 @@ def runs_on_the_gpu(argv: Sequence[str]) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    worker = None
+    worker, early_build = None, None
     if runs_on_the_gpu(argv):
         worker = Supervisor.from_env()
         worker.start_soon()
         start_helpers()
+        early_build = EarlyBuild.for_run(argv)
     from tuner.cli.commands import main as cli_main
 
     try:
-        return cli_main(argv, worker=worker)
+        return cli_main(argv, worker=worker, early_build=early_build)
     finally:
         if worker is not None:  # stopped by the run unless it never got that far (bad input, --help)
             worker.discard()

@@ -9,6 +9,7 @@ can share one cache directory.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -356,14 +357,18 @@ class _Cache:
             raise
 
 
-def _compile_job(job: tuple) -> dict:
+def compile_job(job: tuple, catch: bool = True) -> dict:
+    """A build as a compile process runs it: :meth:`CompilePool.job`'s tuple in, the result as JSON out.
+    ``catch``: the build's warnings come back with it (the caller warns once, not each process);
+    False on a thread, where catching them would change the whole process's warning filters."""
     spec_path, config, problem, arch, cache_dir, limits = job
-    with warnings.catch_warnings(record=True) as caught:  # passed on: the caller warns once, not each process
-        warnings.simplefilter("always")
+    with warnings.catch_warnings(record=True) if catch else contextlib.nullcontext([]) as caught:
+        if catch:
+            warnings.simplefilter("always")
         result = compile_kernel(load_spec(spec_path), config, problem, arch, cache_dir, limits)
     data = result.to_json()
     data["log"] = data["log"][-4000:]
-    data["warnings"] = [str(w.message) for w in caught]
+    data["warnings"] = [str(w.message) for w in caught or []]
     return data
 
 
@@ -405,8 +410,17 @@ class CompilePool:
         self._pending: dict[str, Future] = {}
         self._lock = threading.Lock()  # the runner submits while its measuring thread takes results
 
-    def _job(self, config: Config) -> tuple:
+    def job(self, config: Config) -> tuple:
+        """What this pool's build of ``config`` runs (:func:`compile_job`)."""
         return (str(self.spec.path), dict(config), self.problem, self.arch, self.cache_dir, self.limits)
+
+    def adopt(self, config: Config, job: tuple, build: Future) -> bool:
+        """Take ``build``, a :func:`compile_job` of ``job`` begun elsewhere, as this pool's build of
+        ``config``, if ``job`` is what this pool would run for it and no build of it is pending."""
+        if job != self.job(config):
+            return False
+        with self._lock:
+            return self._pending.setdefault(self._key(config), build) is build
 
     @staticmethod
     def _key(config: Config) -> str:
@@ -421,7 +435,7 @@ class CompilePool:
                 return
             if self._executor is None:
                 self._executor = helper_pool(self.jobs)
-            self._pending[key] = self._executor.submit(_compile_job, self._job(config))
+            self._pending[key] = self._executor.submit(compile_job, self.job(config))
 
     def result(self, config: Config) -> CompileResult:
         with self._lock:
@@ -436,7 +450,7 @@ class CompilePool:
                 return _result(future.result())
             except Exception:  # a broken pool (a child killed): compile here instead
                 pass
-        return _result(_compile_job(self._job(config)))
+        return _result(compile_job(self.job(config)))
 
     def close(self) -> None:
         with self._lock:

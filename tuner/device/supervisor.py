@@ -101,6 +101,7 @@ class Supervisor:
         self._start_error: BaseException | None = None
         self._stopping = threading.Lock()  # Ctrl-C stops from the main thread while a job's thread may restart
         self.spawned: float | None = None  # time.monotonic() when the last worker process was spawned
+        self.greeted: float | None = None  # and when it said it had started CUDA
 
     @classmethod
     def from_env(cls) -> Supervisor:
@@ -190,6 +191,7 @@ class Supervisor:
             self.stop()
             raise WorkerDied(error)
         self.device = message.device
+        self.greeted = time.monotonic()
         return self.device
 
     def stop(self) -> None:

@@ -34,11 +34,11 @@ from tuner.search.distributions import store_axes, stored_axes
 from tuner.search.pruner import MarginPruner
 from tuner.search.sampler import ValidOnlySampler, make_base_sampler
 from tuner.search.space import Space
+from tuner.search.start import start_params
 from tuner.search.warm_start import (
     prior_sources,
     prior_trials,
     queue_start_configs,
-    start_params,
     transfer_message,
     warm_start,
 )

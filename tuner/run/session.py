@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -24,6 +24,7 @@ from tuner.study import options
 if TYPE_CHECKING:
     from tuner.device.supervisor import Supervisor
     from tuner.evaluate.replay import Recording
+    from tuner.run.early_build import EarlyBuild
     from tuner.run.runner import RunSettings
     from tuner.search.space import Space
     from tuner.study.file import StudyConfig
@@ -159,8 +160,10 @@ class Session:
             peers=int(os.environ.get(PEERS_ENV, "1")) if self.command == "worker" else 1,
         )
 
-    def evaluation(self, loaded: Loaded, supervisor: Supervisor | None = None) -> Evaluation:
-        """The run's evaluator: a replay of the recording, else the GPU (its worker started)."""
+    def evaluation(self, loaded: Loaded, supervisor: Supervisor | None = None,
+                   early_build: EarlyBuild | None = None) -> Evaluation:
+        """The run's evaluator: a replay of the recording, else the GPU (its worker started; the
+        reference's build taken from ``early_build`` where that is the same build)."""
         from tuner.run.runner import study_attrs
         from tuner.store.storage import check_study_name
 
@@ -185,6 +188,7 @@ class Session:
         from tuner.compile.nvrtc import nvrtc_version
         from tuner.contract.precision import tolerance
         from tuner.evaluate.gpu import GpuEvaluator
+        from tuner.run.reference import reference_config
 
         search = self.search(cfg)
         evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, supervisor=supervisor,
@@ -192,6 +196,8 @@ class Session:
                                  reference=reference_config(cfg, space), compile_jobs=search.compile_ahead,
                                  tolerance=tolerance(cfg.precision, space.spec),
                                  reference_probe=self.reference_probe(cfg))
+        if early_build is not None and isinstance(evaluator.reference, dict):
+            early_build.offer(evaluator.compiler, evaluator.reference)
         device = evaluator.start()
         attrs = study_attrs("gpu", space, evaluator.arch, device, nvrtc_version(), shape,
                             {"baseline_ms": cfg.baseline, **evaluator.objective_attrs()})
@@ -201,12 +207,13 @@ class Session:
 
     # -- runs -----------------------------------------------------------------------------
     def run(self, supervisor: Supervisor | None = None, startup: StartupClock | None = None,
-            named: Callable[[str], None] | None = None) -> tuple[dict, Any]:
+            named: Callable[[str], None] | None = None, early_build: EarlyBuild | None = None) -> tuple[dict, Any]:
         """Run the study (then confirm its top configs on a GPU): (the summary, the Runner).
 
         ``supervisor``: a GPU worker already starting (``tuner run`` spawns it before its imports);
         without one, a GPU run starts its own here. ``named``: called with the study's name before
-        any work is done for it (``tuner grid`` checks its default CSV file there).
+        any work is done for it (``tuner grid`` checks its default CSV file there). ``early_build``: the
+        reference's build begun with the process (:mod:`tuner.run.early_build`).
         """
         from tuner.run.runner import Runner
         from tuner.store.storage import import_soon
@@ -226,7 +233,9 @@ class Session:
             startup.mark("study_loaded")
             loaded.space.enumerate_soon()  # overlaps the worker's CUDA start and its inputs
             import_soon(self.storage)  # and so do the storage's imports
-            evaluation = self.evaluation(loaded, supervisor)
+            evaluation = self.evaluation(loaded, supervisor, early_build)
+            if supervisor is not None and supervisor.greeted is not None:
+                startup.mark("worker_greeted", supervisor.greeted)
             startup.mark("worker_ready")
             if named is not None:
                 named(evaluation.name)
@@ -308,27 +317,6 @@ class Session:
         if cfg.measure.reference is not None or cfg.search.start:
             return None
         return cfg.measure.reference_probe if self.command in ("run", "grid") else 0
-
-
-def reference_config(cfg: StudyConfig, space: Space) -> dict | str:
-    """The config every trial is paired with: [measure] reference, else the first [search] start, else the
-    defaults (until the study's first configs choose one: :mod:`tuner.run.probe`)."""
-    from tuner.evaluate.gpu import BASELINE
-    from tuner.search.warm_start import start_params
-
-    chosen = cfg.measure.reference
-    if chosen == BASELINE:
-        return BASELINE
-    if chosen is not None:  # (start_params refuses any other string)
-        return space.full_config(start_params(space, [cast(dict, chosen)], what="[measure] reference")[0])
-    if cfg.search.start:
-        return space.full_config(start_params(space, cfg.search.start[:1])[0])
-    # the spec's defaults where the model accepts them, else the first valid config: never an invalid one
-    defaults = space.defaults()
-    if space.check(defaults) is None:
-        return space.full_config(defaults)  # no enumeration needed: the worker's start overlaps it
-    space.require_valid()
-    return space.full_config(space.valid[0])
 
 
 def precompile(loaded: Loaded, arch: str, cache_dir: Path | None, progress: bool) -> None:

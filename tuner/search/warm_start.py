@@ -57,11 +57,6 @@ class _Queue:
         return True
 
 
-def _hold_tier2(space: Space, params: dict, tiered: bool) -> dict:
-    """In tiered mode tier 1 is searched first with tier 2 at its defaults."""
-    return {**params, **{a: space.defaults()[a] for a in space.tier2}} if tiered else params
-
-
 def space_map(space: Space, tiered: bool = False) -> SpaceMap:
     """Where source configs land in this study: its valid set (tiered: tier 1, tier 2 held at its defaults)."""
     ordered = [ordered_axis(values) for values in space.axes.values()]
@@ -185,20 +180,6 @@ def transfer_message(queued: list[Mapped] | None, prior: int, source_names: list
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def start_params(space: Space, configs: list[dict], tiered: bool = False, what: str = "[search.start] #{}") -> list[dict]:
-    """The study file's ``[search] start`` configs as full parameter sets (axes not named take the
-    defaults; in tiered mode tier 2 is held at its defaults); one the constraint model rejects is an
-    error that says why (``what`` names it), raised before anything is stored."""
-    out = []
-    for i, config in enumerate(configs):
-        params = _hold_tier2(space, {**space.defaults(), **config}, tiered)
-        reason = space.check(params)
-        if reason:
-            raise UserError(f"{what.format(i + 1)} is rejected by the kernel's constraint model: {reason}")
-        out.append(params)
-    return out
 
 
 def queue_start_configs(study: optuna.Study, space: Space, params_list: list[dict]) -> list[dict]:

@@ -1,0 +1,61 @@
+"""The reference's build begun with `tuner run`'s process, and its hand-over to the run's compile pool."""
+
+import dataclasses
+
+import pytest
+
+from tests.conftest import ROOT
+from tuner.compile.nvrtc import CompileLimits, CompilePool
+from tuner.run.early_build import EarlyBuild
+from tuner.run.reference import reference_config
+from tuner.run.session import Session
+
+STUDY = ROOT / "studies" / "patch_embed_sm90a.toml"  # a fixed arch and a start config: a build known up front
+
+
+def run_pool(cache_dir, **limits):
+    loaded = Session(STUDY).load()
+    cfg, space = loaded.cfg, loaded.space
+    pool = CompilePool(space.spec, dict(space.problem), cfg.arch, cache_dir, dataclasses.replace(CompileLimits.of(cfg.measure), **limits), jobs=2)
+    return pool, reference_config(cfg, space)
+
+
+def test_the_run_takes_the_early_build_of_its_reference_and_starts_no_compile_process(tmp_path):
+    early = EarlyBuild.for_run(["run", str(STUDY), "--storage", f"sqlite:///{tmp_path / 'x.db'}", "--cache-dir", str(tmp_path)])
+    pool, reference = run_pool(tmp_path)
+    assert early.offer(pool, reference)
+    pool.submit(reference)  # as the run's evaluator then asks: the build is already pending
+    built = pool.result(reference)
+    assert built.ok and built.regs and built.cubin_path.startswith(str(tmp_path))
+    assert pool._executor is None  # no compile process was started for it
+    assert early.build.done()
+
+
+def test_an_early_build_of_another_build_is_not_taken(tmp_path):
+    early = EarlyBuild.for_run(["run", str(STUDY), "--cache-dir", str(tmp_path / "elsewhere")])
+    pool, reference = run_pool(tmp_path)
+    assert not early.offer(pool, reference)  # another cache: the pool builds it itself
+    other = EarlyBuild.for_run(["run", str(STUDY), f"--cache-dir={tmp_path}"])
+    strict, reference = run_pool(tmp_path, max_regs=128)  # other limits than the study file's
+    assert not other.offer(strict, reference)
+    assert other.offer(run_pool(tmp_path)[0], reference)
+
+
+@pytest.mark.parametrize("argv, study, cache", [
+    (["run", "s.toml"], "s.toml", None),
+    (["run", "--storage", "sqlite:///a.toml", "--json", "s.toml", "--trials", "5"], "s.toml", None),
+    (["run", "--no-pruner", "--cache-dir", "c", "s.toml"], "s.toml", "c"),
+    (["run", "--seed=3", "s.toml", "--cache-dir=c"], "s.toml", "c"),
+])
+def test_the_study_file_and_cache_are_peeked_from_the_command_line(argv, study, cache, monkeypatch):
+    seen = []
+    monkeypatch.setattr(EarlyBuild, "__init__", lambda self, s, c=None: seen.append((s, c)))
+    assert EarlyBuild.for_run(argv) is not None and seen == [(study, cache)]
+
+
+def test_no_study_file_and_a_bad_one_build_nothing(tmp_path):
+    assert EarlyBuild.for_run(["run", "--replay", "cache.json"]) is None
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[study]\nname = 1\n")
+    early = EarlyBuild.for_run(["run", str(bad)])
+    assert early.job.result(timeout=60) is None and not early.build.done()
