@@ -59,3 +59,19 @@ def test_no_study_file_and_a_bad_one_build_nothing(tmp_path):
     bad.write_text("[study]\nname = 1\n")
     early = EarlyBuild.for_run(["run", str(bad)])
     assert early.job.result(timeout=60) is None and not early.build.done()
+
+
+def test_the_run_takes_the_valid_set_the_early_build_enumerates(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path))
+    early = EarlyBuild.for_run(["run", str(STUDY)])
+    space = Session(STUDY).load().space
+    assert early.share_space(space)
+    early.space.result().enumerate()  # (whichever thread gets there first enumerates the early space once)
+    from tuner.search import space as space_module
+
+    monkeypatch.setattr(space_module, "enumerate_cached", lambda *a: pytest.fail("enumerated again"))
+    assert space.valid is early.space.result().valid and len(space.valid) > 1000
+    assert space.valid_keys == early.space.result().valid_keys and space.is_valid(space.valid[-1])
+    narrower = Session(STUDY).load().space
+    narrower.axes["BLOCK_N"] = narrower.axes["BLOCK_N"][:2]
+    assert not early.share_space(narrower)

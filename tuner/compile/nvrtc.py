@@ -310,8 +310,6 @@ class _Cache:
     An unwritable or full cache directory is not fatal: compiles go on uncached.
     """
 
-    _warned: set[str] = set()
-
     def __init__(self, root: Path):
         self.root = root
 
@@ -342,9 +340,7 @@ class _Cache:
                 with os.fdopen(fd, "wb") as f:
                     f.write(cubin)
                 result.cubin_path = tmp
-            if str(self.root) not in self._warned:
-                self._warned.add(str(self.root))
-                warnings.warn(f"compile cache {self.root} not writable ({exc.strerror}); compiling uncached", stacklevel=2)
+            _warn_once(f"compile cache {self.root} not writable ({exc.strerror}); compiling uncached")
 
     def _write(self, name: str, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
@@ -372,14 +368,19 @@ def compile_job(job: tuple, catch: bool = True) -> dict:
     return data
 
 
+#: the compile warnings this process has shown (a build's own, or passed on by a compile process)
 _warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, stacklevel=3)
 
 
 def _result(data: dict) -> CompileResult:
     for message in data.pop("warnings", []):
-        if message not in _warned:
-            _warned.add(message)
-            warnings.warn(message, stacklevel=2)
+        _warn_once(message)
     return CompileResult(**data)
 
 

@@ -4,7 +4,8 @@ A run's first trial measures its reference config, which must be compiled first 
 with an empty compile cache), and the run only asks for that build once its command line has
 imported Optuna and SQLAlchemy (most of a second on a host just started). So :mod:`tuner.cli.launch`
 starts the build here, on a thread, before those imports: the study file names the reference without
-Optuna (:mod:`tuner.run.reference`), and NVRTC releases the GIL while it compiles. The run's compile
+Optuna (:mod:`tuner.run.reference`), and NVRTC releases the GIL while it compiles. The space's valid
+set, which the run needs before its first trial, starts enumerating there too (in other processes). The run's compile
 pool then takes the build over (:meth:`EarlyBuild.offer`) when it is the very build the pool would
 run; any other stays unused (its result still lands in the compile cache).
 """
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # (imported on the thread: this module is imported before anything heavy starts)
     from tuner.compile.nvrtc import CompilePool
+    from tuner.search.space import Space
+    from tuner.study.file import StudyConfig
 
 #: ``tuner run`` flags that take no value (every other flag takes one)
 _SWITCHES = {"--json", "--no-pruner", "--accept-mismatch"}
@@ -28,6 +31,7 @@ class EarlyBuild:
     """The reference build of one study file, on a thread from its creation."""
 
     def __init__(self, study_file: str, cache_dir: str | None = None) -> None:
+        self.space: Future[Space | None] = Future()  # the study's space, its valid set enumerating (None: no study)
         self.job: Future[tuple | None] = Future()  # what the build compiles; None: nothing to build early
         self.build: Future[dict] = Future()  # compile_job's result
         threading.Thread(target=self._run, args=(study_file, cache_dir), daemon=True, name="tuner-early-build").start()
@@ -49,16 +53,27 @@ class EarlyBuild:
                 cache_dir = value
         return cls(study_file, cache_dir) if study_file and study_file.endswith(".toml") else None
 
+    def share_space(self, space: Space) -> bool:
+        """Let ``space`` take the valid set this build's equal space is enumerating (False: none)."""
+        early = self.space.result()  # (set as soon as the study file is read)
+        return early is not None and space.enumerate_from(early)
+
     def offer(self, pool: CompilePool, config: dict) -> bool:
         """Hand the build to ``pool`` as its build of ``config``, if it is that build."""
         job = self.job.result()  # the study file's load: short, and under way since the process began
         return job is not None and pool.adopt(config, job, self.build)
 
     def _run(self, study_file: str, cache_dir: str | None) -> None:
+        space = job = None
         try:
-            job = _reference_job(study_file, cache_dir)
+            cfg, space = _study_space(study_file)
+            self.space.set_result(space)
+            space.enumerate_soon()  # needed before the first trial is asked: in other processes, meanwhile
+            job = _reference_job(cfg, space, cache_dir)
         except Exception:  # bad input: the run itself reports it
-            job = None
+            pass
+        if not self.space.done():
+            self.space.set_result(None)
         self.job.set_result(job)
         if job is None:
             return
@@ -78,22 +93,27 @@ class EarlyBuild:
             pass
 
 
-def _reference_job(study_file: str, cache_dir: str | None) -> tuple | None:
-    """The compile job of the study's reference, as the run's GPU evaluator will ask it (None: a
-    reference that is no kernel build of a fixed arch)."""
-    from tuner.compile.nvrtc import CompileLimits, CompilePool
-    from tuner.contract.arch import NATIVE
+def _study_space(study_file: str) -> tuple[StudyConfig, Space]:
+    """The study file and its space, as the run loads them (without the command line's settings)."""
     from tuner.contract.kernel_spec import load_spec
-    from tuner.run.reference import reference_config
-    from tuner.search.enumeration import checked_reason
     from tuner.search.space import Space
     from tuner.study.file import load_study
 
     cfg = load_study(Path(study_file))
+    return cfg, Space.from_study(cfg, load_spec(cfg.kernel))
+
+
+def _reference_job(cfg: StudyConfig, space: Space, cache_dir: str | None) -> tuple | None:
+    """The compile job of the study's reference, as the run's GPU evaluator will ask it (None: a
+    reference that is no kernel build of a fixed arch)."""
+    from tuner.compile.nvrtc import CompileLimits, CompilePool
+    from tuner.contract.arch import NATIVE
+    from tuner.run.reference import reference_config
+    from tuner.search.enumeration import checked_reason
+
     if cfg.arch == NATIVE:  # the GPU names the target: known once the worker has started
         return None
-    spec = load_spec(cfg.kernel)
-    space = Space.from_study(cfg, spec)
+    spec = space.spec
     reference = reference_config(cfg, space)
     if not isinstance(reference, dict) or checked_reason(spec, reference, dict(space.problem)):
         return None

@@ -231,7 +231,8 @@ class Session:
         try:
             loaded = self.load()
             startup.mark("study_loaded")
-            loaded.space.enumerate_soon()  # overlaps the worker's CUDA start and its inputs
+            if early_build is None or not early_build.share_space(loaded.space):
+                loaded.space.enumerate_soon()  # overlaps the worker's CUDA start and its inputs
             import_soon(self.storage)  # and so do the storage's imports
             evaluation = self.evaluation(loaded, supervisor, early_build)
             if supervisor is not None and supervisor.greeted is not None:

@@ -55,16 +55,26 @@ class Space:
         self.total = total
         self._enumeration: Enumeration | None = None
         self._enumerating = threading.Lock()
+        self._twin: Space | None = None  # an equal space whose valid set this one takes (enumerate_from)
         self._distributions: dict | None = None
 
     # -- the valid set, enumerated on first use (so a GPU worker can start meanwhile) ------------
     def enumerate(self) -> Enumeration:
         with self._enumerating:
             if self._enumeration is None:  # (a failed enumeration is retried by the next caller, to raise)
-                self._enumeration = enumerate_cached(self.spec, self.problem, self.axes, self.fixed, self.total,
-                                                     default_cache_dir() / "spaces")
-                self._valid_keys = {self.key(p) for p in self._enumeration.valid}
+                enumeration = self._twin.enumerate() if self._twin is not None else enumerate_cached(
+                    self.spec, self.problem, self.axes, self.fixed, self.total, default_cache_dir() / "spaces")
+                self._valid_keys = {self.key(p) for p in enumeration.valid}
+                self._enumeration = enumeration
             return self._enumeration
+
+    def enumerate_from(self, twin: Space) -> bool:
+        """Take the valid set of ``twin``, an equal space (the same kernel file, problem, axes and
+        fixed defines) already enumerating it, instead of enumerating it again; False if not equal."""
+        if (twin.spec.path, twin.problem, twin.axes, twin.fixed) != (self.spec.path, self.problem, self.axes, self.fixed):
+            return False
+        self._twin = twin
+        return True
 
     def enumerate_soon(self) -> None:
         """Start enumerating in the background (the work runs in other processes when large)."""
