@@ -62,6 +62,31 @@ def test_pooled_helpers_find_the_engine_imported(started):
     assert found == str([True] * int(count)) and int(count) >= 2
 
 
+def test_stopped_helpers_leave_their_work_and_the_process_exits():
+    """A command that ends early must not wait for the helpers' work at exit (the interpreter joins a
+    pool's work): stop_helpers ends the helpers (on Python before 3.14 through the pool's private
+    process table) and cancels what is queued."""
+    import subprocess
+    import sys
+
+    code = (
+        "import time\n"
+        "from tuner.lifetime import helper_pool, stop_helpers\n"
+        "if __name__ == '__main__':\n"
+        "    pool = helper_pool(1)\n"
+        "    busy, queued = pool.submit(time.sleep, 300), pool.submit(time.sleep, 300)\n"
+        "    while not busy.running():\n"
+        "        time.sleep(0.05)\n"
+        "    stop_helpers()\n"
+        "    print(type(busy.exception(timeout=60)).__name__, queued.cancelled() or type(queued.exception(timeout=60)).__name__)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=200,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr
+    busy, queued = run.stdout.split()
+    assert busy == "BrokenProcessPool" and queued in ("True", "BrokenProcessPool")
+
+
 def test_space_enumerates_on_first_use_once(monkeypatch):
     from tuner.search import space as space_module
 
@@ -255,8 +280,8 @@ def test_a_pool_gives_a_config_built_before_without_waiting_for_its_processes(ca
     built = compile_kernel(spec, dict(spec.params), PROBLEM, "sm_90a", cache_dir)
     with CompilePool(spec, PROBLEM, "sm_90a", cache_dir, jobs=1) as pool:
         # the pool's processes (and a compile here) would fail on this job: only the cache can answer
-        monkeypatch.setattr(pool, "_job", lambda config: (str(cache_dir / "no_such_spec.py"), config, PROBLEM,
-                                                          "sm_90a", str(cache_dir), pool.limits))
+        monkeypatch.setattr(pool, "job", lambda config: (str(cache_dir / "no_such_spec.py"), config, PROBLEM,
+                                                         "sm_90a", str(cache_dir), pool.limits))
         pool.submit(dict(spec.params))
         again = pool.result(dict(spec.params))
     assert again.cached and again.cubin_path == built.cubin_path and again.regs == built.regs

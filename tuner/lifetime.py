@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from concurrent.futures import ProcessPoolExecutor
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -27,12 +28,34 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 HELPER_MODULES = ["tuner.search.enumeration", "tuner.compile.nvrtc"]
 
 
+#: every pool of helpers this process made (:func:`stop_helpers`)
+_pools: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()
+
+
 def helper_pool(workers: int) -> ProcessPoolExecutor:
     """Processes for work in parallel (the enumeration, compiles, host dry runs) that end with this
     one. They are forked by a forkserver, never from this threaded process, and find
     :data:`HELPER_MODULES` imported."""
-    return ProcessPoolExecutor(max_workers=workers, mp_context=_helper_context(), initializer=exit_with,
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_helper_context(), initializer=exit_with,
                                initargs=(os.getpid(),))
+    _pools.add(pool)
+    return pool
+
+
+def stop_helpers() -> None:
+    """End every helper and drop the work queued for them: a command that ends early (bad input, no
+    GPU, Ctrl-C) does not wait at exit for an enumeration or builds that nobody will read (the
+    interpreter's exit waits for a pool's work)."""
+    for pool in list(_pools):
+        terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+        if terminate is not None:
+            terminate()
+            continue
+        # private before 3.14 (test_space_and_compile checks it), and read before shutdown() drops it
+        processes = list((pool._processes or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
 
 
 def start_helpers() -> None:

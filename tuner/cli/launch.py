@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from tuner.device.supervisor import Supervisor
-from tuner.lifetime import start_helpers
+from tuner.lifetime import start_helpers, stop_helpers
 from tuner.run.early_build import EarlyBuild
 
 
@@ -49,3 +49,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if worker is not None:  # stopped by the run unless it never got that far (bad input, --help)
             worker.discard()
+        stop_helpers()  # work nobody will read (the early build's enumeration, say) does not hold the exit up

@@ -34,6 +34,9 @@ CHECK_LIMIT_S = 10.0
 #: below this many configs one process is faster than starting several
 PARALLEL_FROM = 50_000
 
+#: at most about this many configs a slice of a parallel enumeration (most of a second of checks)
+SLICE_CONFIGS = 20_000
+
 #: from this many configs an enumeration is kept on disk (a second run of the study starts at once)
 CACHE_FROM = 20_000
 
@@ -68,7 +71,9 @@ def enumerate_valid(
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     if jobs <= 1 or total < PARALLEL_FROM or not _loadable(spec):
         return _check_slice(spec, problem, axes, fixed, 0, total)
-    slices = min(4 * jobs, total // 1000 + 1)  # a few per process, so an uneven slice does not hold the rest up
+    # a few per process, so an uneven slice does not hold the rest up, and short ones (a run that ends
+    # early waits for the slices under way: tuner.lifetime.stop_helpers)
+    slices = min(max(4 * jobs, total // SLICE_CONFIGS), total // 1000 + 1)
     bounds = [total * i // slices for i in range(slices + 1)]
     result = Enumeration()
     try:
