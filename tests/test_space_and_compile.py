@@ -39,14 +39,22 @@ def test_parallel_enumeration_equals_one_process_in_product_order(monkeypatch):
     assert spread.invalid == alone.invalid and spread.invalid_examples == alone.invalid_examples
 
 
+def python_main(code: str) -> str:
+    """``code`` as a fresh interpreter's main module (helper pools fork from a forkserver): its output."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=200,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
 @pytest.mark.parametrize("started", ["by the first pool", "ahead (start_helpers)"])
 def test_pooled_helpers_find_the_engine_imported(started):
     """The enumeration's and the compile pool's processes are forked by a forkserver that imported
     NumPy and the spec machinery once (tuner.lifetime.helper_pool): none pays for those imports,
     whether the forkserver started with the first pool or ahead of it."""
-    import subprocess
-    import sys
-
     code = (
         "from tuner.lifetime import HELPER_MODULES, helper_pool, start_helpers\n"
         "if __name__ == '__main__':\n"
@@ -55,10 +63,7 @@ def test_pooled_helpers_find_the_engine_imported(started):
         "        found = pool.submit(eval, f'[m in __import__(\"sys\").modules for m in {HELPER_MODULES!r}]')\n"
         "        print(found.result(), len(HELPER_MODULES))\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert run.returncode == 0, run.stderr
-    found, count = run.stdout.rsplit(" ", 1)
+    found, count = python_main(code).rsplit(" ", 1)
     assert found == str([True] * int(count)) and int(count) >= 2
 
 
@@ -66,9 +71,6 @@ def test_stopped_helpers_leave_their_work_and_the_process_exits():
     """A command that ends early must not wait for the helpers' work at exit (the interpreter joins a
     pool's work): stop_helpers ends the helpers (on Python before 3.14 through the pool's private
     process table) and cancels what is queued."""
-    import subprocess
-    import sys
-
     code = (
         "import time\n"
         "from tuner.lifetime import helper_pool, stop_helpers\n"
@@ -80,10 +82,7 @@ def test_stopped_helpers_leave_their_work_and_the_process_exits():
         "    stop_helpers()\n"
         "    print(type(busy.exception(timeout=60)).__name__, queued.cancelled() or type(queued.exception(timeout=60)).__name__)\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=200,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert run.returncode == 0, run.stderr
-    busy, queued = run.stdout.split()
+    busy, queued = python_main(code).split()
     assert busy == "BrokenProcessPool" and queued in ("True", "BrokenProcessPool")
 
 
