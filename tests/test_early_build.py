@@ -75,3 +75,14 @@ def test_the_run_takes_the_valid_set_the_early_build_enumerates(tmp_path, monkey
     narrower = Session(STUDY).load().space
     narrower.axes["BLOCK_N"] = narrower.axes["BLOCK_N"][:2]
     assert not early.share_space(narrower)
+
+
+def test_the_switches_it_knows_are_the_run_commands_own():
+    import argparse
+
+    from tuner.cli.commands import build_parser
+    from tuner.run import early_build
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    switches = {o for a in commands.choices["run"]._actions if a.nargs == 0 for o in a.option_strings}
+    assert switches - {"-h", "--help"} == early_build._SWITCHES  # a flag's value is never taken for the study file

@@ -5,8 +5,9 @@ the inputs), and the command line imports Optuna, SQLAlchemy and the samplers fi
 second on a GPU host). So when the arguments ask for a measured run, the worker is spawned
 here, from a module that imports only the standard library and the supervisor, and it
 initialises CUDA while the rest loads; so does the forkserver of the compile processes
-(:func:`tuner.lifetime.start_helpers`), and the reference config's build (:mod:`tuner.run.early_build`). The arguments are only peeked at: a wrong guess costs a
-worker that is stopped unused, never a wrong run (the command line parses them properly).
+(:func:`tuner.lifetime.start_helpers`), and the reference config's build
+(:mod:`tuner.run.early_build`). The arguments are only peeked at: a wrong guess costs a worker
+that is stopped unused, never a wrong run (the command line parses them properly).
 """
 
 from __future__ import annotations

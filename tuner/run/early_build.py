@@ -4,10 +4,11 @@ A run's first trial measures its reference config, which must be compiled first 
 with an empty compile cache), and the run only asks for that build once its command line has
 imported Optuna and SQLAlchemy (most of a second on a host just started). So :mod:`tuner.cli.launch`
 starts the build here, on a thread, before those imports: the study file names the reference without
-Optuna (:mod:`tuner.run.reference`), and NVRTC releases the GIL while it compiles. The space's valid
-set, which the run needs before its first trial, starts enumerating there too (in other processes). The run's compile
-pool then takes the build over (:meth:`EarlyBuild.offer`) when it is the very build the pool would
-run; any other stays unused (its result still lands in the compile cache).
+Optuna (:mod:`tuner.run.reference`), and NVRTC releases the GIL while it compiles. The space's
+valid set, which the run needs before its first trial, starts enumerating there too (in other
+processes). The run's compile pool then takes the build over (:meth:`EarlyBuild.offer`) when it is
+the very build the pool would run, and the run's space the valid set (:meth:`EarlyBuild.share_space`);
+any other build stays unused (its result still lands in the compile cache).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _SWITCHES = {"--json", "--no-pruner", "--accept-mismatch"}
 
 
 class EarlyBuild:
-    """The reference build of one study file, on a thread from its creation."""
+    """The reference build of one study file and its space's valid set, on a thread from its creation."""
 
     def __init__(self, study_file: str, cache_dir: str | None = None) -> None:
         self.space: Future[Space | None] = Future()  # the study's space, its valid set enumerating (None: no study)
@@ -64,7 +65,7 @@ class EarlyBuild:
         return job is not None and pool.adopt(config, job, self.build)
 
     def _run(self, study_file: str, cache_dir: str | None) -> None:
-        space = job = None
+        job = None
         try:
             cfg, space = _study_space(study_file)
             self.space.set_result(space)
