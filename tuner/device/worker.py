@@ -193,9 +193,9 @@ class CudaBackend:
             "driver": _ck("cuDriverGetVersion", cu.cuDriverGetVersion()),
             "uuid": _uuid_text(cu, self.dev),
         }
-        arch = plain_target(self.device["cc"])
-        compile_soon("generate.cu", GENERATOR_SOURCE, arch)  # the helpers every problem needs build meanwhile
-        compile_soon("verify.cu", VERIFY_SOURCE, arch)
+        self.helper_arch = plain_target(self.device["cc"])  # what the tuner's own kernels are built for
+        compile_soon("generate.cu", GENERATOR_SOURCE, self.helper_arch)  # the helpers every problem needs build meanwhile
+        compile_soon("verify.cu", VERIFY_SOURCE, self.helper_arch)
         self.buffers: dict[str, Any] = {}
         self.host_inputs: dict[str, np.ndarray] = {}
         self.generated: dict[str, RandomTable] = {}  # inputs that live on the device only (so far)
@@ -215,7 +215,7 @@ class CudaBackend:
         self.buffers.clear()
         ref = spec.reference_kernel(problem)
         if ref is not None:  # its build overlaps the inputs' generation
-            compile_soon(*reference_source(spec, ref), plain_target(self.device["cc"]))
+            compile_soon(*reference_source(spec, ref), self.helper_arch)
         rng = np.random.default_rng(seed)
         self.host_inputs, self.generated = {}, {}
         for name, value in spec.inputs(problem, rng).items():
@@ -232,11 +232,11 @@ class CudaBackend:
         for name, out in self.outputs.items():
             nbytes = int(np.prod(out.shape)) * np.dtype(out.dtype).itemsize
             self.buffers[name] = _ck("cuMemAlloc", cu.cuMemAlloc(nbytes))
-        self._prepare_check(spec, problem)
+        self._prepare_check(spec, problem, ref)
 
     def _generator(self) -> InputGenerator:
         if self.generator is None:
-            self.generator = InputGenerator(self.cu, self.stream, plain_target(self.device["cc"]), self.device["sm_count"])
+            self.generator = InputGenerator(self.cu, self.stream, self.helper_arch, self.device["sm_count"])
         return self.generator
 
     def inputs_on_host(self) -> dict[str, np.ndarray]:
@@ -249,14 +249,13 @@ class CudaBackend:
             del self.generated[name]
         return self.host_inputs
 
-    def _prepare_check(self, spec, problem: dict) -> None:
-        """The comparison kernels, and the expected output when the spec has a reference kernel."""
+    def _prepare_check(self, spec, problem: dict, ref) -> None:
+        """The comparison kernels, and the expected output when the spec has a reference kernel (``ref``)."""
         out = next(iter(self.outputs.values()))
         if self.verifier is None:
-            self.verifier = DeviceVerifier(self.cu, self.stream, plain_target(self.device["cc"]), self.device["sm_count"])
+            self.verifier = DeviceVerifier(self.cu, self.stream, self.helper_arch, self.device["sm_count"])
         self.verifier.prepare_hashes(out)
         self.reference_error = ""
-        ref = spec.reference_kernel(problem)
         if ref is None:
             return
         try:
