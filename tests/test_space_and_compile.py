@@ -86,6 +86,42 @@ def test_stopped_helpers_leave_their_work_and_the_process_exits():
     assert busy == "BrokenProcessPool" and queued in ("True", "BrokenProcessPool")
 
 
+def test_a_helper_orphaned_at_birth_ends_without_a_traceback():
+    """A run killed while its pool starts a helper: the forkserver's child finds the request's pipe
+    closed, and ends without printing a traceback into the run's terminal (tuner.orphaned_helpers)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os\n"
+        "from multiprocessing import forkserver\n"
+        "from tuner.lifetime import start_helpers\n"
+        "if __name__ == '__main__':\n"
+        "    start_helpers()\n"
+        "    from_child, to_child = forkserver.connect_to_new_process([])\n"
+        "    os.close(to_child)  # the requester is gone before it hands the helper its work\n"
+        "    pid, code = forkserver.read_signed(from_child), forkserver.read_signed(from_child)\n"
+        "    print(pid > 0, code)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=200,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0 and run.stdout.split() == ["True", "1"], run.stderr  # forked, and ended
+    assert run.stderr == ""
+
+
+@pytest.mark.parametrize(("error", "reported"), [("EOFError", False), ("pickle.UnpicklingError", False),
+                                                 ("ValueError", True)])
+def test_the_orphans_hook_hides_only_a_cut_off_request(error, reported):
+    import subprocess
+    import sys
+
+    code = f"import pickle, tuner.orphaned_helpers\nraise {error}('boom')\n"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 1
+    assert ("Traceback" in run.stderr and "boom" in run.stderr) == reported, run.stderr
+
+
 def test_space_enumerates_on_first_use_once(monkeypatch):
     from tuner.search import space as space_module
 

@@ -75,19 +75,23 @@ def test_kill_9_mid_trial_then_resume_loses_nothing(tmp_path, cache_dir):
     finished_before = []
     while time.monotonic() < deadline:
         time.sleep(0.3)
+        # The run is stopped while we look, so what we see is what it is killed in: a trial seen
+        # running with its config cannot finish between the look and the kill.
+        proc.send_signal(signal.SIGSTOP)
         # Read-only peeks with sqlite3: opening an Optuna storage here would race the run's
         # own schema creation.
         try:
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
                 states = [s for (s,) in conn.execute("select state from trials order by number")]
-                running_marked = conn.execute(
-                    "select count(*) from trials t join trial_user_attributes a on a.trial_id = t.trial_id "
-                    "where t.state = 'RUNNING' and a.key = 'runner_pid'").fetchone()[0]
+                running_with_config = conn.execute(
+                    "select count(distinct t.trial_id) from trials t join trial_params p on p.trial_id = t.trial_id "
+                    "where t.state = 'RUNNING'").fetchone()[0]
         except sqlite3.Error:
-            continue
-        if sum(s in ("COMPLETE", "PRUNED") for s in states) >= 2 and running_marked:
+            states, running_with_config = [], 0
+        if sum(s in ("COMPLETE", "PRUNED") for s in states) >= 2 and running_with_config:
             proc.send_signal(signal.SIGKILL)
             break
+        proc.send_signal(signal.SIGCONT)
     finished_before = [(t.number, t.value, t.user_attrs.get("status"))
                        for t in optuna.load_study(study_name="example_sgemm", storage=url).trials if t.state.is_finished()]
     proc.wait(timeout=30)

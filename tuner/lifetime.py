@@ -24,8 +24,8 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 #: imported once by the forkserver that every pooled helper is forked from, rather than by each
 #: helper (NumPy and the kernel-spec machinery: ~0.3 s a process, 16 processes at once on a 16-core
-#: host while a run starts)
-HELPER_MODULES = ["tuner.search.enumeration", "tuner.compile.nvrtc"]
+#: host while a run starts), and the hook that keeps a helper orphaned at birth quiet
+HELPER_MODULES = ["tuner.search.enumeration", "tuner.compile.nvrtc", "tuner.orphaned_helpers"]
 
 
 #: every pool of helpers this process made (:func:`stop_helpers`)
