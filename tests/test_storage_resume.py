@@ -62,6 +62,60 @@ def test_resume_refuses_another_setup(tmp_path, pnpoly):
     assert study.user_attrs["accepted_mismatches"][0]["differs"]
 
 
+def test_a_storage_opened_while_the_worker_starts_is_taken_by_the_run(tmp_path):
+    from optuna.storages import RDBStorage
+
+    from tuner.store.storage import OpeningStorage
+
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    storage = OpeningStorage(url).take()
+    assert isinstance(storage, RDBStorage) and (tmp_path / "new.db").exists()
+    optuna.create_study(study_name="kept", storage=storage)
+    assert [s.study_name for s in optuna.get_all_study_summaries(url)] == ["kept"]
+
+
+@pytest.mark.parametrize("case", ["new", "there before"])
+def test_a_run_that_fails_before_taking_its_storage_leaves_no_new_file(tmp_path, case):
+    from tuner.store.storage import OpeningStorage
+
+    db = tmp_path / "s.db"
+    url = f"sqlite:///{db}"
+    if case == "there before":
+        open_storage(url)  # an empty study file the user made
+    opening = OpeningStorage(url)
+    opening.discard()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([] if case == "new" else ["s.db"])
+    opening.discard()  # once is enough; a second does nothing
+
+
+def test_a_new_study_file_made_meanwhile_by_another_process_is_kept(tmp_path):
+    """--workers start together on a new file: each makes its schema aside; the first to take its
+    storage names the file, the others open that one (their drafts are dropped, nothing replaced)."""
+    from tuner.store.storage import OpeningStorage
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    first, second = OpeningStorage(url), OpeningStorage(url)
+    optuna.create_study(study_name="first", storage=first.take())
+    optuna.create_study(study_name="second", storage=second.take())
+    assert sorted(s.study_name for s in optuna.get_all_study_summaries(url)) == ["first", "second"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm"))) == ["s.db"]
+
+
+def test_an_error_opening_the_storage_is_raised_where_the_run_takes_it(tmp_path):
+    import sqlite3
+
+    from tuner.store.storage import OpeningStorage
+
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("create table invoices (id integer)")
+    opening = OpeningStorage(f"sqlite:///{other}")
+    with pytest.raises(UserError, match="belongs to another application"):
+        opening.take()
+    opening.discard()
+    assert other.exists()  # not ours: never removed
+
+
 def test_kill_9_mid_trial_then_resume_loses_nothing(tmp_path, cache_dir):
     """A real `tuner run` killed with SIGKILL mid-trial; the rerun re-queues the stale trial."""
     db = tmp_path / "kill.db"

@@ -216,13 +216,15 @@ class _Tally:
 
 
 class Runner:
-    def __init__(self, space: Space, evaluator: Evaluator, settings: RunSettings, storage_url: str | None = None):
+    def __init__(self, space: Space, evaluator: Evaluator, settings: RunSettings, storage_url: str | None = None,
+                 storage: optuna.storages.BaseStorage | None = None):
+        """``storage``: the storage ``storage_url`` names, already open (:class:`tuner.store.storage.OpeningStorage`)."""
         space.require_valid()
         self.space = space
         self.evaluator = evaluator
         self.settings = settings
         self.storage_url = resolve_url(storage_url)
-        self.storage = open_storage(self.storage_url)
+        self.storage = storage if storage is not None else open_storage(self.storage_url)
         start = start_params(space, settings.start, settings.mode == "tiered")   # bad input fails before a study exists
         self.multi = pareto.multi(settings.objectives)
         # several objectives: Optuna's multi-objective TPE inside our valid-only wrapper (tuner.measurement.pareto)

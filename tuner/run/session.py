@@ -216,7 +216,7 @@ class Session:
         reference's build begun with the process (:mod:`tuner.run.early_build`).
         """
         from tuner.run.runner import Runner
-        from tuner.store.storage import import_soon
+        from tuner.store.storage import OpeningStorage
 
         startup = startup or StartupClock()
         if not self.run_options.replay and supervisor is None:
@@ -228,12 +228,13 @@ class Session:
             start_helpers()  # (the compile processes' forkserver)
         if supervisor is not None:
             startup.mark("worker_spawned", supervisor.spawned)
+        opening = None
         try:
             loaded = self.load()
             startup.mark("study_loaded")
             if early_build is None or not early_build.share_space(loaded.space):
                 loaded.space.enumerate_soon()  # overlaps the worker's CUDA start and its inputs
-            import_soon(self.storage)  # and so do the storage's imports
+            opening = OpeningStorage(self.storage)  # and so does opening the storage
             evaluation = self.evaluation(loaded, supervisor, early_build)
             if supervisor is not None and supervisor.greeted is not None:
                 startup.mark("worker_greeted", supervisor.greeted)
@@ -243,11 +244,14 @@ class Session:
         except BaseException:
             if supervisor is not None:
                 supervisor.discard()
+            if opening is not None:
+                opening.discard()
             raise
         try:
             if self.command == "grid" and loaded.recording is None:  # every config compiled up front, in parallel
                 precompile(loaded, evaluation.evaluator.arch, self.run_options.cache_dir, self.progress)
-            runner = Runner(loaded.space, evaluation.evaluator, self.settings(loaded, evaluation), self.storage)
+            runner = Runner(loaded.space, evaluation.evaluator, self.settings(loaded, evaluation), self.storage,
+                            storage=opening.take())
             startup.mark("storage_and_space_ready")
             self._say_queued(runner)
             summary = runner.run()
@@ -256,6 +260,7 @@ class Session:
             self._confirm_after_run(loaded, evaluation, runner.study, summary)
             write_note(runner)
         finally:
+            opening.discard()  # (nothing once the runner took the storage)
             evaluation.close()
         return summary, runner
 

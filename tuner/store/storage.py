@@ -16,6 +16,7 @@ import importlib
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -78,20 +79,106 @@ def check_study_name(name: str, where: str = "--study-name") -> str:
     return name
 
 
-def import_soon(url: str | None) -> None:
-    """Import in a thread what opening the database storage ``url`` imports on first use, while a
-    run waits for its GPU worker. Opening stays where it was: a run that fails before it leaves
-    no database behind."""
-    url = resolve_url(url)
-    if url == "memory" or is_journal(url):
-        return
+class OpeningStorage:
+    """A run's storage, opened on a thread while the run waits for its GPU worker: the storage's
+    modules are imported there, and a new SQLite study file's schema (0.2-0.7 s) is made there,
+    aside, in a draft file of this process. Other storages are opened when taken.
 
-    def load() -> None:
+    :meth:`take` gives the storage, or raises what opening raised, where opening used to raise. A
+    draft becomes the study file then, unless a file of that name appeared meanwhile (another
+    process's: it is opened as it is). :meth:`discard` (a run that failed before taking it) removes
+    the draft: a run that fails before it leaves no database behind, and never touches a file another
+    process may be using."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = resolve_url(url)
+        self._storage: optuna.storages.BaseStorage | None = None
+        self._error: BaseException | None = None
+        self._draft: tuple[Path, Path] | None = None  # (the schema made aside, the study file it becomes)
+        self._done = False
+        self._thread = threading.Thread(target=self._open if self.url.startswith("sqlite") else self._import,
+                                        name="storage-opening", daemon=True)
+        self._thread.start()
+
+    def _import(self) -> None:
+        if self.url == "memory" or is_journal(self.url):
+            return
         for name in optuna_private.RDB_LAZY_MODULES:
             with contextlib.suppress(ImportError):  # opening the storage then says what is missing
                 importlib.import_module(name)
 
-    threading.Thread(target=load, name="storage-imports", daemon=True).start()
+    def _open(self) -> None:
+        self._import()
+        path = _plain_sqlite_file(self.url)
+        if path is not None and not path.exists():
+            try:
+                fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+                os.close(fd)  # (an empty file is a new database to SQLite)
+            except OSError:  # a folder that cannot be written: opening the study file says so
+                return
+            draft = Path(name)
+            try:
+                open_storage(_sqlite_url_of(self.url, draft)).engine.dispose()  # (the last close empties its log)
+                if not Path(f"{draft}-wal").exists():
+                    self._draft = (draft, path)
+                    return
+            except Exception:  # opening the study file itself, when taken, says what is wrong
+                pass
+            _remove_sqlite_file(draft)
+            return
+        try:
+            self._storage = open_storage(self.url)
+        except BaseException as exc:  # raised again where the run takes the storage
+            self._error = exc
+
+    def take(self) -> optuna.storages.BaseStorage:
+        self._thread.join()
+        self._done = True
+        if self._draft is not None:
+            draft, path = self._draft
+            with contextlib.suppress(OSError):  # FileExistsError: another process's file, kept as it is
+                os.link(draft, path)
+            _remove_sqlite_file(draft)
+        if self._error is not None:
+            raise self._error
+        return self._storage if self._storage is not None else open_storage(self.url)
+
+    def discard(self) -> None:
+        """The run ends without having taken the storage (nothing if it took it)."""
+        if self._done:
+            return
+        self._done = True
+        self._thread.join()
+        if self._draft is not None:
+            _remove_sqlite_file(self._draft[0])
+        if isinstance(self._storage, RDBStorage):
+            self._storage.engine.dispose()
+
+
+def _plain_sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL that names one plainly (no ``file:`` URI, no ``?mode=``), else None."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+        path = sqlite_file(url)
+    except Exception:
+        return None
+    if path is None or parsed.query or str(parsed.database).startswith("file:"):
+        return None
+    return path
+
+
+def _sqlite_url_of(url: str, path: Path) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(database=str(path)).render_as_string(hide_password=False)
+
+
+def _remove_sqlite_file(path: Path) -> None:
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
+        with contextlib.suppress(OSError):
+            name.unlink()
 
 
 def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True) -> optuna.storages.BaseStorage:
