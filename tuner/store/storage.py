@@ -118,7 +118,9 @@ class OpeningStorage:
                 return
             draft = Path(name)
             try:
-                open_storage(_sqlite_url_of(self.url, draft)).engine.dispose()  # (the last close empties its log)
+                made = open_storage(_sqlite_url_of(self.url, draft))
+                if isinstance(made, RDBStorage):
+                    made.engine.dispose()  # (the last connection's close empties its write-ahead log)
                 if not Path(f"{draft}-wal").exists():
                     self._draft = (draft, path)
                     return
