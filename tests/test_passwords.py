@@ -116,6 +116,22 @@ def test_redact_keeps_text_without_passwords():
     assert "pw12345" not in once and redact(once) == once  # idempotent
 
 
+def test_a_url_without_a_password_is_remembered_without_importing_sqlalchemy():
+    """A run's SQLite URL is resolved on its main thread at start; SQLAlchemy's import (0.2-0.4 s)
+    belongs to the thread that opens the storage meanwhile."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from tuner.store.url import remember, redact\n"
+            "remember('sqlite:///runs/t.db')\n"
+            "print('sqlalchemy' in sys.modules)\n"
+            "remember('postgresql+psycopg://u:secret12@h/db')\n"
+            "print('sqlalchemy' in sys.modules, redact('a secret12'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["False", "True a ***"]
+
+
 def test_a_short_password_is_hidden_where_it_is_a_password(monkeypatch):
     monkeypatch.setattr(storage_url, "_known", set())
     storage_url.remember("postgresql+psycopg://u:pw@h/db")

@@ -58,6 +58,8 @@ def raw_password(url: str) -> str | None:
 def spellings(url: str) -> set[str]:
     """Every way ``url``'s password may be shown: as written, decoded by SQLAlchemy (userinfo
     or ``?password=``), percent-encoded, rendered by SQLAlchemy, JSON-, repr- and HTML-escaped."""
+    if "@" not in url and "password" not in url.lower():
+        return set()  # no password to spell (a SQLite file): SQLAlchemy need not be imported for it
     found: set[str] = set()
     raw = raw_password(url)
     if raw:
