@@ -86,3 +86,49 @@ def test_the_switches_it_knows_are_the_run_commands_own():
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     switches = {o for a in commands.choices["run"]._actions if a.nargs == 0 for o in a.option_strings}
     assert switches - {"-h", "--help"} == early_build._SWITCHES  # a flag's value is never taken for the study file
+
+
+def test_the_start_configs_are_measured_while_the_valid_set_is_enumerated(tmp_path, monkeypatch):
+    """A large space with an empty cache takes seconds to enumerate: the queued start configs need no
+    valid set, so the first results come meanwhile; the search goes on from them once it is known."""
+    import threading
+    import time
+
+    import optuna
+
+    from tests.conftest import PNPOLY
+    from tuner.evaluate.replay import ReplayEvaluator
+    from tuner.run.runner import Runner, RunSettings
+    from tuner.testing import replay_space
+
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path))
+    recording, space = replay_space(PNPOLY)
+    start = [{"between_method": 0, "block_size_x": 32, "tile_size": 1, "use_method": 0},
+             {"between_method": 1, "block_size_x": 64, "tile_size": 2, "use_method": 1}]
+    assert all(recording.lookup(config).status == "ok" for config in start)
+    settings = RunSettings(study_name="s", sampler="tpe", trials=6, seed=0, pruner=False, progress=False, start=start)
+    runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
+    assert not space.enumerated
+
+    known = threading.Event()  # the enumeration ends once the start configs are measured (or after 60 s)
+    enumerate_now = space.enumerate
+    finished_when_known: list[int] = []
+
+    def slow_enumeration():
+        known.wait(60)
+        finished_when_known.append(sum(t.state.is_finished() for t in runner.study.get_trials(deepcopy=False)))
+        return enumerate_now()
+
+    def release_after_the_start_configs():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sum(t.state.is_finished() for t in runner.study.get_trials(deepcopy=False)) < 2:
+            time.sleep(0.01)
+        known.set()
+
+    monkeypatch.setattr(space, "enumerate", slow_enumeration)
+    threading.Thread(target=release_after_the_start_configs, daemon=True).start()
+    runner.run()
+    trials = runner.study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert finished_when_known[0] == 2  # both start configs measured before the valid set was known
+    assert [t.params for t in trials[:2]] == start and len(trials) == 6
+    assert len({tuple(t.params.values()) for t in trials}) == 6  # the search after them repeats none

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as _dt
+import math
 import sys
 import time
 import warnings
@@ -219,13 +220,14 @@ class Runner:
     def __init__(self, space: Space, evaluator: Evaluator, settings: RunSettings, storage_url: str | None = None,
                  storage: optuna.storages.BaseStorage | None = None):
         """``storage``: the storage ``storage_url`` names, already open (:class:`tuner.store.storage.OpeningStorage`)."""
-        space.require_valid()
+        start = start_params(space, settings.start, settings.mode == "tiered")   # bad input fails before a study exists
+        if not start:  # (start configs are valid: they can be measured while the valid set is enumerated)
+            space.require_valid()
         self.space = space
         self.evaluator = evaluator
         self.settings = settings
         self.storage_url = resolve_url(storage_url)
         self.storage = storage if storage is not None else open_storage(self.storage_url)
-        start = start_params(space, settings.start, settings.mode == "tiered")   # bad input fails before a study exists
         self.multi = pareto.multi(settings.objectives)
         # several objectives: Optuna's multi-objective TPE inside our valid-only wrapper (tuner.measurement.pareto)
         base = (pareto.sampler(settings.seed) if self.multi and settings.sampler == "tpe"
@@ -273,6 +275,8 @@ class Runner:
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> dict:
+        self._queued_while_enumerating()
+        self.space.require_valid()
         if self.settings.mode == "tiered":
             target1 = self._phase_target(self.space.tier1_candidates())
             self._optimize("tier1", self.space.tier1_candidates(), target1)
@@ -287,21 +291,54 @@ class Runner:
     def _phase_target(self, candidates: list) -> int:
         return min(self.settings.trials or len(candidates), len(candidates))
 
+    def _queued_while_enumerating(self) -> None:
+        """Measure the queued configs (a study's start configs, usually) while the valid set is still
+        being enumerated -- seconds for a large space with an empty cache -- so that the first result
+        does not wait for it; the search proper starts once the valid set is known. One process
+        only (a worker of several shares a budget counted over the valid set), jointly searched."""
+        if (self.space.enumerated or self.probe is not None or self.settings.mode != "joint"
+                or self.settings.peers > 1 or not self._waiting()):
+            return
+        target = self.settings.trials or math.inf
+
+        def may_ask() -> bool:
+            if self.space.enumerated or not self._waiting():
+                return False
+            used = sum(1 for t in self.study.get_trials(deepcopy=False) if self._counts(t, "joint", None))
+            return used < target
+
+        pipeline = Pipeline(self.study, self._objective("joint"), self.ahead, may_ask, lambda trial: True,
+                            self.timeline, self._deadline(), self.lock)
+        try:
+            pipeline.run(max_trials=len(self._waiting()))
+        except Exception as exc:
+            if _storage_error(exc) is None:
+                raise  # (a lost storage: the search below meets it too, and waits for it)
+
+    def _waiting(self) -> list[FrozenTrial]:
+        return self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+
+    def _objective(self, phase: str) -> Objective:
+        return Objective(self.space, self.evaluator, self.flops, phase, on_result=self._on_result,
+                         artifact_dir=self.settings.artifact_dir, slower_test=self.slower_test,
+                         objectives=self.settings.objectives)
+
+    def _deadline(self) -> float | None:
+        timeout = self.settings.timeout_min * 60 if self.settings.timeout_min else None
+        return self.timeline.started + timeout if timeout else None
+
     def _optimize(self, phase: str, candidates: list, target: int, retries: int = 3) -> None:
         self.sampler.set_candidates(candidates)
         keys = self.space.valid_keys if candidates is self.space.valid else {self.space.key(c) for c in candidates}
         done = [t for t in self.study.get_trials(deepcopy=False, states=FINISHED) if self._counts(t, phase, keys)]
         tried = {self.space.key(t.params) for t in done}
         todo = min(target - len(done), len(keys - tried))
-        queued = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        queued = len(self._waiting())
         todo = max(todo, queued if phase != "tier2" else 0)
         if todo <= 0:
             return
-        objective = Objective(self.space, self.evaluator, self.flops, phase, on_result=self._on_result,
-                              artifact_dir=self.settings.artifact_dir, slower_test=self.slower_test,
-                              objectives=self.settings.objectives)
-        timeout = self.settings.timeout_min * 60 if self.settings.timeout_min else None
-        deadline = self.timeline.started + timeout if timeout else None
+        objective = self._objective(phase)
+        deadline = self._deadline()
         # Asked-ahead trials hold places in the budget: a worker keeps at most its share of what is left
         ahead = min(self.ahead, max(0, -(-todo // max(1, self.settings.peers)) - 1))
         pipeline = Pipeline(self.study, objective, ahead, self._may_ask(phase, keys, target),
@@ -348,13 +385,13 @@ class Runner:
         """Trials proposed beyond the one measured: the evaluator's compile processes (replay: 0)."""
         return getattr(self.evaluator, "ahead", 0)
 
-    def _counts(self, t, phase: str, keys: set) -> bool:
+    def _counts(self, t, phase: str, keys: set | None) -> bool:
         """Does trial ``t`` take a place in this phase's budget? Finished (a duplicate
-        reused a stored value: no) of this phase's candidates, or still in flight."""
+        reused a stored value: no) of this phase's candidates (``None``: any config), or still in flight."""
         if t.state == TrialState.RUNNING:
             return True
         return (t.state in FINISHED and t.user_attrs.get("status") != "duplicate" and t.user_attrs.get("phase") == phase
-                and bool(t.params) and self.space.key(t.params) in keys)
+                and bool(t.params) and (keys is None or self.space.key(t.params) in keys))
 
     def _may_ask(self, phase: str, keys: set, target: int):
         """Ask another trial while candidates are left untried and the study (all workers

@@ -68,6 +68,11 @@ class Space:
                 self._enumeration = enumeration
             return self._enumeration
 
+    @property
+    def enumerated(self) -> bool:
+        """Is the valid set known (nothing to wait for)?"""
+        return self._enumeration is not None or (self._twin is not None and self._twin.enumerated)
+
     def enumerate_from(self, twin: Space) -> bool:
         """Take the valid set of ``twin``, an equal space (the same kernel file, problem, axes and
         fixed defines) already enumerating it, instead of enumerating it again; False if not equal."""
