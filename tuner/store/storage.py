@@ -138,7 +138,9 @@ class OpeningStorage:
         self._done = True
         if self._draft is not None:
             draft, path = self._draft
-            with contextlib.suppress(OSError):  # FileExistsError: another process's file, kept as it is
+            # atomic, and never over a file: one another process made meanwhile is kept as it is (and
+            # where the file system has no links, the study file is made below as without a draft)
+            with contextlib.suppress(OSError):
                 os.link(draft, path)
             _remove_sqlite_file(draft)
         if self._error is not None:
