@@ -44,7 +44,7 @@ from tuner.search.warm_start import (
     warm_start,
 )
 from tuner.store.liveness import recover_stale_trials
-from tuner.store.optuna_private import TrialFeed
+from tuner.store.optuna_private import TrialFeed, waiting_trials
 from tuner.store.results import best_trial, metric_of, time_of, value_of, value_text
 from tuner.store.storage import PLANNER_STATISTICS_FROM, give_planner_statistics, open_storage, redact, resolve_url
 from tuner.study.file import SearchSettings
@@ -316,7 +316,7 @@ class Runner:
                 raise  # (a lost storage: the search below meets it too, and waits for it)
 
     def _waiting(self) -> list[FrozenTrial]:
-        return self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        return waiting_trials(self.study)
 
     def _objective(self, phase: str) -> Objective:
         return Objective(self.space, self.evaluator, self.flops, phase, on_result=self._on_result,
