@@ -111,27 +111,32 @@ class OpeningStorage:
         self._import()
         path = _plain_sqlite_file(self.url)
         if path is not None and not path.exists():
-            try:
-                fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
-                os.close(fd)  # (an empty file is a new database to SQLite)
-            except OSError:  # a folder that cannot be written: opening the study file says so
-                return
-            draft = Path(name)
-            try:
-                made = open_storage(_sqlite_url_of(self.url, draft))
-                if isinstance(made, RDBStorage):
-                    made.engine.dispose()  # (the last connection's close empties its write-ahead log)
-                if not Path(f"{draft}-wal").exists():
-                    self._draft = (draft, path)
-                    return
-            except Exception:  # opening the study file itself, when taken, says what is wrong
-                pass
-            _remove_sqlite_file(draft)
-            return
+            draft = self._drafted(path)
+            self._draft = None if draft is None else (draft, path)
+            return  # (without a draft the study file is made when taken, which then says what is wrong)
         try:
             self._storage = open_storage(self.url)
         except BaseException as exc:  # raised again where the run takes the storage
             self._error = exc
+
+    def _drafted(self, path: Path) -> Path | None:
+        """A new SQLite file beside ``path`` holding the study schema, or None where one cannot be made."""
+        try:
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+            os.close(fd)  # (an empty file is a new database to SQLite)
+        except OSError:  # a folder that cannot be written
+            return None
+        draft = Path(name)
+        try:
+            made = open_storage(_sqlite_url_of(self.url, draft))
+            if isinstance(made, RDBStorage):
+                made.engine.dispose()  # (the last connection's close empties its write-ahead log)
+            if not Path(f"{draft}-wal").exists():
+                return draft
+        except Exception:
+            pass
+        _remove_sqlite_file(draft)
+        return None
 
     def take(self) -> optuna.storages.BaseStorage:
         self._thread.join()
