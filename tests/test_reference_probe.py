@@ -233,9 +233,45 @@ def test_a_run_stopped_while_choosing_stores_no_value_and_the_next_run_chooses(t
     held = [t for t in study.trials if "chose its reference" in t.user_attrs.get("reason", "")]
     assert held and all(t.state == TrialState.FAIL for t in held)
     queued = study.get_trials(states=(TrialState.WAITING,))
-    assert {t.user_attrs["requeued_from"] for t in queued} >= {t.number for t in held}
+    assert {t.user_attrs.get("requeued_from") for t in queued} >= {t.number for t in held}  # (and the probe's others)
 
     summary, _ = run(study_file(tmp_path), url, cache_dir)
     study = optuna.load_study(study_name="probe", storage=url)
     assert summary["statuses"]["ok"] == 5 and "config" in study.user_attrs[CHOICE]
     assert study.trials[study.user_attrs[CHOICE]["trial"]].value == pytest.approx(1.0, abs=1e-12)
+
+
+def test_the_first_configs_are_measured_while_the_valid_set_is_enumerated(tmp_path, monkeypatch):
+    """The probe's configs are drawn without the valid set (each axis at random, the invalid rejected
+    by the kernel's own check), so a study without start measures them while a large space is still
+    being enumerated; they are the same configs as when the valid set is known at once."""
+    import tuner
+    from tuner.search.space import Space
+
+    monkeypatch.setenv("TUNER_WORKER_BACKEND", FAKE_BACKEND)
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    study = study_file(tmp_path)
+    quick = tuner.tune(study, storage=f"sqlite:///{tmp_path / 'quick.db'}")
+
+    enumerate_now = Space.enumerate
+    told_when_known: list[int] = []
+    url = f"sqlite:///{tmp_path / 'slow.db'}"
+
+    def told() -> int:
+        try:
+            return len(optuna.load_study(study_name="probe", storage=url).get_trials(states=(TrialState.COMPLETE,)))
+        except KeyError:  # not created yet
+            return 0
+
+    def slow_enumeration(space):  # ends once the probe's configs are told (or after 30 s)
+        deadline = time.monotonic() + 30
+        while told() < PROBE and time.monotonic() < deadline:
+            time.sleep(0.05)
+        told_when_known.append(told())
+        return enumerate_now(space)
+
+    monkeypatch.setattr(Space, "enumerate", slow_enumeration)
+    slow = tuner.tune(study, storage=url)
+    assert told_when_known and told_when_known[0] == PROBE  # the reference was chosen before the valid set was known
+    assert [t.params for t in slow.study.trials[:PROBE]] == [t.params for t in quick.study.trials[:PROBE]]
+    assert slow.summary["trials"] == 5 and "config" in slow.study.user_attrs[CHOICE]

@@ -136,6 +136,32 @@ def test_space_enumerates_on_first_use_once(monkeypatch):
     assert calls == [1]
 
 
+def test_configs_drawn_without_the_valid_set_are_valid_distinct_and_uniform_over_it(monkeypatch):
+    """Each axis drawn uniformly, the invalid rejected: a study's first configs, drawn before the
+    valid set is enumerated, come from all of it alike."""
+    from collections import Counter
+
+    import numpy as np
+
+    from tuner.search import space as space_module
+
+    cfg = load_study(ROOT / "tests" / "fixtures" / "sm100a_grid_plan.toml")
+    space = Space.from_study(cfg, load_spec(cfg.kernel))
+    monkeypatch.setattr(space_module, "enumerate_cached", lambda *a, **k: pytest.fail("drawing enumerated the space"))
+    rng = np.random.default_rng(0)
+    exclude = {space.key(p) for p in space.draw_valid(3, rng)}
+    drawn = space.draw_valid(20, rng, exclude=exclude)
+    assert len({space.key(p) for p in drawn}) == 20 and not {space.key(p) for p in drawn} & exclude
+    assert all(space.check(p) is None for p in drawn)
+    counts = Counter(space.key(p) for _ in range(6900) for p in space.draw_valid(1, rng))
+    assert len(counts) == 69  # 100 draws expected each (seeded: the same counts every run)
+    assert 60 < min(counts.values()) and max(counts.values()) < 140, counts.most_common(3)
+    monkeypatch.undo()
+    assert {space.key(p) for p in drawn} <= space.valid_keys
+    everything = space.draw_valid(100, rng)  # more than there are: every valid config, once
+    assert sorted(space.key(p) for p in everything) == sorted(space.key(p) for p in space.valid)
+
+
 def test_large_enumeration_is_kept_on_disk_and_redone_when_the_spec_changes(tmp_path, monkeypatch):
     import shutil
 

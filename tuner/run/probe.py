@@ -15,19 +15,26 @@ the study (:data:`CHOICE`); every later run, on any GPU, pairs with the same con
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import UserError
 from tuner.measurement.value import Measurement
 from tuner.run.objective import Begun
+from tuner.search.pool import trial_params
+
+if TYPE_CHECKING:
+    from tuner.search.space import Space
 
 #: study user attr: how the reference was chosen, and the config (absent: the study was
 #: measured against the reference its settings name, or the defaults)
 CHOICE = "reference_choice"
 PROBING = "probing"  # CHOICE's state while the first run measures its first configs
+#: the probe's draws take their own stream of the study's seed (the sampler's stays as it was)
+DRAW_STREAM = 1
 
 
 def provisional(evaluator: Any) -> bool:
@@ -74,6 +81,25 @@ class Probe:
             return None
         study.set_user_attr(CHOICE, {"state": PROBING, "probed": k})  # a worker joining now waits (adopt)
         return cls(study, evaluator, k)
+
+    def queue_draws(self, space: Space, waiting: list[FrozenTrial], budget: int | None, seed: int | None) -> int:
+        """Queue the probe's configs at random, drawn without the space's valid set, so that they can
+        be measured while it is enumerated (seconds for a large space with an empty cache); the same
+        configs whether or not it is known yet. ``waiting``: the study's queue, measured first and
+        counted in the probe; ``budget``: the run's trials (None: no limit). Returns how many were
+        queued: none where the space is too sparse to draw them, and the search draws them from the
+        valid set as before."""
+        wanted = min(self.k, budget or self.k) - len(waiting)
+        if wanted <= 0:
+            return 0
+        queued = {space.key(p) for p in (trial_params(t, space.axis_names) for t in waiting) if p is not None}
+        rng = np.random.default_rng(None if seed is None else (seed, DRAW_STREAM))
+        drawn = space.draw_valid(wanted, rng, exclude=queued)
+        if len(drawn) < wanted:
+            return 0
+        for params in drawn:
+            self.study.enqueue_trial(params, skip_if_exists=False)
+        return wanted
 
     def hold(self, trial: optuna.Trial, begun: Begun, measured: Measurement) -> None:
         self.held.append((trial, begun, measured))

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
@@ -221,7 +222,10 @@ class Runner:
                  storage: optuna.storages.BaseStorage | None = None):
         """``storage``: the storage ``storage_url`` names, already open (:class:`tuner.store.storage.OpeningStorage`)."""
         start = start_params(space, settings.start, settings.mode == "tiered")   # bad input fails before a study exists
-        if not start:  # (start configs are valid: they can be measured while the valid set is enumerated)
+        # bad input fails before a study exists: a space without a valid config. Start configs are
+        # valid, and so is a config drawn at random: either proves it without the valid set, which
+        # may take seconds to enumerate while their trials are measured (_queued_while_enumerating)
+        if not start and not space.draw_valid(1, np.random.default_rng(0)):
             space.require_valid()
         self.space = space
         self.evaluator = evaluator
@@ -262,6 +266,9 @@ class Runner:
                 if settings.warm_start else None
             )
             self.start_queued = queue_start_configs(self.study, space, start)
+            if self.probe is not None and settings.mode == "joint" and settings.peers <= 1 and settings.sampler != "grid":
+                # (a grid walk spreads its first configs over the valid set: it needs that set)
+                self.probe.queue_draws(space, self._waiting(), settings.trials, settings.seed)
         self.transfer = ""  # what the warm start transferred, in words
         if settings.warm_start:  # the source studies' trials shape the sampler's model (each run: a resume too)
             prior = prior_trials(self.study, space, settings.warm_start)
@@ -292,25 +299,29 @@ class Runner:
         return min(self.settings.trials or len(candidates), len(candidates))
 
     def _queued_while_enumerating(self) -> None:
-        """Measure the queued configs (a study's start configs, usually) while the valid set is still
-        being enumerated -- seconds for a large space with an empty cache -- so that the first result
-        does not wait for it; the search proper starts once the valid set is known. One process
-        only (a worker of several shares a budget counted over the valid set), jointly searched."""
-        if (self.space.enumerated or self.probe is not None or self.settings.mode != "joint"
-                or self.settings.peers > 1 or not self._waiting()):
+        """Measure the queued configs (a study's start configs, or the probe's) while the valid set is
+        still being enumerated -- seconds for a large space with an empty cache -- so that the first
+        result does not wait for it; the search proper starts once the valid set is known, and a
+        probe measures all its configs first. One process only (a worker of several shares a budget
+        counted over the valid set), jointly searched."""
+        if (self.space.enumerated or self.settings.mode != "joint" or self.settings.peers > 1
+                or not self._waiting()):
             return
         target = self.settings.trials or math.inf
 
         def may_ask() -> bool:
-            if self.space.enumerated or not self._waiting():
+            if (self.probe is None and self.space.enumerated) or not self._waiting():
                 return False
             used = sum(1 for t in self.study.get_trials(deepcopy=False) if self._counts(t, "joint", None))
             return used < target
 
-        pipeline = Pipeline(self.study, self._objective("joint"), self.ahead, may_ask, lambda trial: True,
-                            self.timeline, self._deadline(), self.lock)
+        objective, deadline = self._objective("joint"), self._deadline()
         try:
-            pipeline.run(max_trials=len(self._waiting()))
+            if self.probe is not None:
+                self._run_probe(objective, min(self.probe.k, len(self._waiting())), deadline, may_ask, lambda trial: True)
+            else:
+                Pipeline(self.study, objective, self.ahead, may_ask, lambda trial: True, self.timeline, deadline,
+                         self.lock).run(max_trials=len(self._waiting()))
         except Exception as exc:
             if _storage_error(exc) is None:
                 raise  # (a lost storage: the search below meets it too, and waits for it)
@@ -346,7 +357,8 @@ class Runner:
         self._open_bar(phase, todo)
         try:
             if self.probe is not None:
-                self._run_probe(objective, phase, keys, target, min(todo, self.probe.k), deadline)
+                self._run_probe(objective, min(todo, self.probe.k), deadline, self._may_ask(phase, keys, target),
+                                self._admits(phase, keys, target))
                 if self.probe is not None:  # stopped before a config was measured: nothing is told before the choice
                     return
             # duplicates do not count against the budget: room for them beyond ``todo``
@@ -367,14 +379,14 @@ class Runner:
         finally:
             self._close_bar()
 
-    def _run_probe(self, objective: Objective, phase: str, keys: set, target: int, n: int,
-                   deadline: float | None) -> None:
+    def _run_probe(self, objective: Objective, n: int, deadline: float | None, may_ask: Callable[[], bool],
+                   admits: Callable[[optuna.Trial], bool]) -> None:
         """The first ``n`` trials, measured to the end against the defaults and told once they chose the reference."""
         assert self.probe is not None
         objective.reports = False  # no intermediate values: they would be ratios to the defaults
         try:
-            Pipeline(self.study, objective, min(self.ahead, n - 1), self._may_ask(phase, keys, target),
-                     self._admits(phase, keys, target), self.timeline, deadline, self.lock, hold=self.probe).run(n)
+            Pipeline(self.study, objective, min(self.ahead, n - 1), may_ask, admits, self.timeline, deadline,
+                     self.lock, hold=self.probe).run(n)
         finally:
             objective.reports = True
         if self.probe.chosen:

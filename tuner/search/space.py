@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from tuner.compile.nvrtc import default_cache_dir
 from tuner.contract.kernel_spec import Config, KernelSpec, Problem, Value
@@ -18,6 +20,10 @@ from tuner.errors import UserError
 from tuner.search.enumeration import Enumeration, enumerate_cached
 
 MAX_CONFIGS = 2_000_000
+
+#: draws a config asked of :meth:`Space.draw_valid` may take (a space where fewer than 1 in
+#: this many configs is valid is left to the enumeration)
+DRAWS_PER_CONFIG = 500
 
 
 def config_key(params: dict[str, Value], axes: Iterable[str]) -> tuple:
@@ -167,6 +173,22 @@ class Space:
         from tuner.search.enumeration import checked_reason
 
         return checked_reason(self.spec, self.full_config(params), self.problem)
+
+    def draw_valid(self, n: int, rng: np.random.Generator, exclude: Collection[tuple] = ()) -> list[dict[str, Value]]:
+        """``n`` distinct valid configs at random, none keyed in ``exclude``, without the valid set:
+        each axis drawn uniformly and the invalid draws rejected by the kernel's own check, which is
+        uniform over the valid set. Fewer (maybe none) where :data:`DRAWS_PER_CONFIG` draws
+        per config did not find them: a sparse space, or one with fewer configs left."""
+        drawn: dict[tuple, dict[str, Value]] = {}
+        excluded = set(exclude)
+        for _ in range(n * DRAWS_PER_CONFIG):
+            if len(drawn) == n:
+                break
+            params = {axis: values[rng.integers(len(values))] for axis, values in self.axes.items()}
+            key = self.key(params)
+            if key not in drawn and key not in excluded and self.check(params) is None:
+                drawn[key] = params
+        return list(drawn.values())
 
     def require_valid(self) -> None:
         """Raise the error that says how to fix a space with no valid configuration."""
