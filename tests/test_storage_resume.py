@@ -101,6 +101,25 @@ def test_a_new_study_file_made_meanwhile_by_another_process_is_kept(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm"))) == ["s.db"]
 
 
+def test_a_draft_left_by_a_killed_run_is_removed_by_the_next_opening(tmp_path):
+    """A run killed while its worker started leaves its draft of a new study file; the next opening
+    of that file removes it, and keeps the drafts of live processes and of processes it cannot judge."""
+    from tuner.store import storage as storage_module
+    from tuner.store.storage import OpeningStorage
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    here = storage_module._pid_space_tag()
+    drafts = {"killed": f".s.db.{here}-{dead.pid}.ab_12.new", "running": f".s.db.{here}-{os.getpid()}.xyz.new",
+              "another PID space": f".s.db.0000beef-{dead.pid}.q1.new", "another file's": f".t.db.{here}-{dead.pid}.q2.new"}
+    for name in [*drafts.values(), f"{drafts['killed']}-wal"]:
+        (tmp_path / name).write_bytes(b"")
+    optuna.create_study(study_name="s", storage=OpeningStorage(f"sqlite:///{tmp_path / 's.db'}").take())
+    left = {p.name for p in tmp_path.iterdir()}
+    assert drafts["killed"] not in left and f"{drafts['killed']}-wal" not in left
+    assert {drafts[k] for k in ("running", "another PID space", "another file's")} <= left and "s.db" in left
+
+
 def test_an_error_opening_the_storage_is_raised_where_the_run_takes_it(tmp_path):
     import sqlite3
 

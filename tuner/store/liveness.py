@@ -129,6 +129,11 @@ def _pid_alive(pid: int, started: object) -> bool:
     return stat[0] != "Z" and (not isinstance(started, int) or stat[1] == started)
 
 
+def process_gone(pid: int) -> bool:
+    """Is process ``pid`` of this PID space gone (a killed one not yet reaped included)?"""
+    return not _pid_alive(pid, None)
+
+
 # -- the lease --------------------------------------------------------------------------------
 def has_lease(storage: optuna.storages.BaseStorage) -> bool:
     """Storages other processes share: RDB (behind Optuna's cache wrapper) and journal files."""

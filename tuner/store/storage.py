@@ -12,6 +12,8 @@ Passwords never leave this module unredacted: use :func:`redact` for anything pr
 from __future__ import annotations
 
 import contextlib
+import glob
+import hashlib
 import importlib
 import os
 import re
@@ -29,7 +31,7 @@ from optuna.storages.journal import JournalFileBackend
 from tuner.errors import UserError, as_user_error
 from tuner.store import optuna_private
 from tuner.store.journal_file import TolerantJournalFile
-from tuner.store.liveness import grace_s, heartbeat_s
+from tuner.store.liveness import grace_s, heartbeat_s, pid_space, process_gone
 from tuner.store.url import hidden, optuna_template, raw_password, redact, remember, sqlite_file, sqlite_url
 
 __all__ = ["redact"]  # the one redaction lives in tuner.store.url; importers of it here keep working
@@ -121,8 +123,9 @@ class OpeningStorage:
 
     def _drafted(self, path: Path) -> Path | None:
         """A new SQLite file beside ``path`` holding the study schema, or None where one cannot be made."""
+        _remove_orphaned_drafts(path)
         try:
-            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.{_draft_owner()}.", suffix=".new", dir=path.parent)
             os.close(fd)  # (an empty file is a new database to SQLite)
         except OSError:  # a folder that cannot be written
             return None
@@ -162,6 +165,28 @@ class OpeningStorage:
             _remove_sqlite_file(self._draft[0])
         if isinstance(self._storage, RDBStorage):
             self._storage.engine.dispose()
+
+
+def _pid_space_tag() -> str:
+    return hashlib.sha256(pid_space().encode()).hexdigest()[:8]
+
+
+def _draft_owner() -> str:
+    """This process, in its drafts' names: its PID space (hashed) and PID."""
+    return f"{_pid_space_tag()}-{os.getpid()}"
+
+
+def _remove_orphaned_drafts(path: Path) -> None:
+    """Remove the drafts of ``path`` whose process died before taking them (killed while its worker
+    started). Only a process of this PID space can be judged; any other draft is kept."""
+    if not pid_space():
+        return
+    named = re.compile(rf"\.{re.escape(path.name)}\.{_pid_space_tag()}-(\d+)\.[^.]+\.new")
+    with contextlib.suppress(OSError):
+        for draft in path.parent.glob(f".{glob.escape(path.name)}.*.new"):
+            owner = named.fullmatch(draft.name)
+            if owner and process_gone(int(owner.group(1))):
+                _remove_sqlite_file(draft)
 
 
 def _plain_sqlite_file(url: str) -> Path | None:
