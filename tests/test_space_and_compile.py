@@ -158,8 +158,12 @@ def test_configs_drawn_without_the_valid_set_are_valid_distinct_and_uniform_over
     assert 60 < min(counts.values()) and max(counts.values()) < 140, counts.most_common(3)
     monkeypatch.undo()
     assert {space.key(p) for p in drawn} <= space.valid_keys
+    checked = Counter()
+    check = space.check
+    monkeypatch.setattr(space, "check", lambda params: checked.update([space.key(params)]) or check(params))
     everything = space.draw_valid(100, rng)  # more than there are: every valid config, once
     assert sorted(space.key(p) for p in everything) == sorted(space.key(p) for p in space.valid)
+    assert len(checked) == space.total and set(checked.values()) == {1}  # no config checked twice
 
 
 def test_large_enumeration_is_kept_on_disk_and_redone_when_the_spec_changes(tmp_path, monkeypatch):

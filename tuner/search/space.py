@@ -180,14 +180,16 @@ class Space:
         uniform over the valid set. Fewer (maybe none) where :data:`DRAWS_PER_CONFIG` draws
         per config did not find them: a sparse space, or one with fewer configs left."""
         drawn: dict[tuple, dict[str, Value]] = {}
-        excluded = set(exclude)
+        seen = set(exclude)  # and every config checked: none is checked twice (a spec's check may be slow)
         for _ in range(n * DRAWS_PER_CONFIG):
             if len(drawn) == n:
                 break
             params = {axis: values[rng.integers(len(values))] for axis, values in self.axes.items()}
             key = self.key(params)
-            if key not in drawn and key not in excluded and self.check(params) is None:
-                drawn[key] = params
+            if key not in seen:
+                seen.add(key)
+                if self.check(params) is None:
+                    drawn[key] = params
         return list(drawn.values())
 
     def require_valid(self) -> None:
