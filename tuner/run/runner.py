@@ -222,9 +222,8 @@ class Runner:
                  storage: optuna.storages.BaseStorage | None = None):
         """``storage``: the storage ``storage_url`` names, already open (:class:`tuner.store.storage.OpeningStorage`)."""
         start = start_params(space, settings.start, settings.mode == "tiered")   # bad input fails before a study exists
-        # bad input fails before a study exists: a space without a valid config. Start configs are
-        # valid, and so is a config drawn at random: either proves it without the valid set, which
-        # may take seconds to enumerate while their trials are measured (_queued_while_enumerating)
+        # so does a space without a valid config; a start config, or one drawn at random, proves it has
+        # one without the valid set, which may take seconds to enumerate (_queued_while_enumerating)
         if not start and not space.draw_valid(1, np.random.default_rng(0)):
             space.require_valid()
         self.space = space
