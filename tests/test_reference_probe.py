@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -275,3 +276,27 @@ def test_the_first_configs_are_measured_while_the_valid_set_is_enumerated(tmp_pa
     assert told_when_known and told_when_known[0] == PROBE  # the reference was chosen before the valid set was known
     assert [t.params for t in slow.study.trials[:PROBE]] == [t.params for t in quick.study.trials[:PROBE]]
     assert slow.summary["trials"] == 5 and "config" in slow.study.user_attrs[CHOICE]
+
+
+def test_the_probe_queues_its_draws_after_the_queue_and_none_where_the_space_is_too_small():
+    """The probe's configs count those already queued (a warm start, a killed run's) and draw the rest;
+    where the draws cannot find them all, none are queued and the search draws them from the valid set."""
+    from tuner.contract.kernel_spec import load_spec
+    from tuner.run.probe import Probe
+    from tuner.search.space import Space
+    from tuner.study.file import load_study
+
+    cfg = load_study(ROOT / "tests" / "fixtures" / "sm100a_grid_plan.toml")
+    space = Space.from_study(cfg, load_spec(cfg.kernel))  # 69 valid configs of 108
+    study = optuna.create_study()
+    for params in space.draw_valid(3, np.random.default_rng(7)):
+        study.enqueue_trial(params)
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert Probe(study, None, 8).queue_draws(space, waiting, None, seed=1) == 5
+    queued = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(TrialState.WAITING,))]
+    assert len({space.key(p) for p in queued}) == 8 and all(space.check(p) is None for p in queued)
+    assert Probe(study, None, 4).queue_draws(space, waiting, None, seed=1) == 1  # a probe of 4: one more than the 3
+
+    empty = optuna.create_study()
+    assert Probe(empty, None, 100).queue_draws(space, [], None, seed=1) == 0 and not empty.trials
+    assert Probe(empty, None, 100).queue_draws(space, [], 2, seed=1) == 2  # a run of 2 trials probes 2
