@@ -265,7 +265,7 @@ class Runner:
                 if settings.warm_start else None
             )
             self.start_queued = queue_start_configs(self.study, space, start)
-            if self.probe is not None and settings.mode == "joint" and settings.peers <= 1 and settings.sampler != "grid":
+            if self.probe is not None and self._alone_and_joint and settings.sampler != "grid":
                 # (a grid walk spreads its first configs over the valid set: it needs that set)
                 self.probe.queue_draws(space, self._waiting(), settings.trials, settings.seed)
         self.transfer = ""  # what the warm start transferred, in words
@@ -301,10 +301,8 @@ class Runner:
         """Measure the queued configs (a study's start configs, or the probe's) while the valid set is
         still being enumerated -- seconds for a large space with an empty cache -- so that the first
         result does not wait for it; the search proper starts once the valid set is known, and a
-        probe measures all its configs first. One process only (a worker of several shares a budget
-        counted over the valid set), jointly searched."""
-        if (self.space.enumerated or self.settings.mode != "joint" or self.settings.peers > 1
-                or not self._waiting()):
+        probe measures all its configs first (:attr:`_alone_and_joint`)."""
+        if self.space.enumerated or not self._alone_and_joint or not self._waiting():
             return
         target = self.settings.trials or math.inf
 
@@ -324,6 +322,12 @@ class Runner:
         except Exception as exc:
             if _storage_error(exc) is None:
                 raise  # (a lost storage: the search below meets it too, and waits for it)
+
+    @property
+    def _alone_and_joint(self) -> bool:
+        """One process searching all axes at once: the queued configs may be measured before the valid
+        set is known (a worker of several shares a budget counted over it; a tier is a part of it)."""
+        return self.settings.mode == "joint" and self.settings.peers <= 1
 
     def _waiting(self) -> list[FrozenTrial]:
         return waiting_trials(self.study)
