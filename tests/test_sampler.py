@@ -11,11 +11,12 @@ from optuna.trial import TrialState
 
 from tests.conftest import KERNEL_TUNER_CACHES
 from tuner.evaluate.replay import Record, Recording, ReplayEvaluator, recording_space
+from tuner.run import objective
 from tuner.run.runner import Runner, RunSettings
 from tuner.search import parzen
 from tuner.search.distributions import suggest
 from tuner.search.parzen import ParzenSearch, choose_kernels
-from tuner.search.pool import Observations
+from tuner.search.pool import Observations, Pool
 from tuner.search.sampler import BASE_SAMPLERS, ValidOnlySampler, make_base_sampler
 from tuner.search.space import Space
 from tuner.study.options import SAMPLERS
@@ -338,3 +339,59 @@ def test_late_in_a_study_the_feasibility_model_weighs_only_the_candidates_l_favo
     assert max(early) > 64 and late and max(late) <= 64, (max(early), max(late, default=None))
     failing = sum(t.params["a"] >= 12 for t in study.trials[30:]) / len(study.trials[30:])
     assert failing < 0.7 * sum(p["a"] >= 12 for p in space.valid) / len(space.valid)
+
+
+def test_a_config_stopped_as_slower_is_ranked_by_the_value_it_was_stopped_at(monkeypatch):
+    """With the pruner on (a GPU run's default) most trials stop early. Each keeps its running value
+    (Optuna's value of a pruned trial) and the densities rank it by that value; it never counts as
+    the best, and a failure stays a failure."""
+    monkeypatch.setattr(objective, "BEST_MAX_AGE_S", 0.0)  # a replayed run takes less than the best's age
+    def bowl(config):
+        if config["a"] == 15 and config["b"] == 7:
+            return Record("compile_error", attrs={"reason": "planted"})
+        ms = 1.0 + 0.1 * (config["a"] + config["b"])
+        return Record("ok", ms, [ms] * 30)
+
+    recording, space = recorded_space({"a": list(range(16)), "b": list(range(8))}, bowl)
+    settings = RunSettings(study_name="p", sampler="tpe", trials=40, seed=0, pruner=True, progress=False)
+    runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
+    runner.run()
+    stopped = [t for t in runner.study.trials if t.user_attrs.get("status") == "pruned_slow"]
+    complete = [t for t in runner.study.trials if t.state == TrialState.COMPLETE]
+    assert len(stopped) >= 10 and complete
+
+    pool = Pool(space, space.valid)
+    pool.update(runner.study)
+    obs = pool.observations
+    ranked = {tuple(int(i) for i in code): value for code, value in zip(obs.measured, obs.values, strict=True)}
+    for trial in stopped:
+        assert ranked[tuple(pool.encode(trial.params))] == pytest.approx(recording.lookup(trial.params).ms)
+    assert obs.best == min(t.value for t in complete)
+    assert not obs.slower
+    failed = [t for t in runner.study.trials if t.user_attrs.get("status") == "compile_error"]
+    assert len(obs.failed) == len(failed)
+
+
+def test_configs_stopped_near_the_best_still_point_the_search_there():
+    """One complete config (the best, in a corner) and 60 stopped as slower, whose running values say
+    the opposite corner is nearly as fast: the density ratio proposes there. Were the stopped configs
+    only "slower", the best alone would be good, and the proposals would stay by it."""
+    _, space = recorded_space({"a": list(range(24)), "b": list(range(24))}, lambda c: Record("ok", 1.0, [1.0]))
+    study = optuna.create_study()
+    distributions = dict(space.distributions)
+    rng = np.random.default_rng(0)
+
+    def add(state, value, a, b, status):
+        study.add_trial(optuna.trial.create_trial(state=state, value=value, params={"a": a, "b": b},
+                                                  distributions=distributions, user_attrs={"status": status}))
+
+    add(TrialState.COMPLETE, 1.0, 0, 0, "ok")
+    for a, b in rng.integers(1, 24, size=(60, 2)).tolist():
+        add(TrialState.PRUNED, 1.05 + 0.02 * ((23 - a) + (23 - b)), a, b, "pruned_slow")
+    pool = Pool(space, space.valid)
+    pool.update(study)
+    ordered = [True, True]
+    proposals = [pool.decode(pool.codes[ParzenSearch(seed=seed, patience=10**6).propose(pool, ordered)]) for seed in range(20)]
+    far_corner = sum(p["a"] >= 12 and p["b"] >= 12 for p in proposals)
+    print(f"proposals in the corner the stopped configs favour: {far_corner} of 20")
+    assert far_corner >= 15

@@ -127,6 +127,24 @@ def test_a_failure_that_would_have_to_move_stays_out_of_the_prior():
     assert prior[0].value == 1.0  # relative to the source's best
 
 
+def test_a_source_config_stopped_as_slower_keeps_its_running_value_in_the_prior():
+    """Most of a GPU study's trials stop early: each brings the running value it was stopped at, relative
+    to the source's best like a measured one, and the target's model ranks it by that value."""
+    storage = optuna.storages.InMemoryStorage()
+    configs = [{"BLOCK": 32, "METHOD": "a", "STAGES": 3}, {"BLOCK": 64, "METHOD": "b", "STAGES": 3}]
+    source = source_study(storage, "src", configs[:1], [2.0])
+    source.add_trial(optuna.trial.create_trial(
+        params=configs[1], distributions={a: CategoricalDistribution([v]) for a, v in configs[1].items()}, value=2.5,
+        state=TrialState.PRUNED, user_attrs={"status": "pruned_slow"}))
+    space = target_space()
+    prior = prior_trials(optuna.create_study(study_name="dst", storage=storage), space, ["src"])
+    assert [(t.state, t.value) for t in prior] == [(TrialState.COMPLETE, 1.0), (TrialState.PRUNED, 1.25)]
+    sampler = ValidOnlySampler(space, ParzenSearch(seed=0))
+    sampler.set_prior(prior)
+    observed = sampler.prior_observations()
+    assert observed.values == [1.0, 1.25] and not observed.slower and observed.best == 1.0
+
+
 def test_an_axis_the_source_did_not_tune_is_spread_over_its_values_in_the_prior():
     """FC1 searches GELU_H2, patch_embed does not: a patch_embed trial says nothing of it, so it stands
     for each value at a share of its weight, not for the default alone (which would steer the search

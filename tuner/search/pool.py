@@ -60,15 +60,18 @@ class Observations:
     def __len__(self) -> int:
         return len(self.measured) + len(self.slower) + len(self.failed)
 
-    def add(self, code: np.ndarray, value: float | None, failed: bool = False, weight: float = 1.0) -> None:
-        """A measured config (``value``, counting ``weight``), one stopped as slower (None), or a failure."""
+    def add(self, code: np.ndarray, value: float | None, failed: bool = False, weight: float = 1.0,
+            stopped: bool = False) -> None:
+        """A measured config (``value``, counting ``weight``); one stopped as slower than the best
+        (``stopped``), ranked by the running ``value`` it was stopped at where it has one but never
+        the best, as that value is an estimate; one slower without a value (None); or a failure."""
         self.since_best += 1
         if failed:
             self.failed.append(code)
         elif value is None:
             self.slower.append(code)
         else:
-            if value < self.best:
+            if value < self.best and not stopped:
                 self.best, self.since_best = value, 0
             self.measured.append(code)
             self.values.append(value)
@@ -131,12 +134,18 @@ class Pool:
         if trial.state in IN_FLIGHT:
             return
         status = trial.user_attrs.get("status", "")
+        value = trial.values[0] if trial.values and math.isfinite(trial.values[0]) else None  # time: the first objective
+        weight = float(trial.user_attrs.get(PRIOR_WEIGHT, 1.0))
         if trial.state == TrialState.COMPLETE and status in (*COMPLETE_STATUSES, ""):
-            value = trial.values[0] if trial.values else None  # time: the first of several objectives
-            if status != "duplicate" and value is not None and math.isfinite(value):
-                self.observations.add(code, float(value), weight=float(trial.user_attrs.get(PRIOR_WEIGHT, 1.0)))
+            if status != "duplicate" and value is not None:
+                self.observations.add(code, float(value), weight=weight)
         elif trial.state == TrialState.PRUNED:
-            self.observations.add(code, None, failed=bool(status) and status not in SLOWER_STATUSES)
+            # a config stopped as slower keeps the running value it was stopped at (Optuna's value of a pruned
+            # trial, its last intermediate): with the pruner on, most trials stop early, and "slower" alone
+            # would leave the densities a handful of ranked configs
+            failed = bool(status) and status not in SLOWER_STATUSES
+            self.observations.add(code, None if failed or value is None else float(value), failed=failed,
+                                  weight=weight, stopped=True)
 
     def _take(self, code: np.ndarray, step: int) -> None:
         row = self.row(code)

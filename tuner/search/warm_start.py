@@ -134,7 +134,7 @@ def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> 
                 if mapped is None or (trial.state != TrialState.COMPLETE and mapped.moved):
                     continue
                 prior.append(optuna.trial.create_trial(
-                    state=trial.state, value=value_of(trial) / best if trial.state == TrialState.COMPLETE else None,
+                    state=trial.state, value=value_of(trial) / best if trial.values else None,  # a stopped one: its estimate
                     params=mapped.params, distributions=distributions,
                     user_attrs={"status": trial.user_attrs.get("status", ""), MARK: f"{name}#{trial.number}",
                                 PRIOR_WEIGHT: share * MOVED_WEIGHT ** len(mapped.moved)}))
