@@ -11,9 +11,8 @@ from optuna.trial import TrialState
 
 from tests.conftest import KERNEL_TUNER_CACHES
 from tuner.evaluate.replay import Record, Recording, ReplayEvaluator, recording_space
-from tuner.run import objective
 from tuner.run.runner import Runner, RunSettings
-from tuner.search import parzen
+from tuner.search import parzen, pruner
 from tuner.search.distributions import suggest
 from tuner.search.parzen import ParzenSearch, choose_kernels
 from tuner.search.pool import Observations, Pool
@@ -345,7 +344,7 @@ def test_a_config_stopped_as_slower_is_ranked_by_the_value_it_was_stopped_at(mon
     """With the pruner on (a GPU run's default) most trials stop early. Each keeps its running value
     (Optuna's value of a pruned trial) and the densities rank it by that value; it never counts as
     the best, and a failure stays a failure."""
-    monkeypatch.setattr(objective, "BEST_MAX_AGE_S", 0.0)  # a replayed run takes less than the best's age
+    monkeypatch.setattr(pruner, "BEST_MAX_AGE_S", 0.0)  # a replayed run takes less than the best's age
     def bowl(config):
         if config["a"] == 15 and config["b"] == 7:
             return Record("compile_error", attrs={"reason": "planted"})
@@ -395,3 +394,20 @@ def test_configs_stopped_near_the_best_still_point_the_search_there():
     far_corner = sum(p["a"] >= 12 and p["b"] >= 12 for p in proposals)
     print(f"proposals in the corner the stopped configs favour: {far_corner} of 20")
     assert far_corner >= 15
+
+
+def test_the_margin_pruner_sees_the_trials_that_finish_while_it_measures(monkeypatch):
+    """``prune_by = "margin"``: the pruner runs on the measuring thread, which asks for no trial, so it
+    reads the best from the storage itself; from a snapshot of the asking thread's kind it would see
+    no trial finish, and prune nothing."""
+    monkeypatch.setattr(pruner, "BEST_MAX_AGE_S", 0.0)  # a replayed run takes less than the best's age
+    recording, space = recorded_space({"a": list(range(16)), "b": list(range(8))},
+                                      lambda c: Record("ok", 1.0 + 0.1 * (c["a"] + c["b"]), [1.0 + 0.1 * (c["a"] + c["b"])] * 30))
+    settings = RunSettings(study_name="m", sampler="tpe", trials=30, seed=0, pruner=True, prune_by="margin",
+                           pruner_margin=0.05, progress=False)
+    runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
+    runner.run()
+    stopped = [t for t in runner.study.trials if t.user_attrs.get("status") == "pruned_slow"]
+    best = min(t.value for t in runner.study.trials if t.state == TrialState.COMPLETE)
+    assert len(stopped) >= 10
+    assert all(recording.lookup(t.params).ms > 1.05 * best for t in stopped)

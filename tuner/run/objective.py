@@ -23,6 +23,7 @@ from tuner.measurement import pareto
 from tuner.measurement.paired import SlowerTest
 from tuner.measurement.value import COMPLETE_STATUSES, Measurement
 from tuner.search.distributions import suggest
+from tuner.search.pruner import BestValue
 from tuner.search.space import Space
 from tuner.store import optuna_private
 from tuner.store.liveness import StaleCheck, runner_dead
@@ -31,7 +32,6 @@ CLAIM = "tuner:measuring"  # system attr: this trial is measuring its config
 #: longest wait for a twin whose liveness cannot be checked (a runner on another host, on a
 #: storage without a heartbeat); a twin whose runner is dead is never waited for
 TWIN_WAIT_S = 1800.0
-BEST_MAX_AGE_S = 0.5
 
 
 class Evaluator(Protocol):
@@ -62,7 +62,7 @@ class Objective:
         self.artifact_dir = artifact_dir  # compile logs kept as optuna artifacts when set
         #: stops a measurement whose samples say it is slower than the best (else Optuna's pruner decides)
         self.slower_test = slower_test
-        self._best_cache: tuple[float, float | None] = (-float("inf"), None)  # (read at, best value)
+        self._best_value = BestValue()  # the incumbent the slower test compares with
         self._keys: dict[int, tuple] = {}  # trial number -> config key
         self.objectives = tuple(objectives)  # ("time",), or ("time", "energy"): a multi-objective study
         #: block values become intermediate values and may stop the trial (off while a probe holds
@@ -159,16 +159,6 @@ class Objective:
             return self.slower_test.slower(seen, self._best_value(trial.study))
 
         return report
-
-    def _best_value(self, study: optuna.Study) -> float | None:
-        """The best complete value, read at most every ``BEST_MAX_AGE_S``: it is asked after every
-        block on the measuring thread, and an older best only prunes less."""
-        read_at, best = self._best_cache
-        if time.monotonic() - read_at > BEST_MAX_AGE_S:
-            complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            best = min((t.value for t in complete if t.value is not None), default=None)
-            self._best_cache = (time.monotonic(), best)
-        return best
 
     def _reuse(self, trial: optuna.Trial, params: dict[str, Any]) -> Measurement | None:
         """A stored or concurrent result of the same config, else None (then this trial measures).

@@ -7,20 +7,42 @@ more than ``margin`` cannot win: finishing it would only spend GPU time.
 
 from __future__ import annotations
 
+import math
 import statistics
+import time
 
 import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.store import optuna_private
+#: how old the best value a pruning decision reads may be: it is asked after every block on the
+#: measuring thread, and an older best only prunes less
+BEST_MAX_AGE_S = 0.5
+
+
+class BestValue:
+    """A study's best complete value, read from the storage at most every ``BEST_MAX_AGE_S``.
+
+    Not from Optuna's per-trial snapshot of the trials (``study._get_trials(use_cache=True)``):
+    that snapshot belongs to the thread that asks, and the measuring thread's own would be filled
+    once and never renewed, so it would never see a trial finish."""
+
+    def __init__(self) -> None:
+        self._read_at, self._best = -math.inf, None
+
+    def __call__(self, study: optuna.Study) -> float | None:
+        if time.monotonic() - self._read_at > BEST_MAX_AGE_S:
+            complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            self._best = min((t.value for t in complete if t.value is not None), default=None)
+            self._read_at = time.monotonic()
+        return self._best
 
 
 class MarginPruner(BasePruner):
     def __init__(self, margin: float = 0.10, min_blocks: int = 2):
         self.margin = margin
         self.min_blocks = min_blocks
-        self._best_cache: tuple[int, float | None] = (-1, None)
+        self._best = BestValue()
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         values = list(trial.intermediate_values.values())
@@ -30,11 +52,3 @@ class MarginPruner(BasePruner):
         if best is None:
             return False
         return statistics.median(values) > best * (1.0 + self.margin)
-
-    def _best(self, study: optuna.Study) -> float | None:
-        complete = optuna_private.cached_trials(study, (TrialState.COMPLETE,))
-        if len(complete) == self._best_cache[0]:
-            return self._best_cache[1]
-        best = min((t.value for t in complete if t.value is not None), default=None)
-        self._best_cache = (len(complete), best)
-        return best

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
 import optuna
@@ -39,12 +39,6 @@ def study_id(study: optuna.Study) -> int:
 def trial_id(trial: optuna.Trial) -> int:
     """A trial's id in its storage (the key heartbeats are recorded under; Trial has no getter)."""
     return trial._trial_id
-
-
-def cached_trials(study: optuna.Study, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
-    """``study.get_trials(deepcopy=False, states=...)`` from the snapshot ``study.optimize`` keeps
-    for the current trial: samplers and pruners ask many times per trial, one storage read serves all."""
-    return study._get_trials(deepcopy=False, states=states, use_cache=True)
 
 
 def read_trials(study: optuna.Study, numbers: Iterable[int], start: int) -> tuple[list[FrozenTrial], int]:
