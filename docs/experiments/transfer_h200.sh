@@ -2,9 +2,11 @@
 # Transfer across shapes on a GPU (issue 30): FC1 and FC2 as new studies (no start configs; every
 # config paired with the best known config, so a best value <= 1.00 reaches it) warm-started from
 # a patch_embed study, against cold runs on the same seeds, 25 trials each.
-#   bash docs/experiments/transfer_h200.sh OUTDIR [SEEDS] [SOURCE_TRIALS]
+#   bash docs/experiments/transfer_h200.sh OUTDIR [SEEDS] [SOURCE_TRIALS] [OTHER_TREE]
+# OTHER_TREE: another checkout of the project (e.g. the commit before a change) also runs the warm
+# runs, from the same source study and storage (its study names end in _other).
 set -uo pipefail
-out=${1:?output folder}; seeds=${2:-2}; source_trials=${3:-60}
+out=$(realpath "${1:?output folder}"); seeds=${2:-2}; source_trials=${3:-60}; other=${4:+$(realpath "$4")}
 export PYTHONUNBUFFERED=1
 db="sqlite:///$out/transfer.db"
 python3 -m tuner run studies/patch_embed_sm90a.toml --storage "$db" --trials "$source_trials" --json > "$out/source.json" 2> "$out/source.err" \
@@ -23,16 +25,18 @@ text = text.replace("[measure]\n", f"[measure]\nreference = {inline}\n", 1)
 open(dest, "w").write(text)
 EOF
   for seed in $(seq 0 $((seeds - 1))); do
-    for mode in cold warm; do
-      warm=(); [ "$mode" = warm ] && warm=(--warm-start patch_embed_sm90a)
-      python3 -m tuner run "$out/${shape}_new.toml" --storage "$db" --study-name "${shape}_${mode}_$seed" --trials 25 \
-        --seed "$seed" "${warm[@]}" > "$out/${shape}_${mode}_$seed.out" 2> "$out/${shape}_${mode}_$seed.err"
+    for mode in cold warm ${other:+warm_other}; do
+      warm=(); [ "$mode" != cold ] && warm=(--warm-start patch_embed_sm90a)
+      tree=$PWD; [ "$mode" = warm_other ] && tree=$other
+      (cd "$tree" && python3 -m tuner run "$out/${shape}_new.toml" --storage "$db" --study-name "${shape}_${mode}_$seed" \
+        --trials 25 --seed "$seed" "${warm[@]}" > "$out/${shape}_${mode}_$seed.out" 2> "$out/${shape}_${mode}_$seed.err")
       grep "^warm start" "$out/${shape}_${mode}_$seed.err"
       python3 - "$db" "${shape}_${mode}_$seed" <<'EOF'
 import sys, optuna
 study = optuna.load_study(study_name=sys.argv[2], storage=sys.argv[1])
-values = [t.value for t in study.trials if t.value is not None]
-first = next((i + 1 for i, t in enumerate(study.trials) if t.value is not None and t.value <= 1.0), None)
+complete = [t if t.state == optuna.trial.TrialState.COMPLETE else None for t in study.trials]  # a stopped one: an estimate
+values = [t.value for t in complete if t is not None]
+first = next((i + 1 for i, t in enumerate(complete) if t is not None and t.value <= 1.0), None)
 print(f"{sys.argv[2]}: best {min(values):.4f} of the best known ({study.user_attrs.get('device_name', '')}); "
       f"<= 1.00 at trial {first}")
 EOF

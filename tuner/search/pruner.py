@@ -28,7 +28,8 @@ class BestValue:
     once and never renewed, so it would never see a trial finish."""
 
     def __init__(self) -> None:
-        self._read_at, self._best = -math.inf, None
+        self._read_at = -math.inf
+        self._best: float | None = None
 
     def __call__(self, study: optuna.Study) -> float | None:
         if time.monotonic() - self._read_at > BEST_MAX_AGE_S:
