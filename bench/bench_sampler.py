@@ -77,6 +77,7 @@ OWN_KERNEL = [
     ("patch_embed H200", PATCH_EMBED_HOPPER, None),
     ("FC1 H200", ROOT / "studies/recorded/fc1_sm90a_hopper_grid_h200.json", PATCH_EMBED_HOPPER),
     ("FC2 H100", ROOT / "studies/recorded/fc2_sm90a_hopper_grid_h100.json", PATCH_EMBED_HOPPER),
+    ("FC2 H200", ROOT / "studies/recorded/fc2_sm90a_hopper_grid_h200.json", PATCH_EMBED_HOPPER),
 ]
 #: --own-kernel: "found" is a time within this fraction of the optimum
 WITHIN = 0.01

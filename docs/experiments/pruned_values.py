@@ -4,7 +4,9 @@ Hopper recordings with a pruner simulated on Pool + ParzenSearch (as sampler_sim
 slower than the best complete one by more than PRUNE_AT is stopped, its estimate its recorded time
 times log-normal noise of NOISE (a few blocks' median).
 
-    cd docs/experiments && PYTHONPATH=../.. python3 pruned_values.py [--seeds 20] [--budget 100]
+    cd docs/experiments && PYTHONPATH=../.. python3 pruned_values.py [--seeds 20] [--budget 100] [--recordings PATH...]
+
+``--recordings``: Kernel Tuner caches (files or folders) instead of the practice spaces and ours.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_sampler import OWN_KERNEL, RECORDINGS, mean_over_spaces, space_for  # noqa: E402
+from bench_sampler import OWN_KERNEL, RECORDINGS, mean_over_spaces, space_for, user_recordings  # noqa: E402
 from sampler_sim import recorded_times  # noqa: E402
 
 from tuner.evaluate.replay import load_recording  # noqa: E402
@@ -68,12 +70,14 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=100)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--prune-at", type=float, default=0.01)
+    parser.add_argument("--recordings", type=Path, nargs="+", default=None, metavar="PATH")
     args = parser.parse_args()
     global PRUNE_AT
     PRUNE_AT = args.prune_at
     budgets = [b for b in (25, 50, 100, 200) if b <= args.budget]
     table = {m: {b: [] for b in budgets} for m in MODES}
-    spaces = [(label, None, path) for label, path, _ in OWN_KERNEL] + RECORDINGS
+    ours = [(label, None, path) for label, path, _ in OWN_KERNEL] if args.recordings is None else []
+    spaces = ours + (RECORDINGS if args.recordings is None else user_recordings(args.recordings, parser))
     for label, study_file, path in spaces:
         recording = load_recording(path)
         space = space_for(study_file, recording)
@@ -89,8 +93,10 @@ def main() -> None:
                 table[mode][b].append(fr[b])
             line.append(f"{mode} " + " ".join(f"{fr[b].mean():.3f}" for b in budgets))
         print(f"{label:24s} " + " | ".join(line) + f"  {time.perf_counter() - started:.0f}s", flush=True)
-    practice = slice(len(OWN_KERNEL), None)
-    for name, part in (("all", slice(None)), ("practice", practice), ("ours", slice(0, len(OWN_KERNEL)))):
+    practice = slice(len(ours), None)
+    for name, part in (("all", slice(None)), ("practice", practice), ("ours", slice(0, len(ours)))):
+        if not table["slower"][budgets[0]][part]:
+            continue
         diff = {b: [e - s for e, s in zip(table["estimate"][b][part], table["slower"][b][part], strict=True)] for b in budgets}
         print(f"PAIRED estimate - slower, {name:9s}" + "  ".join("{:+.3f}±{:.3f}".format(*mean_over_spaces(diff[b])[:2]) for b in budgets))
     for mode in MODES:
