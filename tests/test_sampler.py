@@ -345,6 +345,7 @@ def test_a_config_stopped_as_slower_is_ranked_by_the_value_it_was_stopped_at(mon
     (Optuna's value of a pruned trial) and the densities rank it by that value; it never counts as
     the best, and a failure stays a failure."""
     monkeypatch.setattr(pruner, "BEST_MAX_AGE_S", 0.0)  # a replayed run takes less than the best's age
+
     def bowl(config):
         if config["a"] == 15 and config["b"] == 7:
             return Record("compile_error", attrs={"reason": "planted"})

@@ -10,8 +10,8 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
 * score: ``l(x) / g(x) * p_ok(x)``. ``l`` and ``g`` are mixtures of product kernels (one per
   observation, with a uniform component as the prior) over the good trials (the best
   ``gamma(n)``, Optuna's default split; a config the pruner stopped is ranked by the running
-  value it was stopped at) and the rest (failed ones, and the trials in flight: a constant liar). Numeric axes are ordinal: the kernel is a Gaussian over level
-  indices, so order counts and the spacing of the values (powers of two, steps of 16) does
+  value it was stopped at) and the rest (failed ones too, and the trials in flight: a constant
+  liar). Numeric axes are ordinal: the kernel is a Gaussian over level indices, so order counts and the spacing of the values (powers of two, steps of 16) does
   not; other axes count only same / different. The bandwidth follows Scott's rule. Once five
   configs are good, an ordered axis keeps its ordinal kernel only while that predicts which
   configs are good as well as same / different does (:func:`choose_kernels`): a block size
