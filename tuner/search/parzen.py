@@ -13,9 +13,9 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   value it was stopped at) and the rest (failed ones too, and the trials in flight: a constant
   liar). Numeric axes are ordinal: the kernel is a Gaussian over level indices, so order counts
   and the spacing of the values (powers of two, steps of 16) does not; other axes count only
-  same / different. The bandwidth follows Scott's rule. Once five
-  configs are good, an ordered axis keeps its ordinal kernel only while that predicts which
-  configs are good as well as same / different does (:func:`choose_kernels`): a block size
+  same / different. The bandwidth follows Scott's rule. Once five configs are good, an ordered
+  axis keeps its ordinal kernel only while that predicts which configs are good as well as
+  same / different does (:func:`choose_kernels`): a block size
   whose good values alternate (multiples of a wavefront) is not smooth in its index;
 * feasibility: ``p_ok`` is the successes' share of a narrow-kernel density of successes and
   failures (compile, launch, run-time errors, mismatches), learnt online, so a region that
