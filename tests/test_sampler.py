@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from tests.conftest import KERNEL_TUNER_CACHES
 from tuner.evaluate.replay import Record, Recording, ReplayEvaluator, recording_space
 from tuner.run.runner import Runner, RunSettings
-from tuner.search import parzen, pruner
+from tuner.search import parzen
 from tuner.search.distributions import suggest
 from tuner.search.parzen import ParzenSearch, choose_kernels
 from tuner.search.pool import Observations, Pool
@@ -340,12 +340,10 @@ def test_late_in_a_study_the_feasibility_model_weighs_only_the_candidates_l_favo
     assert failing < 0.7 * sum(p["a"] >= 12 for p in space.valid) / len(space.valid)
 
 
-def test_a_config_stopped_as_slower_is_ranked_by_the_value_it_was_stopped_at(monkeypatch):
+def test_a_config_stopped_as_slower_is_ranked_by_the_value_it_was_stopped_at():
     """With the pruner on (a GPU run's default) most trials stop early. Each keeps its running value
     (Optuna's value of a pruned trial) and the densities rank it by that value; it never counts as
     the best, and a failure stays a failure."""
-    monkeypatch.setattr(pruner, "BEST_MAX_AGE_S", 0.0)  # a replayed run takes less than the best's age
-
     def bowl(config):
         if config["a"] == 15 and config["b"] == 7:
             return Record("compile_error", attrs={"reason": "planted"})
@@ -397,11 +395,10 @@ def test_configs_stopped_near_the_best_still_point_the_search_there():
     assert far_corner >= 15
 
 
-def test_the_margin_pruner_sees_the_trials_that_finish_while_it_measures(monkeypatch):
+def test_the_margin_pruner_sees_the_trials_that_finish_while_it_measures():
     """``prune_by = "margin"``: the pruner runs on the measuring thread, which asks for no trial, so it
     reads the best from the storage itself; from a snapshot of the asking thread's kind it would see
     no trial finish, and prune nothing."""
-    monkeypatch.setattr(pruner, "BEST_MAX_AGE_S", 0.0)  # a replayed run takes less than the best's age
     recording, space = recorded_space({"a": list(range(16)), "b": list(range(8))},
                                       lambda c: Record("ok", 1.0 + 0.1 * (c["a"] + c["b"]), [1.0 + 0.1 * (c["a"] + c["b"])] * 30))
     settings = RunSettings(study_name="m", sampler="tpe", trials=30, seed=0, pruner=True, prune_by="margin",

@@ -23,7 +23,7 @@ from tuner.measurement import pareto
 from tuner.measurement.paired import SlowerTest
 from tuner.measurement.value import COMPLETE_STATUSES, Measurement
 from tuner.search.distributions import suggest
-from tuner.search.pruner import BestValue
+from tuner.search.pruner import BEST_MAX_AGE_S, BestValue
 from tuner.search.space import Space
 from tuner.store import optuna_private
 from tuner.store.liveness import StaleCheck, runner_dead
@@ -53,7 +53,7 @@ class Begun:
 class Objective:
     def __init__(self, space: Space, evaluator: Evaluator, flops: float | None = None, phase: str = "joint",
                  on_result=None, artifact_dir: str | None = None, slower_test: SlowerTest | None = None,
-                 objectives: Sequence[str] = ("time",)):
+                 objectives: Sequence[str] = ("time",), best_max_age_s: float = BEST_MAX_AGE_S):
         self.space = space
         self.evaluator = evaluator
         self.flops = flops
@@ -62,7 +62,7 @@ class Objective:
         self.artifact_dir = artifact_dir  # compile logs kept as optuna artifacts when set
         #: stops a measurement whose samples say it is slower than the best (else Optuna's pruner decides)
         self.slower_test = slower_test
-        self._best_value = BestValue()  # the incumbent the slower test compares with
+        self._best_value = BestValue(best_max_age_s)  # the incumbent the slower test compares with
         self._keys: dict[int, tuple] = {}  # trial number -> config key
         self.objectives = tuple(objectives)  # ("time",), or ("time", "energy"): a multi-objective study
         #: block values become intermediate values and may stop the trial (off while a probe holds

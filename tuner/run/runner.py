@@ -33,7 +33,7 @@ from tuner.run.pipeline import Pipeline, ProposalLock, Timeline
 from tuner.run.probe import Probe, adopt
 from tuner.run.probe import describe as describe_reference
 from tuner.search.distributions import store_axes, stored_axes
-from tuner.search.pruner import MarginPruner
+from tuner.search.pruner import BEST_MAX_AGE_S, MarginPruner
 from tuner.search.sampler import ValidOnlySampler, make_base_sampler
 from tuner.search.space import Space
 from tuner.search.start import start_params
@@ -238,7 +238,11 @@ class Runner:
         self.sampler = ValidOnlySampler(space, base, seed=settings.seed)
         prunes = settings.pruner and not self.multi  # the pruner judges time alone: off for a front
         margin = prunes and settings.prune_by == "margin"
-        pruner = MarginPruner(settings.pruner_margin, settings.pruner_min_blocks) if margin else optuna.pruners.NopPruner()
+        # a replayed block takes microseconds: the best is read after every one, so a replay stops the configs
+        # the GPU run it stands for would stop (at BEST_MAX_AGE_S, a whole replayed run sees no best at all)
+        self.best_max_age_s = 0.0 if evaluator.kind == "replay" else BEST_MAX_AGE_S
+        pruner = (MarginPruner(settings.pruner_margin, settings.pruner_min_blocks, self.best_max_age_s) if margin
+                  else optuna.pruners.NopPruner())
         self.slower_test = SlowerTest() if prunes and settings.prune_by == "sign" else None
         self.study = optuna.create_study(
             study_name=settings.study_name,
@@ -335,7 +339,7 @@ class Runner:
     def _objective(self, phase: str) -> Objective:
         return Objective(self.space, self.evaluator, self.flops, phase, on_result=self._on_result,
                          artifact_dir=self.settings.artifact_dir, slower_test=self.slower_test,
-                         objectives=self.settings.objectives)
+                         objectives=self.settings.objectives, best_max_age_s=self.best_max_age_s)
 
     def _deadline(self) -> float | None:
         timeout = self.settings.timeout_min * 60 if self.settings.timeout_min else None
