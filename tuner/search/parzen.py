@@ -15,8 +15,8 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   and the spacing of the values (powers of two, steps of 16) does not; other axes count only
   same / different. The bandwidth follows Scott's rule. Once five configs are good, an ordered
   axis keeps its ordinal kernel only while that predicts which configs are good as well as
-  same / different does (:func:`choose_kernels`): a block size
-  whose good values alternate (multiples of a wavefront) is not smooth in its index;
+  same / different does (:func:`choose_kernels`): a block size whose good values alternate
+  (multiples of a wavefront) is not smooth in its index;
 * feasibility: ``p_ok`` is the successes' share of a narrow-kernel density of successes and
   failures (compile, launch, run-time errors, mismatches), learnt online, so a region that
   fails is proposed less without being ruled out; from ``FEASIBILITY_TOP_AFTER`` observations on it
