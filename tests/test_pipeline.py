@@ -8,6 +8,7 @@ both with fixed delays, so the timing claims are about the loop, not about this 
 from __future__ import annotations
 
 import collections
+import math
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
+from tuner.evaluate.ahead import START_DEPTH, WINDOW, AheadDepth
 from tuner.store.storage import open_storage
 from tuner.testing import run_summary
 
@@ -196,3 +198,43 @@ def test_gpu_workers_share_a_small_budget(tmp_path):
     trials = _states(str(log))
     per_runner = collections.Counter(t.user_attrs.get("runner_pid") for t in trials if t.state.is_finished())
     assert sum(per_runner.values()) == 8 and len(per_runner) == 2 and max(per_runner.values()) <= 5, per_runner
+
+
+def test_the_depth_of_the_pipeline_follows_littles_law():
+    """Configs compiling at once = compile time / GPU time per config, plus one ready; two before
+    anything is measured; never more than the compile processes; the latest configs count."""
+    depth = AheadDepth(limit=16)
+    assert depth() == START_DEPTH == 2
+    depth.add(compile_s=0.4, gpu_s=0.2)
+    assert depth() == 3
+    depth.add(compile_s=0.4, gpu_s=0.0)  # a compile error: the GPU is free at once, more must be ready
+    assert depth() == 1 + math.ceil(0.4 / 0.1)
+    for _ in range(WINDOW):
+        depth.add(compile_s=3.0, gpu_s=0.1)
+    assert depth() == 16  # 31 would keep up; the processes bound it
+    for _ in range(WINDOW):
+        depth.add(compile_s=0.0, gpu_s=0.5)  # cached builds: nothing needs to be proposed early
+    assert depth() == 1
+
+
+def _most_in_flight(db: str) -> int:
+    """The most trials asked and not finished when another was asked."""
+    trials = optuna.load_study(study_name="example_sgemm", storage=db).trials
+    return max(sum(1 for j in trials if j.number < k.number and j.datetime_complete > k.datetime_start) for k in trials)
+
+
+def test_trials_are_proposed_only_as_far_ahead_as_the_compiles_need(tmp_path):
+    """A config proposed ahead is proposed without the results of those before it. With 8 compile
+    processes and compiles far shorter than a measurement, the loop keeps 2 configs ahead, not 8;
+    with compiles 6 x a measurement it keeps more, so the GPU does not wait for them."""
+    for label, compile_s, measure_s in (("fast", 0.05, 0.3), ("slow", 0.6, 0.1)):
+        db = f"sqlite:///{tmp_path / f'{label}.db'}"
+        summary = run_json(STUDY, "--storage", db, "--trials", 16, "--compile-ahead", 8, "--no-pruner",
+                           "--reference-probe", 0, "--cache-dir", tmp_path / label,
+                           env=fake_env(compile_delay=compile_s, trial_delay=measure_s))
+        assert summary["trials_run"] == 16
+        most = _most_in_flight(db)
+        if label == "fast":
+            assert most <= 2, most  # 1 + ceil(0.05 / 0.3)
+        else:
+            assert 5 <= most <= 8, most  # 1 + ceil(0.6 / 0.1) = 7, reached once the first results are in

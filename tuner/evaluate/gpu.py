@@ -9,6 +9,7 @@ median ratio candidate / reference; see :mod:`tuner.measurement.paired`.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from tuner.device.protocol import Baseline, ConfirmJob, Kernel, MeasureJob, Prep
 from tuner.device.supervisor import Report, Supervisor, WorkerDied
 from tuner.device.timing import Timing
 from tuner.errors import UserError
+from tuner.evaluate.ahead import AheadDepth
 from tuner.measurement.paired import Standing, rank_interleaved
 from tuner.measurement.value import Measurement
 from tuner.search.enumeration import checked_reason
@@ -64,6 +66,8 @@ class GpuEvaluator:
         self._study = None  # set by bind(): where "ms" values keep the first session's reference time
         #: compiles ahead of the measurement (None: one process per core, 0: each config when measured)
         self.compiler = CompilePool(spec, problem, arch, cache_dir, self.limits, compile_jobs)
+        #: how far ahead proposing pays now (at most ``ahead``): :mod:`tuner.evaluate.ahead`
+        self.depth = AheadDepth(self.compiler.jobs)
 
     @property
     def timing(self) -> Timing:
@@ -168,7 +172,8 @@ class GpuEvaluator:
 
     @property
     def ahead(self) -> int:
-        """How many trials the runner may propose ahead of the one measured (0: none)."""
+        """How many trials the runner may propose ahead of the one measured (0: none); ``depth()``
+        says how many of them pay now."""
         return self.compiler.jobs
 
     def prefetch(self, config: dict[str, Value]) -> None:
@@ -186,8 +191,15 @@ class GpuEvaluator:
                     tolerance=self.tolerance.as_job() if self.tolerance else None)
 
     def evaluate(self, params: dict[str, Value], config: dict[str, Value], report: Report) -> Measurement:
-        derived = self.spec.derive(config, self.problem)
         built = self.compiler.result(config)
+        started = time.monotonic()
+        try:
+            return self._measure(config, built, report)
+        finally:
+            self.depth.add(built.compile_s, time.monotonic() - started)
+
+    def _measure(self, config: dict[str, Value], built: CompileResult, report: Report) -> Measurement:
+        derived = self.spec.derive(config, self.problem)
         common: dict[str, Any] = dict(regs=built.regs, spills=built.spills, smem_bytes=derived.get("smem_bytes", built.smem_static),
                       compile_s=round(built.compile_s, 4), flags=built.flags)
         logs = {"compile.log": built.log}

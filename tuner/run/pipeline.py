@@ -1,10 +1,10 @@
 """The evaluation loop: ask ahead, let the evaluator work ahead, measure in order, tell.
 
 ``study.optimize`` runs one trial at a time: the GPU idles while NVRTC compiles the next
-config. Here the loop keeps ``ahead`` trials asked beyond the one being measured (Optuna's
-ask/tell). Each asked trial stores its params at once, so it is RUNNING for every sampler
-(ours skips running configs; TPE's constant liar counts them as bad) and for the budget of
-every worker; the evaluator compiles it in the background (:meth:`GpuEvaluator.prefetch`).
+config. Here the loop keeps up to ``ahead`` trials asked beyond the one being measured (Optuna's
+ask/tell), as many as the evaluator says pay now (``depth``: :mod:`tuner.evaluate.ahead`). Each
+asked trial stores its params at once, so it is RUNNING for every sampler (ours skips running
+configs; TPE's constant liar counts them as bad) and for the budget of every worker; the evaluator compiles it in the background (:meth:`GpuEvaluator.prefetch`).
 Trials are measured strictly in the order asked. A replay (no ``prefetch``) runs the same
 loop with ``ahead = 0``.
 
@@ -221,8 +221,10 @@ class Pipeline:
 
     def __init__(self, study: optuna.Study, objective: Objective, ahead: int, may_ask: Callable[[], bool],
                  admits: Callable[[optuna.Trial], bool], timeline: Timeline, deadline: float | None = None,
-                 lock: ProposalLock | None = None, hold: Probe | None = None):
+                 lock: ProposalLock | None = None, hold: Probe | None = None, depth: Callable[[], int] | None = None):
         self.study = study
+        #: how many of the ``ahead`` trials pay now (the evaluator's estimate); None: all of them
+        self.depth = depth
         self.hold = hold
         self.lock = lock
         self.objective = objective
@@ -248,7 +250,7 @@ class Pipeline:
             self._heartbeat.start()
         try:
             while True:
-                while len(self._in_flight) <= self.ahead and asked < max_trials and not self._late():
+                while len(self._in_flight) <= self._ahead_now() and asked < max_trials and not self._late():
                     if self._in_flight and not self._measured.empty():
                         break  # a result waits: tell it first (the incumbent the pruner and sampler see)
                     if not self._ask():
@@ -283,6 +285,9 @@ class Pipeline:
             if self._heartbeat:
                 self._heartbeat.stop()
         return asked
+
+    def _ahead_now(self) -> int:
+        return self.ahead if self.depth is None else min(self.ahead, self.depth())
 
     def _late(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline

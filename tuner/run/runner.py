@@ -322,7 +322,7 @@ class Runner:
                 self._run_probe(objective, min(self.probe.k, len(self._waiting())), deadline, may_ask, lambda trial: True)
             else:
                 Pipeline(self.study, objective, self.ahead, may_ask, lambda trial: True, self.timeline, deadline,
-                         self.lock).run(max_trials=len(self._waiting()))
+                         self.lock, depth=self.depth).run(max_trials=len(self._waiting()))
         except Exception as exc:
             if _storage_error(exc) is None:
                 raise  # (a lost storage: the search below meets it too, and waits for it)
@@ -360,7 +360,7 @@ class Runner:
         # Asked-ahead trials hold places in the budget: a worker keeps at most its share of what is left
         ahead = min(self.ahead, max(0, -(-todo // max(1, self.settings.peers)) - 1))
         pipeline = Pipeline(self.study, objective, ahead, self._may_ask(phase, keys, target),
-                            self._admits(phase, keys, target), self.timeline, deadline, self.lock)
+                            self._admits(phase, keys, target), self.timeline, deadline, self.lock, depth=self.depth)
         self._open_bar(phase, todo)
         try:
             if self.probe is not None:
@@ -393,7 +393,7 @@ class Runner:
         objective.reports = False  # no intermediate values: they would be ratios to the defaults
         try:
             Pipeline(self.study, objective, min(self.ahead, n - 1), may_ask, admits, self.timeline, deadline,
-                     self.lock, hold=self.probe).run(n)
+                     self.lock, hold=self.probe, depth=self.depth).run(n)
         finally:
             objective.reports = True
         if self.probe.chosen:
@@ -403,6 +403,11 @@ class Runner:
     def ahead(self) -> int:
         """Trials proposed beyond the one measured: the evaluator's compile processes (replay: 0)."""
         return getattr(self.evaluator, "ahead", 0)
+
+    @property
+    def depth(self) -> Callable[[], int] | None:
+        """How many of ``ahead`` pay now (:mod:`tuner.evaluate.ahead`); None: all of them."""
+        return getattr(self.evaluator, "depth", None)
 
     def _counts(self, t, phase: str, keys: set | None) -> bool:
         """Does trial ``t`` take a place in this phase's budget? Finished (a duplicate

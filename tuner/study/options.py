@@ -149,8 +149,9 @@ class SearchSettings:
     objectives: list[str] = option(["time"], 'what to minimise: ["time"], or ["time", "energy"] for the Pareto '
                                    "front of time and energy per launch (needs [measure] energy_s; default then 1 s)")
     start: list[dict[str, Value]] = option([], "known configs tried first (axes not named take their defaults)")
-    compile_ahead: int | None = option(None, "configs proposed and compiled ahead of the one measured, in as many "
-                                       "processes (default: one per CPU core; 0: compile each when it is measured)",
+    compile_ahead: int | None = option(None, "at most this many configs proposed and compiled ahead of the one "
+                                       "measured, in as many processes; as many as keep the GPU fed are (default: "
+                                       "one per CPU core; 0: compile each when it is measured)",
                                        minimum=0, commands=SEARCH_COMMANDS)
     confirm_top: int = option(5, "after a GPU run, re-measure this many best configs against each other (0: never)",
                               minimum=0, commands=("confirm",), flag="--top")
