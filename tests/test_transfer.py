@@ -145,6 +145,20 @@ def test_a_source_config_stopped_as_slower_keeps_its_running_value_in_the_prior(
     assert observed.values == [1.0, 1.25] and not observed.slower and observed.best == 1.0
 
 
+def test_a_source_config_stopped_with_a_value_is_in_the_prior_when_moved_too():
+    """A stopped config's running value is as much a measurement as a finished one's (a GPU study stops
+    most of its trials): moved onto this space it counts as a measured one does, less per moved define."""
+    storage = optuna.storages.InMemoryStorage()
+    source = source_study(storage, "src", [{"BLOCK": 32, "METHOD": "a", "STAGES": 3}], [2.0])
+    stopped = {"BLOCK": 256, "METHOD": "b", "STAGES": 3}  # BLOCK 256: not listed here, moves to 128
+    source.add_trial(optuna.trial.create_trial(
+        params=stopped, distributions={a: CategoricalDistribution([v]) for a, v in stopped.items()}, value=2.5,
+        state=TrialState.PRUNED, user_attrs={"status": "pruned_slow"}))
+    prior = prior_trials(optuna.create_study(study_name="dst", storage=storage), target_space(), ["src"])
+    assert [(t.params["BLOCK"], t.state, t.value, t.user_attrs[PRIOR_WEIGHT]) for t in prior] == [
+        (32, TrialState.COMPLETE, 1.0, 1.0), (128, TrialState.PRUNED, 1.25, MOVED_WEIGHT)]
+
+
 def test_an_axis_the_source_did_not_tune_is_spread_over_its_values_in_the_prior():
     """FC1 searches GELU_H2, patch_embed does not: a patch_embed trial says nothing of it, so it stands
     for each value at a share of its weight, not for the default alone (which would steer the search
@@ -163,21 +177,35 @@ def test_an_axis_the_source_did_not_tune_is_spread_over_its_values_in_the_prior(
     assert 4 * 3 * 3 > SPREAD_MAX and spread_untuned({}, space) == [({}, 1.0)]
 
 
-def test_the_queued_configs_take_the_values_of_an_axis_the_source_did_not_tune_in_turn():
-    """FC1 from patch_embed: every queued config at GELU_H2's default put the study's first five
-    trials in the half of the space where FC1 is slow (replayed on our recorded FC1 grid: median 87
-    configs to within 1 % of the optimum, against 4 with the values in turn). The best source config
-    takes the first value, the next one the second, and so on, cycling."""
+def test_each_queued_config_is_tried_at_each_value_of_an_axis_the_source_did_not_tune():
+    """FC1 from patch_embed on an H200: patch_embed's config that is FC1's best known was queued at
+    GELU_H2 = 0, where it runs at 1.32-1.34 x its time at 1, and taught the search that its other axes
+    were slow. Each queued config is now tried at each value (the best source config first)."""
     storage = optuna.storages.InMemoryStorage()
-    configs = [{"BLOCK": 32, "METHOD": "a"}, {"BLOCK": 64, "METHOD": "c"}, {"BLOCK": 16, "METHOD": "b"},
-               {"BLOCK": 64, "METHOD": "b"}, {"BLOCK": 32, "METHOD": "c"}]  # no STAGES
-    source_study(storage, "src", configs, [1.0, 2.0, 3.0, 4.0, 5.0])
+    configs = [{"BLOCK": 32, "METHOD": "a"}, {"BLOCK": 64, "METHOD": "c"}, {"BLOCK": 16, "METHOD": "b"}]  # no STAGES
+    source_study(storage, "src", configs, [1.0, 2.0, 3.0])
     space = target_space()
-    queued = warm_start(optuna.create_study(study_name="dst", storage=storage), space, ["src"], top=5)
-    assert [m.params for m in queued] == [{**c, "STAGES": s} for c, s in zip(configs, (2, 3, 4, 2, 3), strict=True)]
-    assert all(m.moved == () and m.untuned == ("STAGES",) for m in queued)  # an axis the source did not have is not a move
-    assert transfer_message(queued, 15, ["src"]) == \
-        "warm start: 5 configs queued (STAGES not in the source: its values in turn), prior from 15 trials of src"
+    queued = warm_start(optuna.create_study(study_name="dst", storage=storage), space, ["src"], top=2)
+    assert [m.params for m in queued] == [{**c, "STAGES": s} for c in configs[:2] for s in (2, 3, 4)]
+    assert all(m.moved == () and m.untuned == ("STAGES",) and m.each_value for m in queued)  # not a move
+    assert transfer_message(queued, 6, ["src"]) == \
+        "warm start: 6 configs queued (STAGES not in the source: each config at each of its values), prior from 6 trials of src"
+
+
+def test_with_more_than_four_combinations_of_untuned_values_the_queued_configs_take_them_in_turn():
+    """Two untuned axes of three values: nine combinations per config would fill the queue with one
+    config; the queued configs take them in turn instead (the best the first, the next the second, ...)."""
+    storage = optuna.storages.InMemoryStorage()
+    configs = [{"BLOCK": 32}, {"BLOCK": 64}, {"BLOCK": 16}]  # no METHOD, no STAGES
+    source_study(storage, "src", configs, [1.0, 2.0, 3.0])
+    space = target_space()
+    assert 4 < 3 * 3 <= SPREAD_MAX
+    queued = warm_start(optuna.create_study(study_name="dst", storage=storage), space, ["src"], top=3)
+    combinations = [("a", 2), ("a", 3), ("a", 4)]  # METHOD, STAGES in the order of the axes' values
+    assert [m.params for m in queued] == [{**c, "METHOD": m, "STAGES": s} for c, (m, s) in zip(configs, combinations, strict=True)]
+    assert not any(m.each_value for m in queued)
+    assert transfer_message(queued, 9, ["src"]) == \
+        "warm start: 3 configs queued (METHOD, STAGES not in the source: their values in turn), prior from 9 trials of src"
 
 
 def test_the_prior_joins_the_good_bad_split_weighted_below_one_and_fading(monkeypatch):

@@ -35,8 +35,10 @@ class Mapped:
     #: defines whose value differs from the source config's: axes (a value not listed here, or moved to a
     #: valid config), then defines this space does not search and runs at another value
     moved: tuple[str, ...]
-    #: axes the source did not tune, given values here in turn (:func:`tuner.search.warm_start.warm_start`)
+    #: axes the source did not tune, given values here (:func:`tuner.search.warm_start.warm_start`)
     untuned: tuple[str, ...] = ()
+    #: the source config is queued at each combination of their values (else at one, in turn)
+    each_value: bool = False
 
 
 def _number(value: Any) -> bool:

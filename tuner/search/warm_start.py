@@ -3,12 +3,13 @@
 The best configurations of the source study, mapped onto this study's space (a value it does
 not list, or a config it cannot run, moves to the nearest one it can: :mod:`tuner.search.transfer`)
 and not tried yet, are queued as the first trials, so the sampler starts from what is known to
-be fast instead of from random picks; the source's whole history, mapped the same way, is the
-sampler's prior. Axes the source did not tune say nothing of the source's configs, and one value
-taken for all of them would steer the search to one part of the space: the queued configs take
-their values in turn (the first config the first combination, the second the next, ...), and in
-the prior a source trial stands for each of their values, sharing its weight. In tiered mode,
-tier-2 defines are held at their defaults as tier 1 requires.
+be fast instead of from random picks; the source's whole history, mapped the same way (a config
+stopped as slower by its value, like a measured one), is the sampler's prior. Axes the source did
+not tune say nothing of the source's configs, and one value taken for all of them would steer the
+search to one part of the space: each queued config is tried at each combination of their values
+(up to four; with more they take them in turn), and in the prior a source trial stands for each of
+their values, sharing its weight. In tiered mode, tier-2 defines are held at their defaults as
+tier 1 requires.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import UserError
-from tuner.search.pool import PRIOR_WEIGHT, trial_params
+from tuner.search.pool import PRIOR_WEIGHT, SLOWER_STATUSES, trial_params
 from tuner.search.sampler import ordered_axis
 from tuner.search.space import Space
 from tuner.search.transfer import Mapped, SpaceMap
@@ -35,6 +36,8 @@ MOVED_MARK = "warm_moved"
 MOVED_WEIGHT = 0.5
 #: at most this many configs stand for one source trial over the axes its source did not tune
 SPREAD_MAX = 16
+#: a queued config is tried at each combination of the values of the axes its source did not tune, up to this many
+QUEUE_SPREAD_MAX = 4
 START_MARK = "start_config"
 
 
@@ -67,8 +70,9 @@ def space_map(space: Space, tiered: bool = False) -> SpaceMap:
 
 def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: int = 5, tiered: bool = False) -> list[Mapped] | None:
     """Queue up to ``top`` configs from each source study, its best first, each mapped onto this
-    space (:mod:`tuner.search.transfer`); returns what was queued, or None when this study was warm-started
-    before (a resume: nothing is queued again)."""
+    space (:mod:`tuner.search.transfer`) and at the values of the axes its source did not tune
+    (:func:`_untuned_values`); returns what was queued, or None when this study was warm-started before
+    (a resume: nothing is queued again)."""
     if study.user_attrs.get(MARK):
         return None
     mapper = space_map(space, tiered)
@@ -82,30 +86,44 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
         candidates = sorted(((t, m) for t, m in mapped if m is not None), key=lambda item: bool(item[1].moved))
         taken = 0
         for trial, config in candidates:
-            spread = _untuned_at(trial.params, space, taken)
-            if spread is not trial.params:
-                config = mapper.map(spread) or config
-                untuned = tuple(a for a in space.axis_names if a not in trial.params and a not in mapper.hold)  # tiered: tier 2 held
-                config = dataclasses.replace(config, untuned=untuned)
-            attrs: dict = {MARK: f"{name}#{trial.number}"}
-            if config.moved:
-                attrs[MOVED_MARK] = list(config.moved)
-            if queue.add(config.params, attrs):
-                queued.append(config)
-                taken += 1
-                if taken == top:
-                    break
+            untuned = tuple(a for a in space.axis_names if a not in trial.params and a not in mapper.hold)  # tiered: tier 2 held
+            added = False
+            spreads = _untuned_values(trial.params, space, taken)
+            for spread in spreads:
+                at = config
+                if spread is not trial.params:
+                    at = dataclasses.replace(mapper.map(spread) or config, untuned=untuned, each_value=len(spreads) > 1)
+                attrs: dict = {MARK: f"{name}#{trial.number}"}
+                if at.moved:
+                    attrs[MOVED_MARK] = list(at.moved)
+                if queue.add(at.params, attrs):
+                    queued.append(at)
+                    added = True
+            taken += added
+            if taken == top:
+                break
     study.set_user_attr(MARK, source_names)
     return queued
 
 
-def _untuned_at(params: dict, space: Space, index: int) -> dict:
-    """``params`` with the axes its source did not tune at their ``index``-th combination of values
-    (cycling): the queued configs cover each value of a switch the source never had, instead of all
-    sitting at this space's default (FC1's GELU_H2 from patch_embed: its fast configs all have 1,
-    the default is 0)."""
-    spread = spread_untuned(params, space)
-    return spread[index % len(spread)][0] if len(spread) > 1 else params
+def _ranked(trial: FrozenTrial) -> bool:
+    """Whether a source trial has a value to rank it by: measured to the end, or stopped as slower than
+    the source's best at the running value it had then (with the pruner on, most of a study's trials)."""
+    if not trial.values or not math.isfinite(trial.values[0]):
+        return False
+    return trial.state == TrialState.COMPLETE or trial.user_attrs.get("status") in SLOWER_STATUSES
+
+
+def _untuned_values(params: dict, space: Space, index: int) -> list[dict]:
+    """``params`` at the values to queue it with on the axes its source did not tune: each combination
+    (up to ``QUEUE_SPREAD_MAX``), as a config queued at a value that is slow here would be slow whatever
+    its other axes, and teach the search that they are (FC1 from patch_embed on an H200: its best
+    config was queued at GELU_H2 = 0, 1.34 x its time at 1). With more combinations, the ``index``-th
+    (the queued configs take them in turn)."""
+    spread = [config for config, _ in spread_untuned(params, space)]
+    if len(spread) <= QUEUE_SPREAD_MAX:
+        return spread
+    return [spread[index % len(spread)]]
 
 
 def _load_source(study: optuna.Study, name: str) -> optuna.Study:
@@ -117,11 +135,11 @@ def _load_source(study: optuna.Study, name: str) -> optuna.Study:
 
 
 def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> list[FrozenTrial]:
-    """The finished trials of the source studies, as the sampler's prior, on this space: a measured
-    config mapped onto it (:mod:`tuner.search.transfer`), counting ``MOVED_WEIGHT`` less for each define
-    moved (its time is a guess there), a slower or failed one only where it needs no move (a
-    failure says something of its own config only). Values are relative to each source's best, so
-    sources of different speeds mix."""
+    """The finished trials of the source studies, as the sampler's prior, on this space: a config
+    measured, or stopped as slower at a running value, mapped onto it (:mod:`tuner.search.transfer`),
+    counting ``MOVED_WEIGHT`` less for each define moved (its time is a guess there); a failed one, or
+    one stopped without a value, only where it needs no move (it says something of its own config
+    only). Values are relative to each source's best, so sources of different speeds mix."""
     mapper = space_map(space)
     distributions = dict(space.distributions)
     prior = []
@@ -131,7 +149,7 @@ def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> 
         for trial in trials:
             for params, share in spread_untuned(trial.params, space):
                 mapped = mapper.map(params)
-                if mapped is None or (trial.state != TrialState.COMPLETE and mapped.moved):
+                if mapped is None or (mapped.moved and not _ranked(trial)):
                     continue
                 prior.append(optuna.trial.create_trial(
                     state=trial.state, value=value_of(trial) / best if trial.values else None,  # a stopped one: its estimate
@@ -170,7 +188,9 @@ def transfer_message(queued: list[Mapped] | None, prior: int, source_names: list
             notes.append(f"{len(moved)} moved to the nearest valid: {', '.join(sorted({a for m in moved for a in m.moved}))}")
         untuned = sorted({a for m in queued for a in m.untuned})
         if untuned:
-            notes.append(f"{', '.join(untuned)} not in the source: {'its' if len(untuned) == 1 else 'their'} values in turn")
+            its = "its" if len(untuned) == 1 else "their"
+            how = f"each config at each of {its} values" if any(m.each_value for m in queued) else f"{its} values in turn"
+            notes.append(f"{', '.join(untuned)} not in the source: {how}")
         if notes:
             text += f" ({'; '.join(notes)})"
         parts.append(text)
