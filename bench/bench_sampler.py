@@ -120,10 +120,15 @@ def space_for(study_file: Path | None, recording: Recording) -> Space:
 
 
 def run_tuner(space: Space, recording: Recording, sampler: str, seed: int, budget: int, storage: str = "memory",
-              warm_start: list[str] | None = None, study_name: str | None = None) -> list[float]:
+              warm_start: list[str] | None = None, study_name: str | None = None, pruner: bool = False,
+              ahead: int = 0) -> list[float]:
+    """The tuner's run on a recording; ``ahead``: trials proposed beyond the one measured, as a GPU run
+    with that many compile processes proposes them (a replay alone proposes each when it is measured)."""
     settings = RunSettings(study_name=study_name or f"{sampler}-{seed}", sampler=sampler, trials=budget, seed=seed,
-                           pruner=False, progress=False, warm_start=warm_start or [])
-    runner = Runner(space, ReplayEvaluator(recording), settings, storage_url=storage)
+                           pruner=pruner, progress=False, warm_start=warm_start or [])
+    evaluator = ReplayEvaluator(recording)
+    evaluator.ahead = ahead
+    runner = Runner(space, evaluator, settings, storage_url=storage)
     runner.run()
     trials = [t for t in runner.study.trials if t.state.is_finished() and t.user_attrs.get("status") != "duplicate"]
     return [(recording.lookup(t.params).ms if t.user_attrs.get("status") == "ok" else math.inf) for t in trials]

@@ -3,8 +3,9 @@
 # config paired with the best known config, so a best value <= 1.00 reaches it) warm-started from
 # a patch_embed study, against cold runs on the same seeds, 25 trials each.
 #   bash docs/experiments/transfer_h200.sh OUTDIR [SEEDS] [SOURCE_TRIALS] [OTHER_TREE]
-# OTHER_TREE: another checkout of the project (e.g. the commit before a change) also runs the warm
-# runs, from the same source study and storage (its study names end in _other).
+# OTHER_TREE: another checkout of the project (e.g. the commit before a change) also runs the cold and
+# warm runs, from the same source study and storage (its study names end in _other).
+# SKIP_COLD=1: no cold runs (they do not depend on a change to the warm start).
 set -uo pipefail
 out=$(realpath "${1:?output folder}"); seeds=${2:-2}; source_trials=${3:-60}; other=${4:+$(realpath "$4")}
 export PYTHONUNBUFFERED=1
@@ -25,9 +26,9 @@ text = text.replace("[measure]\n", f"[measure]\nreference = {inline}\n", 1)
 open(dest, "w").write(text)
 EOF
   for seed in $(seq 0 $((seeds - 1))); do
-    for mode in cold warm ${other:+warm_other}; do
-      warm=(); [ "$mode" != cold ] && warm=(--warm-start patch_embed_sm90a)
-      tree=$PWD; [ "$mode" = warm_other ] && tree=$other
+    for mode in $([ "${SKIP_COLD:-}" = 1 ] || echo cold) warm ${other:+$([ "${SKIP_COLD:-}" = 1 ] || echo cold_other) warm_other}; do
+      warm=(); [ "${mode#cold}" = "$mode" ] && warm=(--warm-start patch_embed_sm90a)
+      tree=$PWD; [ "${mode%_other}" != "$mode" ] && tree=$other
       (cd "$tree" && python3 -m tuner run "$out/${shape}_new.toml" --storage "$db" --study-name "${shape}_${mode}_$seed" \
         --trials 25 --seed "$seed" "${warm[@]}" > "$out/${shape}_${mode}_$seed.out" 2> "$out/${shape}_${mode}_$seed.err")
       grep "^warm start" "$out/${shape}_${mode}_$seed.err"

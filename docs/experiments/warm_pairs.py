@@ -3,12 +3,18 @@ warm-start table: the source is 100 trials of the default sampler in the same jo
 target 25 trials with --warm-start, the cold run 25 trials on the same seed). Run from any
 checkout (PYTHONPATH) to compare two versions on the same seeds: the source studies are the same.
 
-    PYTHONPATH=$PWD python3 docs/experiments/warm_pairs.py [--seeds 10] SOURCE:TARGET ...
+    PYTHONPATH=$PWD python3 docs/experiments/warm_pairs.py [--seeds 10] [--pruner] SOURCE:TARGET ...
 
 SOURCE and TARGET are Kernel Tuner caches in tests/data/kernel_tuner, named without .json.gz,
-e.g. convolution_milo_A100:convolution_RTX_Titan.
+e.g. convolution_milo_A100:convolution_RTX_Titan, or paths to caches (our own recordings:
+studies/recorded/*.json). With ``--pruner`` every run stops slower configs as a GPU study does; a cache
+without per-launch times (our own exports) then replays from a copy with 40 times per config drawn
+around its recorded time, as wide as its recorded confidence interval (``with_launch_times``).
 """
 import argparse
+import json
+import math
+import random
 import statistics
 import sys
 import tempfile
@@ -21,31 +27,66 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 from bench_sampler import run_tuner, space_for  # noqa: E402
 
-from tuner.evaluate.replay import load_recording  # noqa: E402
+from tuner.evaluate.replay import ReplayEvaluator, load_recording  # noqa: E402
 
 CACHES = ROOT / "tests/data/kernel_tuner"
+
+
+def cache_path(name: str) -> Path:
+    return Path(name) if "/" in name else CACHES / f"{name}.json.gz"
+
+
+def with_launch_times(path: Path, folder: Path, launches: int = 40) -> Path:
+    """``path`` itself when its configs hold per-launch times, else a copy in ``folder`` whose configs
+    hold ``launches`` times drawn log-normally around the recorded time, with the spread that makes
+    the recorded 95 % interval of the ratio (``ratio_ci``, 0.5 % where there is none) that of their mean."""
+    if path.suffix == ".gz":
+        return path
+    data = json.loads(path.read_text())
+    rng = random.Random(0)
+    for entry in data["cache"].values():
+        if entry.get("times") or not isinstance(entry.get("time"), (int, float)):
+            continue
+        low, high = entry.get("ratio_ci") or (1 / 1.005, 1.005)
+        sigma = max(math.log(high / low), 1e-4) / (2 * 1.96) * math.sqrt(launches)
+        entry["times"] = [entry["time"] * math.exp(rng.gauss(0.0, sigma)) for _ in range(launches)]
+    copy = folder / path.name
+    copy.write_text(json.dumps(data))
+    return copy
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--budget", type=int, default=25)
+    parser.add_argument("--pruner", action="store_true",
+                        help="every run with the pruner on, as a study on a GPU runs (the caches hold per-launch times)")
+    parser.add_argument("--ahead", type=int, default=0,
+                        help="the target runs propose this many trials beyond the one measured, as a GPU run does")
     parser.add_argument("pairs", nargs="+", metavar="SOURCE:TARGET")
     args = parser.parse_args()
+    if args.ahead:  # a replayed config takes no time, so nothing would be asked ahead: each takes 20 ms here
+        evaluate = ReplayEvaluator.evaluate
+        ReplayEvaluator.evaluate = lambda self, *a, **k: (time.sleep(0.02), evaluate(self, *a, **k))[1]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for pair in args.pairs:
         source, target = pair.split(":")
         started = time.time()
-        rs, rt = load_recording(CACHES / f"{source}.json.gz"), load_recording(CACHES / f"{target}.json.gz")
+        folder = Path(tempfile.mkdtemp())
+        paths = [cache_path(name) for name in (source, target)]
+        if args.pruner:
+            paths = [with_launch_times(p, folder) for p in paths]
+        rs, rt = load_recording(paths[0]), load_recording(paths[1])
         ss, st = space_for(None, rs), space_for(None, rt)
         warm, cold = [], []
         for seed in range(args.seeds):
             with tempfile.TemporaryDirectory() as tmp:
                 url = str(Path(tmp) / "warm.log")
-                run_tuner(ss, rs, "tpe", seed, 100, storage=url, study_name="source0")
-                values = run_tuner(st, rt, "tpe", seed, args.budget, storage=url, warm_start=["source0"], study_name="target")
+                run_tuner(ss, rs, "tpe", seed, 100, storage=url, study_name="source0", pruner=args.pruner)
+                values = run_tuner(st, rt, "tpe", seed, args.budget, storage=url, warm_start=["source0"], study_name="target",
+                                   pruner=args.pruner, ahead=args.ahead)
             warm.append(rt.optimum() / min(values))
-            cold.append(rt.optimum() / min(run_tuner(st, rt, "tpe", seed, args.budget)))
+            cold.append(rt.optimum() / min(run_tuner(st, rt, "tpe", seed, args.budget, pruner=args.pruner, ahead=args.ahead)))
         print(f"{pair}: warm {statistics.mean(warm):.3f} worst {min(warm):.3f} cold {statistics.mean(cold):.3f} "
               f"({time.time() - started:.0f} s)\n  warm {[round(w, 3) for w in warm]}\n  cold {[round(c, 3) for c in cold]}", flush=True)
 
