@@ -4,9 +4,9 @@
 config. Here the loop keeps up to ``ahead`` trials asked beyond the one being measured (Optuna's
 ask/tell), as many as the evaluator says pay now (``depth``: :mod:`tuner.evaluate.ahead`). Each
 asked trial stores its params at once, so it is RUNNING for every sampler (ours skips running
-configs; TPE's constant liar counts them as bad) and for the budget of every worker; the evaluator compiles it in the background (:meth:`GpuEvaluator.prefetch`).
-Trials are measured strictly in the order asked. A replay (no ``prefetch``) runs the same
-loop with ``ahead = 0``.
+configs; TPE's constant liar counts them as bad) and for the budget of every worker; the
+evaluator compiles it in the background (:meth:`GpuEvaluator.prefetch`). Trials are measured
+strictly in the order asked. A replay (no ``prefetch``) runs the same loop with ``ahead = 0``.
 
 No trial is left RUNNING: on any exit (budget, timeout, error, Ctrl-C) the trials asked but
 not measured are failed and queued again with their params; if this process is killed,
