@@ -99,9 +99,10 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
                 if queue.add(at.params, attrs):
                     queued.append(at)
                     added = True
-            taken += added
-            if taken == top:
-                break
+            if added:
+                taken += 1
+                if taken == top:
+                    break
     study.set_user_attr(MARK, source_names)
     return queued
 
