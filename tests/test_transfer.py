@@ -248,3 +248,34 @@ def test_a_prior_config_moved_to_fit_counts_less_in_the_split():
     parzen._split([own, prior], [1.0, 0.4], good, bad)
     # one of three is good (the study's own best, first of the ties); the prior's two are bad, the moved one at 0.4 x 0.5
     assert good.weights == [1.0] and sorted(bad.weights) == [0.4 * MOVED_WEIGHT, 0.4]
+
+
+def test_a_warm_started_search_climbs_from_the_best_transferred_config_at_once():
+    """With a prior the plateau's one-axis moves do not wait for as many trials as there are axes
+    without a new best: from the first proposal after the queue, every other one is a move from
+    the study's best (a transferred optimum is an axis or two from this space's), the others the
+    density ratio's."""
+    consulted, moves = [], []
+
+    class Watched(ParzenSearch):
+        def _local_move(self, pool, own, ordered, log_feasible):
+            consulted.append(own.since_best)
+            row = super()._local_move(pool, own, ordered, log_feasible)
+            moves.append(row)
+            return row
+
+    recording, space = recorded_space({a: list(range(4)) for a in "abcde"}, lambda c: OK)
+    pool = Pool(space, space.valid)
+    prior = Observations()
+    for i, code in enumerate(pool.codes[:6]):
+        prior.add(code.copy(), 1.0 + i)
+    best = pool.codes[0].copy()  # the queue's best, measured
+    pool._take(best, +1)
+    pool.observations.add(best, 1.0)
+    search = Watched(seed=0)
+    for _ in range(10):  # none better: proposal i follows i observations without a new best
+        code = pool.codes[search.propose(pool, [True] * 5, prior)].copy()
+        pool._take(code, +1)
+        pool.observations.add(code, 2.0)
+    assert consulted == [0, 2, 4, 6, 8]  # without a prior: from the 5th (the axes) on
+    assert all(np.count_nonzero(pool.codes[row] != best) == 1 for row in moves)

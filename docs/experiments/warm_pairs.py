@@ -3,7 +3,7 @@ warm-start table: the source is 100 trials of the default sampler in the same jo
 target 25 trials with --warm-start, the cold run 25 trials on the same seed). Run from any
 checkout (PYTHONPATH) to compare two versions on the same seeds: the source studies are the same.
 
-    PYTHONPATH=$PWD python3 docs/experiments/warm_pairs.py [--seeds 10] [--pruner] SOURCE:TARGET ...
+    PYTHONPATH=$PWD python3 docs/experiments/warm_pairs.py [--seeds 10] [--first-seed 0] [--pruner] SOURCE:TARGET ...
 
 SOURCE and TARGET are Kernel Tuner caches in tests/data/kernel_tuner, named without .json.gz,
 e.g. convolution_milo_A100:convolution_RTX_Titan, or paths to caches (our own recordings:
@@ -58,6 +58,7 @@ def with_launch_times(path: Path, folder: Path, launches: int = 40) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--budget", type=int, default=25)
     parser.add_argument("--pruner", action="store_true",
                         help="every run with the pruner on, as a study on a GPU runs (the caches hold per-launch times)")
@@ -79,7 +80,7 @@ def main() -> None:
         rs, rt = load_recording(paths[0]), load_recording(paths[1])
         ss, st = space_for(None, rs), space_for(None, rt)
         warm, cold = [], []
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             with tempfile.TemporaryDirectory() as tmp:
                 url = str(Path(tmp) / "warm.log")
                 run_tuner(ss, rs, "tpe", seed, 100, storage=url, study_name="source0", pruner=args.pruner)

@@ -24,7 +24,9 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
 * plateaus: after as many trials without a new best as there are axes, every other proposal
   is a one-axis move from the best config (or else the best of another basin) that is likely
   to work; the others stay with the density ratio, which can leap to a basin that no chain of
-  one-axis moves from the incumbent reaches through better configs;
+  one-axis moves from the incumbent reaches through better configs. With a prior the moves
+  start at once: the warm start's queue is where the source's search ended, and another GPU
+  or shape moves an optimum by an axis or two, not to another basin;
 * a prior: observations of a related study (the same kernel on another GPU, another shape),
   mapped onto this space and ranked with the study's own relative to each one's best, join the
   mixtures and the feasibility model with a weight worth at most the random start-up (less for
@@ -184,8 +186,12 @@ class ParzenSearch:
             log_fail = failed.log_density(codes, self.rng) + math.log(failed.mass + 1.0)
             return log_ok - np.logaddexp(log_ok, log_fail)
 
-        dims = sum(1 for n in pool.levels if n > 1)
-        patience = self.patience if self.patience is not None else dims
+        if self.patience is not None:
+            patience = self.patience
+        elif prior is not None:
+            patience = 0  # the queued configs were the source's search: climb from the best of them at once
+        else:
+            patience = sum(1 for n in pool.levels if n > 1)  # the axes
         if own.measured and own.since_best >= patience and (own.since_best - patience) % 2 == 0:
             row = self._local_move(pool, own, ordered, log_feasible)
             if row is not None:
