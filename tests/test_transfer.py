@@ -264,7 +264,7 @@ def test_a_warm_started_search_climbs_from_the_best_transferred_config_at_once()
             moves.append(row)
             return row
 
-    recording, space = recorded_space({a: list(range(4)) for a in "abcde"}, lambda c: OK)
+    space = recorded_space({a: list(range(4)) for a in "abcde"}, lambda c: OK)[1]
     pool = Pool(space, space.valid)
     prior = Observations()
     for i, code in enumerate(pool.codes[:6]):
