@@ -202,6 +202,27 @@ def test_a_local_move_whose_bases_are_spent_weighs_them_in_a_few_groups():
         assert calls <= (bases + 1).bit_length()  # groups of 1, 2, 4, ... cover the bases
 
 
+def test_once_the_best_config_has_no_move_left_the_moves_climb_from_another_basin():
+    """The best config with some value of an axis is the top of another basin only where no better
+    config lies one axis away; else it is the incumbent's own basin again, one axis over, and its
+    moves come after those of every basin's top."""
+    recording, space = recorded_space({"a": [0, 1, 2, 3], "b": [0, 1], "c": [0, 1]}, lambda c: Record("ok", 1.0, [1.0]))
+    pool = Pool(space, space.valid)
+    measured = {(0, 0, 0): 1.0,  # the incumbent: every one-axis move from it is tried
+                (1, 0, 0): 2.0, (2, 0, 0): 5.0, (3, 0, 0): 5.0, (0, 1, 0): 5.0, (0, 0, 1): 5.0,  # its slope
+                (3, 1, 1): 3.0}  # another basin's top, slower than the slope's best
+    for code, value in measured.items():
+        pool._take(np.array(code), +1)
+        pool.observations.add(np.array(code), value)
+    slope, other_top = np.array([1, 0, 0]), np.array([3, 1, 1])
+    search = ParzenSearch(seed=0)
+    for seed in range(20):
+        search.rng = np.random.default_rng(seed)
+        row = search._local_move(pool, pool.observations, [True, False, False], lambda codes: np.zeros(len(codes)))
+        move = pool.codes[row]
+        assert np.count_nonzero(move != other_top) == 1 and np.count_nonzero(move != slope) > 1
+
+
 def test_an_ordered_axis_is_counted_same_or_different_where_its_good_values_alternate():
     """Axis 0 (8 levels): good at the even levels only; axis 1 (6 levels): good at the low ones."""
     def observed(n: int) -> Observations:

@@ -22,7 +22,7 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   fails is proposed less without being ruled out; from ``FEASIBILITY_TOP_AFTER`` observations on it
   weighs only the candidates ``l`` favours most (its cost would otherwise dominate a long study's);
 * plateaus: after as many trials without a new best as there are axes, every other proposal
-  is a one-axis move from the best config (or else the best of another basin) that is likely
+  is a one-axis move from the best config (or else the top of another basin) that is likely
   to work; the others stay with the density ratio, which can leap to a basin that no chain of
   one-axis moves from the incumbent reaches through better configs. With a prior the moves
   start at once: the warm start's queue is where the source's search ended, and another GPU
@@ -58,6 +58,9 @@ MAX_COMPONENTS = 128
 #: most (the feasibility model's cost then stays flat; the first 200 proposals are as before)
 FEASIBILITY_TOP_AFTER = 200
 FEASIBILITY_TOP = 256
+
+#: the best measured configs a base is compared with, to tell the top of a basin from its slope
+BASIN_TOPS = 512
 
 #: good configs needed before an ordered axis's kernel is checked against the data: with fewer,
 #: the leave-one-out choice follows noise and costs the first trials more than it gives
@@ -221,7 +224,7 @@ class ParzenSearch:
 
     def _local_move(self, pool: Pool, own: Observations, ordered: Sequence[bool], log_feasible) -> int | None:
         """One-axis move that is untried and likely to work (a plateau's way out), from the best
-        config that has one, or else from the best of another basin (:func:`_bases`). The move's
+        config that has one, or else from the top of another basin (:func:`_bases`). The move's
         axis is drawn among those with a move, so no axis is favoured for its many values."""
         bases = _bases(own, len(pool.levels))
         # bases in groups of 1, 2, 4, ...: one feasibility evaluation per group, so a study whose
@@ -286,17 +289,23 @@ def _held_out_fit(kernel: np.ndarray, good_counts: np.ndarray, rest_counts: np.n
 
 
 def _bases(obs: Observations, n_axes: int) -> list[int]:
-    """Where local moves start, best first: for every value of every axis, the best config
-    measured with it. The overall best comes first; the others are the best of the other
-    basins (another method, another tile size), from which a climb may lead past the incumbent."""
+    """Where local moves start: the overall best config, then the best of each other basin (the
+    best config measured with some value of some axis, another method or tile size) from which a
+    climb may lead past the incumbent, then the rest of those configs. A config that a measured one
+    axis away beats sits on the slope of a basin whose top is already a base: the best at each
+    value of a long axis (31 block sizes) is mostly the incumbent's basin again, one axis over."""
     codes = np.stack(obs.measured)
     values = np.asarray(obs.values)
     order = np.argsort(values, kind="stable")
-    bases: set[int] = set()
+    chosen: set[int] = set()
     for axis in range(n_axes):
         _, first = np.unique(codes[order, axis], return_index=True)
-        bases.update(int(order[i]) for i in first)
-    return sorted(bases, key=lambda i: (values[i], i))
+        chosen.update(int(order[i]) for i in first)
+    bases = np.array(sorted(chosen, key=lambda i: (values[i], i)))
+    better = order[:BASIN_TOPS]  # only the best: a long study's proposal costs no more
+    one_axis_away = (codes[bases][:, None, :] != codes[better][None, :, :]).sum(axis=2) == 1
+    on_a_slope = (one_axis_away & (values[better][None, :] < values[bases][:, None])).any(axis=1)
+    return [int(i) for i in bases[~on_a_slope]] + [int(i) for i in bases[on_a_slope]]
 
 
 def _split(sources: Sequence[Observations], weights: Sequence[float], good: Mixture, bad: Mixture) -> list[np.ndarray]:
