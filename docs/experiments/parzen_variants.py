@@ -305,3 +305,77 @@ class AxisUniformStart(P.ParzenSearch):
             best = np.flatnonzero(score == score.min())
             return int(untried[best[self.rng.integers(len(best))]])
         return super().propose(pool, ordered, prior)
+
+
+class _DrawnBase(P.ParzenSearch):
+    """Plateau moves from a base drawn among all the bases with a likely move, rather than from the
+    incumbent until it is spent (results_sampler.md, "seventh session"). ``mode``: "uniform"; "half"
+    (the first such base half the time, else another); "rank" (weights 1 / position)."""
+
+    mode = "uniform"
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        bases = P._bases(own, len(pool.levels))
+        per_base = [[np.asarray(m) for m in pool.steps(own.measured[i], ordered) if m] for i in bases]
+        flat = [m for moves in per_base for m in moves]
+        if not flat:
+            return None
+        feasible = iter(np.split(log_feasible(pool.codes[np.concatenate(flat)]) > np.log(0.5),
+                                 np.cumsum([len(m) for m in flat])[:-1]))
+        options = [[m for m in (m[next(feasible)] for m in moves) if len(m)] for moves in per_base]
+        live = [i for i, kept in enumerate(options) if kept]
+        if not live:
+            return None
+        if self.mode == "half" and len(live) > 1 and self.rng.random() >= 0.5:
+            pick = live[1 + self.rng.integers(len(live) - 1)]
+        elif self.mode == "rank":
+            weights = 1.0 / (np.arange(len(live)) + 1.0)
+            pick = live[self.rng.choice(len(live), p=weights / weights.sum())]
+        else:
+            pick = live[0] if self.mode == "half" else live[self.rng.integers(len(live))]
+        axis = options[pick][self.rng.integers(len(options[pick]))]
+        return int(axis[self.rng.integers(len(axis))])
+
+
+class DrawnBaseUniform(_DrawnBase):
+    mode = "uniform"
+
+
+class DrawnBaseHalf(_DrawnBase):
+    mode = "half"
+
+
+class DrawnBaseRank(_DrawnBase):
+    mode = "rank"
+
+
+class TwoStep(P.ParzenSearch):
+    """Once the incumbent has no one-axis move left, half the plateau's moves are a two-axis move
+    from it (adjacent levels of two axes, any value of an unordered one) that is likely to work."""
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        incumbent = [int(i) for i in own.measured[P._bases(own, len(pool.levels))[0]]]
+        if any(pool.steps(incumbent, ordered)) or self.rng.random() >= 0.5:
+            return super()._local_move(pool, own, ordered, log_feasible)
+
+        def adjacent(axis):
+            here, n = incumbent[axis], pool.levels[axis]
+            return [v for v in (here - 1, here + 1) if 0 <= v < n] if ordered[axis] else [v for v in range(n) if v != here]
+
+        rows = []
+        axes = [a for a, n in enumerate(pool.levels) if n > 1]
+        for i, a in enumerate(axes):
+            for b in axes[i + 1:]:
+                for level_a in adjacent(a):
+                    for level_b in adjacent(b):
+                        code = list(incumbent)
+                        code[a], code[b] = level_a, level_b
+                        row = pool.row(code)
+                        if row is not None and not pool.tried[row]:
+                            rows.append(row)
+        if rows:
+            rows = np.asarray(rows)
+            rows = rows[log_feasible(pool.codes[rows]) > np.log(0.5)]
+            if len(rows):
+                return int(rows[self.rng.integers(len(rows))])
+        return super()._local_move(pool, own, ordered, log_feasible)
