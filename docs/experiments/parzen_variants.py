@@ -360,7 +360,9 @@ class TwoStep(P.ParzenSearch):
 
         def adjacent(axis):
             here, n = incumbent[axis], pool.levels[axis]
-            return [v for v in (here - 1, here + 1) if 0 <= v < n] if ordered[axis] else [v for v in range(n) if v != here]
+            if ordered[axis]:
+                return [v for v in (here - 1, here + 1) if 0 <= v < n]
+            return [v for v in range(n) if v != here]
 
         rows = []
         axes = [a for a, n in enumerate(pool.levels) if n > 1]
