@@ -3,6 +3,7 @@
     python bench/bench_sampler.py [--quick] [--seeds 5] [--kernel-tuner all] [--out docs/experiments/results_sampler.md]
     python bench/bench_sampler.py --quick --seeds 20 --recordings FOLDER [--warm-pair SOURCE[,SOURCE...] TARGET]
     python bench/bench_sampler.py --own-kernel [--seeds 10] [--budget 200] [--out FILE]
+    python bench/bench_sampler.py --proposal-cost
 
 Quality: for each recording and strategy, the fraction of the optimum (optimum / best found)
 after 25 / 50 / 100 / 200 counted configurations (each a distinct valid config, failures
@@ -24,7 +25,8 @@ counted), against the tuner's ``random`` and the exact median of uniform random 
 
 Cost: replay wall time per trial of ``tuner`` (default sampler, the Runner, SQLite) against
 plain Optuna TPE with the same SQLite storage (ratio, same run) at 100 and 1,000 trials, and
-the sampler's own time per ask at 1k / 10k / 100k valid configs (synthetic spaces).
+the sampler's own time per ask at 1k / 10k / 100k valid configs (synthetic spaces), and per
+proposal with 200 / 2,000 / 20,000 trials finished (``--proposal-cost``: that table alone).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ from tuner.contract.kernel_spec import load_spec
 from tuner.errors import UserError
 from tuner.evaluate.replay import Record, Recording, ReplayEvaluator, load_recording, recording_space
 from tuner.run.runner import Runner, RunSettings
+from tuner.search.parzen import ParzenSearch
+from tuner.search.pool import Pool
+from tuner.search.sampler import ordered_axis
 from tuner.search.space import Space
 from tuner.study.file import load_study
 from tuner.testing import ask_seconds
@@ -391,6 +396,37 @@ def ask_cost(n_valid: int, trials: int = 200, measured_from: int = 100) -> tuple
     return len(space.valid), 1e3 * statistics.mean(ask_seconds(space, recording, trials)[measured_from:])
 
 
+def proposal_cost_by_history(n_valid: int = 100_000, finished: tuple[int, ...] = (200, 2_000, 20_000),
+                             proposals: int = 21) -> list[tuple[int, float, float]]:
+    """(finished trials, median ms of a density-ratio proposal, of a plateau's move) of the default
+    search on a synthetic space, its pool filled with that many distinct configs (1 in 20 failed)."""
+    recording = synthetic_recording(n_valid)
+    space = recording_space(recording)
+    rows = []
+    for n in finished:
+        pool = Pool(space, space.valid)
+        draw = np.random.default_rng(n)
+        for row in draw.choice(pool.size, size=n, replace=False):
+            code = pool.codes[row]
+            record = recording.lookup(pool.decode(code))
+            pool.tried[row] = 1
+            pool.observations.add(code, None if draw.random() < 0.05 else record.ms, failed=draw.random() < 0.05)
+        pool.n_tried = n
+        ordered = [ordered_axis(values) for values in space.axes.values()]
+        medians = []
+        for since_best in (1, 10 * n):  # a density-ratio turn; a plateau's move (every base's moves scanned)
+            pool.observations.since_best = since_best
+            search = ParzenSearch(seed=0)
+            seconds = []
+            for _ in range(proposals):
+                started = time.perf_counter()
+                search.propose(pool, ordered)
+                seconds.append(time.perf_counter() - started)
+            medians.append(1e3 * statistics.median(seconds))
+        rows.append((n, *medians))
+    return rows
+
+
 def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 seeds, budgets to 100, timing at 100 trials only")
@@ -406,6 +442,8 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
                         help="instead: the search benchmark on our own kernel (configs to within 1 %% of the optimum "
                              "of each Hopper grid recording, cold and transferred; 10 seeds unless --seeds)")
     parser.add_argument("--budget", type=int, default=200, help="--own-kernel: configs per run (default 200)")
+    parser.add_argument("--proposal-cost", action="store_true",
+                        help="instead: only the sampler's time per proposal with 200 / 2,000 / 20,000 trials finished")
     parser.add_argument("--kernel-tuner", default="genetic_algorithm,pso", metavar="STRATEGIES",
                         help="Kernel Tuner strategies to compare, comma-separated, 'all', or '' for none (when kernel_tuner is installed)")
     return parser.parse_args(), parser
@@ -469,11 +507,25 @@ def own_kernel_report(args: argparse.Namespace) -> None:
         args.out.write_text("\n".join(lines) + "\n")
 
 
+def proposal_cost_table(emit) -> None:
+    emit("## Sampler time per proposal by finished trials (synthetic space of ~100k valid configs; ratio to 200 trials)")
+    emit()
+    emit("| finished trials | ms, density ratio | ms, plateau move | ratios |")
+    emit("|---|---|---|---|")
+    rows = proposal_cost_by_history()
+    _, ratio_base, move_base = rows[0]
+    for n, ratio_ms, move_ms in rows:
+        emit(f"| {n:,} | {ratio_ms:.2f} | {move_ms:.2f} | {ratio_ms / ratio_base:.2f} / {move_ms / move_base:.2f} |")
+
+
 def main() -> None:
     args, parser = parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.budget < 1:
         parser.error("--budget: at least 1")
+    if args.proposal_cost:
+        proposal_cost_table(print)
+        return
     if args.own_kernel:
         own_kernel_report(args)
         return
@@ -536,6 +588,8 @@ def main() -> None:
         for n_valid in (1_000, 10_000, 100_000):
             size, ms = ask_cost(n_valid)
             emit(f"| {size:,} | {ms:.2f} |")
+        emit()
+        proposal_cost_table(emit)
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
 

@@ -247,7 +247,7 @@ def test_a_prior_config_moved_to_fit_counts_less_in_the_split():
     good, bad = parzen.Mixture([4, 3, 3], [True, False, True]), parzen.Mixture([4, 3, 3], [True, False, True])
     parzen._split([own, prior], [1.0, 0.4], good, bad)
     # one of three is good (the study's own best, first of the ties); the prior's two are bad, the moved one at 0.4 x 0.5
-    assert good.weights == [1.0] and sorted(bad.weights) == [0.4 * MOVED_WEIGHT, 0.4]
+    assert list(good.weights) == [1.0] and sorted(bad.weights) == [0.4 * MOVED_WEIGHT, 0.4]
 
 
 def test_a_warm_started_search_climbs_from_the_best_transferred_config_at_once():

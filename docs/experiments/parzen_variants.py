@@ -60,15 +60,15 @@ class Subspace(P.ParzenSearch):
             if mix.sharp:
                 return orig_ld(mix, candidates, rng)
             masked = candidates.copy()
-            saved = mix.codes
-            mix.codes = [np.where(keep, c, 0) for c in saved]
+            saved = mix._codes
+            mix._codes = [np.where(keep, c, 0) for c in saved]
             masked[:, ~keep] = 0
             saved_levels = mix.levels
             mix.levels = [n if k else 1 for n, k in zip(saved_levels, keep)]
             try:
                 return orig_ld(mix, masked, rng)
             finally:
-                mix.codes, mix.levels = saved, saved_levels
+                mix._codes, mix.levels = saved, saved_levels
 
         P.Mixture.log_density = log_density
         try:
@@ -381,3 +381,54 @@ class TwoStep(P.ParzenSearch):
             if len(rows):
                 return int(rows[self.rng.integers(len(rows))])
         return super()._local_move(pool, own, ordered, log_feasible)
+
+
+
+class Crossover(P.ParzenSearch):
+    """Candidates also ``CHILDREN`` uniform crossovers of two good configs (each axis's value from
+    one parent or the other), where valid and untried: configs built of values the good set shares,
+    two or more axes from any of them, which the uniform sample seldom holds."""
+
+    CHILDREN = 256
+
+    def parents(self, pool):
+        own = pool.observations
+        n_good = P.default_gamma(len(own.measured))
+        return own.array("measured")[P._best(own.array("values"), n_good)] if n_good >= 2 else None
+
+    def propose(self, pool, ordered, prior=None):
+        parents = self.parents(pool)
+        if parents is None:
+            return super().propose(pool, ordered, prior)
+        first = parents[self.rng.integers(len(parents), size=self.CHILDREN)]
+        second = parents[self.rng.integers(len(parents), size=self.CHILDREN)]
+        children = np.where(self.rng.random(first.shape) < 0.5, first, second)
+        rows = [pool._row_of.get(tuple(c)) for c in children.tolist()]
+        extra = np.unique(np.array([r for r in rows if r is not None and pool.tried[r] == 0], dtype=np.int64))
+        one_step = pool.neighbours
+        done = {"first": False}
+
+        def neighbours(code):
+            rows = one_step(code)
+            if not done["first"]:
+                done["first"] = True
+                rows = np.concatenate([rows, extra])
+            return rows
+
+        pool.neighbours = neighbours
+        try:
+            return super().propose(pool, ordered, prior)
+        finally:
+            del pool.neighbours
+
+
+class CrossoverBases(Crossover):
+    """As ``Crossover``, the parents the tops of basins (``_bases``, the first 16) once the search is
+    on a plateau (as long without a new best as there are axes), else the good configs."""
+
+    def parents(self, pool):
+        own = pool.observations
+        dims = sum(1 for n in pool.levels if n > 1)
+        if not own.measured or own.since_best < dims:
+            return super().parents(pool)
+        return own.array("measured")[P._bases(own, len(pool.levels))[:16]]

@@ -31,12 +31,12 @@ class Independent(P.ParzenSearch):
 
 
 def _independent_log_density(mix, candidates, rng):
-    if not mix.codes or mix.sharp:  # the feasibility model keeps its joint kernel
+    if not len(mix) or mix.sharp:  # the feasibility model keeps its joint kernel
         return ORIGINAL_LOG_DENSITY(mix, candidates, rng)
-    obs = np.stack(mix.codes)
+    obs = mix.codes
     weights = np.asarray(mix.weights, dtype=float)
     total = 1.0 + weights.sum()
-    shrink = P.scott_shrink(len(mix.codes), mix.levels)
+    shrink = P.scott_shrink(len(mix), mix.levels)
     out = np.zeros(len(candidates))
     for axis, n in enumerate(mix.levels):
         if n == 1:

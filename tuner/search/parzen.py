@@ -78,32 +78,44 @@ class Mixture:
     def __init__(self, levels: Sequence[int], ordered: Sequence[bool], sharp: bool = False):
         self.levels, self.ordered = list(levels), list(ordered)
         self.sharp = sharp  # the narrowest kernel (half a level): a classifier's boundary, not a trend
-        self.codes: list[np.ndarray] = []
-        self.weights: list[float] = []
+        # blocks of rows as added (a study's observations arrive as a few arrays, not row by row)
+        self._codes: list[np.ndarray] = []
+        self._weights: list[np.ndarray] = []
 
-    def add(self, codes: Sequence[np.ndarray], weight: float = 1.0) -> None:
-        self.codes.extend(codes)
-        self.weights.extend([weight] * len(codes))
+    def add(self, codes: Sequence[np.ndarray] | np.ndarray, weight: float | np.ndarray = 1.0) -> None:
+        """Observations as level-index rows, each counting ``weight`` (one for all, or one per row)."""
+        if len(codes):
+            rows = np.asarray(codes)
+            self._codes.append(rows)
+            self._weights.append(np.broadcast_to(np.asarray(weight, dtype=float), (len(rows),)))
+
+    @property
+    def codes(self) -> np.ndarray:
+        return np.concatenate(self._codes) if self._codes else np.empty((0, len(self.levels)), dtype=np.int32)
+
+    @property
+    def weights(self) -> np.ndarray:
+        return np.concatenate(self._weights) if self._weights else np.empty(0)
+
+    def __len__(self) -> int:
+        return sum(len(rows) for rows in self._codes)
 
     @property
     def mass(self) -> float:
-        return float(sum(self.weights))
+        return float(sum(w.sum() for w in self._weights))
 
     def log_density(self, candidates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """log of (uniform + sum_k w_k prod_axis K(x_axis | o_k,axis)) / (1 + sum_k w_k)."""
         uniform = float(np.exp(-np.sum(np.log(self.levels))))
-        if not self.codes:
+        if not len(self):
             return np.full(len(candidates), math.log(uniform))
-        weights = np.asarray(self.weights, dtype=float)
+        obs, weights = self.codes, self.weights
         total = 1.0 + weights.sum()
-        if len(self.codes) > MAX_COMPONENTS:  # a uniform subsample, reweighted to the same mass
-            keep = rng.choice(len(self.codes), size=MAX_COMPONENTS, replace=False)
-            # only the kept rows are stacked: the cost stays flat as observations grow
-            obs, weights = np.stack([self.codes[i] for i in keep]), weights[keep] * (weights.sum() / weights[keep].sum())
-        else:
-            obs = np.stack(self.codes)
+        if len(obs) > MAX_COMPONENTS:  # a uniform subsample, reweighted to the same mass: the cost stays flat
+            keep = rng.choice(len(obs), size=MAX_COMPONENTS, replace=False)
+            obs, weights = obs[keep], weights[keep] * (weights.sum() / weights[keep].sum())
         # the bandwidth follows how many configs were seen, whatever their weight
-        shrink = 0.0 if self.sharp else scott_shrink(len(self.codes), self.levels)
+        shrink = 0.0 if self.sharp else scott_shrink(len(self), self.levels)
         product = None
         for axis, n in enumerate(self.levels):
             if n == 1:
@@ -176,14 +188,16 @@ class ParzenSearch:
             scale = self.n_startup_trials / max(self.n_startup_trials, len(prior))
             weight = scale * self.n_startup_trials / (self.n_startup_trials + len(own))
             best = _split([own, prior], [1.0, weight], good, bad)
-            ok.add(prior.measured + prior.slower, weight)
-            failed.add(prior.failed, weight)
-        ok.add(own.measured + own.slower)
-        failed.add(own.failed)
+            ok.add(prior.array("measured"), weight)
+            ok.add(prior.array("slower"), weight)
+            failed.add(prior.array("failed"), weight)
+        ok.add(own.array("measured"))
+        ok.add(own.array("slower"))
+        failed.add(own.array("failed"))
 
         def log_feasible(codes: np.ndarray) -> np.ndarray:
             """log p_ok: the successes' share of the kernel mass at each config."""
-            if not failed.codes:
+            if not len(failed):
                 return np.zeros(len(codes))
             log_ok = ok.log_density(codes, self.rng) + math.log(ok.mass + 1.0)
             log_fail = failed.log_density(codes, self.rng) + math.log(failed.mass + 1.0)
@@ -207,7 +221,7 @@ class ParzenSearch:
             return None
         codes = pool.codes[rows]
         log_l = good.log_density(codes, self.rng)
-        if len(own) >= FEASIBILITY_TOP_AFTER and failed.codes and len(rows) > FEASIBILITY_TOP:
+        if len(own) >= FEASIBILITY_TOP_AFTER and len(failed) and len(rows) > FEASIBILITY_TOP:
             # late in a study the feasibility model (two mixtures of MAX_COMPONENTS sharp kernels over every
             # candidate) is most of a proposal's cost: it weighs only the candidates l favours most
             keep = np.sort(np.argpartition(-log_l, FEASIBILITY_TOP)[:FEASIBILITY_TOP])
@@ -255,19 +269,28 @@ def choose_kernels(obs: Observations, levels: Sequence[int], ordered: Sequence[b
     n_good = default_gamma(len(obs.measured))
     if n_good < MIN_GOOD_TO_CHOOSE_KERNEL:
         return list(ordered)
-    codes = np.stack([*obs.measured, *obs.slower, *obs.failed])
-    is_good = np.zeros(len(codes), dtype=bool)
-    is_good[np.argsort(obs.values, kind="stable")[:n_good]] = True  # measured configs come first
+    codes = np.concatenate([rows for rows in (obs.array("measured"), obs.array("slower"), obs.array("failed")) if len(rows)])
+    good = obs.array("measured")[_best(obs.array("values"), n_good)]
     shrink = scott_shrink(len(obs.measured), levels)
     chosen = list(ordered)
     for axis, n in enumerate(levels):
         if ordered[axis] and n >= 3:
-            good_counts = np.bincount(codes[is_good, axis], minlength=n)
-            rest_counts = np.bincount(codes[~is_good, axis], minlength=n)
+            good_counts = np.bincount(good[:, axis], minlength=n)
+            rest_counts = np.bincount(codes[:, axis], minlength=n) - good_counts
             ordinal = _held_out_fit(_kernel(n, True, shrink), good_counts, rest_counts)
             same_or_different = _held_out_fit(_kernel(n, False, shrink), good_counts, rest_counts)
             chosen[axis] = ordinal >= same_or_different
     return chosen
+
+
+def _best(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` smallest values, ties to the earliest (a stable sort's first ``k``,
+    in time linear in the study's length)."""
+    if k >= len(values):
+        return np.arange(len(values))
+    kth = np.partition(values, k - 1)[k - 1]
+    below = np.flatnonzero(values < kth)
+    return np.concatenate([below, np.flatnonzero(values == kth)[: k - len(below)]])
 
 
 def _held_out_fit(kernel: np.ndarray, good_counts: np.ndarray, rest_counts: np.ndarray) -> float:
@@ -294,14 +317,16 @@ def _bases(obs: Observations, n_axes: int) -> list[int]:
     climb may lead past the incumbent, then the rest of those configs. A config that a measured one
     axis away beats sits on the slope of a basin whose top is already a base: the best at each
     value of a long axis (31 block sizes) is mostly the incumbent's basin again, one axis over."""
-    codes = np.stack(obs.measured)
-    values = np.asarray(obs.values)
+    codes, values = obs.array("measured"), obs.array("values")
     order = np.argsort(values, kind="stable")
-    chosen: set[int] = set()
-    for axis in range(n_axes):
-        _, first = np.unique(codes[order, axis], return_index=True)
-        chosen.update(int(order[i]) for i in first)
-    bases = np.array(sorted(chosen, key=lambda i: (values[i], i)))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    best_ranks = []
+    for axis in range(n_axes):  # the best rank at each value of the axis: a scatter, not a sort per axis
+        best = np.full(int(codes[:, axis].max()) + 1, len(order))
+        np.minimum.at(best, codes[:, axis], rank)
+        best_ranks.append(best[best < len(order)])
+    bases = order[np.unique(np.concatenate(best_ranks))]  # best first; ties in trial order
     better = order[:BASIN_TOPS]  # only the best: a long study's proposal costs no more
     one_axis_away = (codes[bases][:, None, :] != codes[better][None, :, :]).sum(axis=2) == 1
     on_a_slope = (one_axis_away & (values[better][None, :] < values[bases][:, None])).any(axis=1)
@@ -312,15 +337,23 @@ def _split(sources: Sequence[Observations], weights: Sequence[float], good: Mixt
     """Add the best gamma(n) measured configs to ``good`` and the rest (and the slower and failed
     ones) to ``bad``; returns the good ones of the first source, best first. Values are ranked
     relative to each source's best, so a related study's trials mix with this study's own."""
-    ranked = []
+    codes, ratios, sources_of, counts = [], [], [], []
     for index, (obs, weight) in enumerate(zip(sources, weights, strict=True)):
+        bad.add(obs.array("slower"), weight)
+        bad.add(obs.array("failed"), weight)
         if obs.values:
-            best = min(obs.values)
-            ranked += [(value / best, index, code, weight * own)
-                       for value, code, own in zip(obs.values, obs.measured, obs.weights, strict=True)]
-        bad.add(obs.slower + obs.failed, weight)
-    ranked.sort(key=lambda item: (item[0], item[1]))
-    n_good = default_gamma(len(ranked))
-    for position, (*_, code, weight) in enumerate(ranked):
-        (good if position < n_good else bad).add([code], weight)
-    return [code for _, index, code, _ in ranked[:n_good] if index == 0] or [code for *_, code, _ in ranked[:n_good]]
+            values = obs.array("values")
+            codes.append(obs.array("measured"))
+            ratios.append(values / values.min())
+            sources_of.append(np.full(len(values), index))
+            counts.append(weight * obs.array("weights"))
+    if not codes:
+        return []
+    source_of = np.concatenate(sources_of)
+    order = np.argsort(np.concatenate(ratios), kind="stable")  # ties: by source, then in trial order
+    ranked, count = np.concatenate(codes)[order], np.concatenate(counts)[order]
+    n_good = default_gamma(len(order))
+    good.add(ranked[:n_good], count[:n_good])
+    bad.add(ranked[n_good:], count[n_good:])
+    own_good = ranked[:n_good][source_of[order[:n_good]] == 0]
+    return list(own_good if len(own_good) else ranked[:n_good])

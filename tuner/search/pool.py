@@ -5,7 +5,8 @@ cost per proposal must not grow with the space (up to millions of valid configs)
 trials already finished. So the candidates are encoded once, per phase, as a matrix of level
 indices (one row per config, one column per axis), with a dict from config to row; what is tried
 is a count per row, updated from the trials new since the last look (plus the few still in
-flight, whose fate may change); what was learnt is a list of observations in the same encoding.
+flight, whose fate may change); what was learnt is a list of observations in the same encoding,
+read by the search as arrays that convert only the observations new since its last read.
 """
 
 from __future__ import annotations
@@ -42,6 +43,24 @@ def trial_params(trial: FrozenTrial, axes: Sequence[str]) -> dict[str, Any] | No
     return params if all(a in params for a in axes) else None
 
 
+class _Stacked:
+    """A growing list read as one array: each read converts only the items appended since the
+    last, so a long study's proposals do not restack every observation."""
+
+    def __init__(self) -> None:
+        self._array: np.ndarray | None = None
+        self._items: list | None = None
+
+    def of(self, items: list) -> np.ndarray:
+        if items is not self._items or self._array is None or len(self._array) > len(items):  # a new list
+            self._array, self._items = None, items
+        done = 0 if self._array is None else len(self._array)
+        if self._array is None or done < len(items):
+            new = np.asarray(items[done:])
+            self._array = new if self._array is None else np.concatenate([self._array, new])
+        return self._array
+
+
 @dataclass
 class Observations:
     """What finished trials taught, as level-index rows: values of measured configs, configs
@@ -56,9 +75,18 @@ class Observations:
     #: observations since the best value so far was found (how long the search has stagnated)
     since_best: int = 0
     best: float = math.inf
+    _stacked: dict[str, _Stacked] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.measured) + len(self.slower) + len(self.failed)
+
+    def array(self, name: str) -> np.ndarray:
+        """One of the lists above (``measured``, ``values``, ``weights``, ``slower``, ``failed``) as an
+        array; empty code lists give ``(0, 0)``."""
+        items = getattr(self, name)
+        if not items:
+            return np.empty((0, 0) if name in ("measured", "slower", "failed") else 0)
+        return self._stacked.setdefault(name, _Stacked()).of(items)
 
     def add(self, code: np.ndarray, value: float | None, failed: bool = False, weight: float = 1.0,
             stopped: bool = False) -> None:
