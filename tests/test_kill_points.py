@@ -2,8 +2,10 @@
 the same command ends with the budget's worth of measured trials and nothing RUNNING. A run
 stopped by Ctrl-C at each point leaves nothing RUNNING already, before any rerun."""
 
+import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 
@@ -84,3 +86,31 @@ def _resumes_to_the_budget(url, unique_name, args, env):
     assert len({tuple(sorted(t.params.items())) for t in measured}) == BUDGET  # no config measured twice
     if url.startswith("postgresql"):
         optuna.delete_study(study_name=unique_name, storage=storage)
+
+
+def test_a_query_cut_by_ctrl_c_prints_no_storage_traceback(tmp_path, capsys):
+    """Ctrl-C during a query: SQLAlchemy closes the connection, then logs the cursor it can no longer
+    close, with a traceback (the Ctrl-C test above at ``compile`` saw it when the signal met the main
+    thread in a fetch). The run says "interrupted" in one line instead; SQLAlchemy's other records
+    still reach stderr, passwords hidden."""
+    from tuner.cli import commands as cli
+
+    url = f"sqlite:///{tmp_path / 'logs.db'}"
+    optuna.create_study(storage=url, study_name="logs")
+    assert cli.main(["status", "--storage", url]) == 0
+    capsys.readouterr()
+    pool_log = logging.getLogger("sqlalchemy.pool.impl.QueuePool")
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")  # noqa: B904 - as SQLAlchemy does
+    except sqlite3.ProgrammingError:
+        pool_log.error("Error closing cursor", exc_info=True)
+    assert capsys.readouterr().err == ""
+    try:
+        raise sqlite3.OperationalError("could not reach postgresql+psycopg://tuner:s3cret-pw@db/tuning")
+    except sqlite3.OperationalError:
+        pool_log.error("Exception during reset or similar", exc_info=True)
+    err = capsys.readouterr().err
+    assert "Exception during reset or similar" in err and "OperationalError" in err and "s3cret-pw" not in err, err

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import logging
 import os
 import sys
 import typing
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None, worker: Supervisor | None = None, early_
     # tuner reports every trial's outcome itself; Optuna's per-trial warnings would repeat it
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    _show_storage_logs()
     try:
         args.given = options.from_flags(args, args.command)
         if args.command == "worker" and os.environ.get(options.ENV):
@@ -77,6 +79,30 @@ def _error(message: str) -> None:
     from tuner.table import printable
 
     print(f"tuner: error: {printable(' '.join(redact(message).split()))}", file=sys.stderr)
+
+
+class _StorageLog(logging.Handler):
+    """SQLAlchemy's own records (a cursor it could not close, a connection it could not reset) on
+    stderr, as Python prints them without a handler, but with passwords hidden and none while
+    Ctrl-C unwinds the run: SQLAlchemy closes a connection whose query was interrupted, then logs
+    the cursor it can no longer close, and the run reports the interruption itself."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tuner.store.storage import redact
+
+        if record.exc_info and record.exc_info[1] is not None and interrupted(record.exc_info[1]):
+            return
+        try:
+            print(redact(self.format(record)), file=sys.stderr)  # the stderr of now (a test may swap it)
+        except Exception:
+            self.handleError(record)
+
+
+def _show_storage_logs() -> None:
+    logger = logging.getLogger("sqlalchemy")
+    if not any(isinstance(handler, _StorageLog) for handler in logger.handlers):
+        logger.addHandler(_StorageLog(logging.WARNING))
+        logger.propagate = False
 
 
 def _interrupted() -> int:
