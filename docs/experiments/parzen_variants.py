@@ -138,6 +138,26 @@ class Bootstrap(P.ParzenSearch):
             return super().propose(pool, ordered, prior)
 
 
+def proposed_with(search, pool, ordered, prior, extra):
+    """``search.propose`` with the rows ``extra`` among its candidates (joined to the first good
+    config's neighbours)."""
+    one_step = pool.neighbours
+    done = {"first": False}
+
+    def neighbours(code):
+        rows = one_step(code)
+        if not done["first"]:
+            done["first"] = True
+            rows = np.concatenate([rows, extra])
+        return rows
+
+    pool.neighbours = neighbours
+    try:
+        return search.propose(pool, ordered, prior)
+    finally:
+        del pool.neighbours
+
+
 class TwoAxis(P.ParzenSearch):
     """Candidates also every untried config two axes from the incumbent (a denser local search
     scored by the density ratio)."""
@@ -147,7 +167,6 @@ class TwoAxis(P.ParzenSearch):
         if not own.measured:
             return super().propose(pool, ordered, prior)
         best = own.measured[int(np.argmin(own.values))]
-        one_step = pool.neighbours
         extra = []
         base = [int(i) for i in best]
         for a in range(len(pool.levels)):
@@ -163,21 +182,7 @@ class TwoAxis(P.ParzenSearch):
                         row = pool._row_of.get(tuple(code))
                         if row is not None and pool.tried[row] == 0:
                             extra.append(row)
-        extra = np.array(extra, dtype=np.int64)
-        done = {"first": False}
-
-        def neighbours(code):
-            rows = one_step(code)
-            if not done["first"]:
-                done["first"] = True
-                rows = np.concatenate([rows, extra])
-            return rows
-
-        pool.neighbours = neighbours
-        try:
-            return super().propose(pool, ordered, prior)
-        finally:
-            del pool.neighbours
+        return proposed_with(super(), pool, ordered, prior, np.array(extra, dtype=np.int64))
 
 
 class RecentWalk(P.ParzenSearch):
@@ -405,21 +410,7 @@ class Crossover(P.ParzenSearch):
         children = np.where(self.rng.random(first.shape) < 0.5, first, second)
         rows = [pool._row_of.get(tuple(c)) for c in children.tolist()]
         extra = np.unique(np.array([r for r in rows if r is not None and pool.tried[r] == 0], dtype=np.int64))
-        one_step = pool.neighbours
-        done = {"first": False}
-
-        def neighbours(code):
-            rows = one_step(code)
-            if not done["first"]:
-                done["first"] = True
-                rows = np.concatenate([rows, extra])
-            return rows
-
-        pool.neighbours = neighbours
-        try:
-            return super().propose(pool, ordered, prior)
-        finally:
-            del pool.neighbours
+        return proposed_with(super(), pool, ordered, prior, extra)
 
 
 class CrossoverBases(Crossover):
