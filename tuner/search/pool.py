@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import optuna
@@ -80,7 +80,7 @@ class Observations:
     def __len__(self) -> int:
         return len(self.measured) + len(self.slower) + len(self.failed)
 
-    def array(self, name: str) -> np.ndarray:
+    def array(self, name: Literal["measured", "values", "weights", "slower", "failed"]) -> np.ndarray:
         """One of the lists above (``measured``, ``values``, ``weights``, ``slower``, ``failed``) as an
         array; empty code lists give ``(0, 0)``."""
         items = getattr(self, name)
