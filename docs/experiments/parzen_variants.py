@@ -423,3 +423,31 @@ class CrossoverBases(Crossover):
         if not own.measured or own.since_best < dims:
             return super().parents(pool)
         return own.array("measured")[P._bases(own, len(pool.levels))[:16]]
+
+
+class WarmPatience(P.ParzenSearch):
+    """With a prior, the plateau's moves start at once only while the study has fewer than
+    ``2 * n_startup_trials`` own trials; then they wait as a cold study's do (as many trials
+    without a new best as there are axes). Run with ``warm_pairs.py --search``."""
+
+    def propose(self, pool, ordered, prior=None):
+        if prior is None or len(prior) == 0 or len(pool.observations) < 2 * self.n_startup_trials:
+            return super().propose(pool, ordered, prior)
+        self.patience = sum(1 for n in pool.levels if n > 1)
+        try:
+            return super().propose(pool, ordered, prior)
+        finally:
+            self.patience = None
+
+
+class WarmUniform(P.ParzenSearch):
+    """With a prior, every other proposal is uniform while fewer than ``2 * n_startup_trials`` trials
+    have started: half of the cold start-up's uniform trials, so a warm study's own observations are
+    not all in the region its source favoured. Run with ``warm_pairs.py --search``."""
+
+    def propose(self, pool, ordered, prior=None):
+        started = len(pool.observations) + len(pool.in_flight_codes())
+        if prior is not None and len(prior) and started < 2 * self.n_startup_trials and started % 2 == 1:
+            rows = pool.random_untried(1, self.rng)
+            return int(rows[0]) if len(rows) else None
+        return super().propose(pool, ordered, prior)

@@ -3,7 +3,7 @@ warm-start table: the source is 100 trials of the default sampler in the same jo
 target 25 trials with --warm-start, the cold run 25 trials on the same seed). Run from any
 checkout (PYTHONPATH) to compare two versions on the same seeds: the source studies are the same.
 
-    PYTHONPATH=$PWD python3 docs/experiments/warm_pairs.py [--seeds 10] [--first-seed 0] [--pruner] SOURCE:TARGET ...
+    PYTHONPATH=$PWD python3 docs/experiments/warm_pairs.py [--seeds 10] [--first-seed 0] [--pruner] [--search MODULE:CLASS] SOURCE:TARGET ...
 
 SOURCE and TARGET are Kernel Tuner caches in tests/data/kernel_tuner, named without .json.gz,
 e.g. convolution_milo_A100:convolution_RTX_Titan, or paths to caches (our own recordings:
@@ -64,8 +64,19 @@ def main() -> None:
                         help="every run with the pruner on, as a study on a GPU runs (the caches hold per-launch times)")
     parser.add_argument("--ahead", type=int, default=0,
                         help="the target runs propose this many trials beyond the one measured, as a GPU run does")
+    parser.add_argument("--search", default="", metavar="MODULE:CLASS",
+                        help="a ParzenSearch subclass (e.g. parzen_variants:WarmUniform) for every run, source and cold "
+                             "runs too: a change to runs with a prior leaves those as they are")
     parser.add_argument("pairs", nargs="+", metavar="SOURCE:TARGET")
     args = parser.parse_args()
+    if args.search:
+        import importlib
+
+        from tuner.search import sampler
+
+        sys.path.insert(0, str(Path(__file__).parent))
+        module, name = args.search.split(":")
+        sampler.ParzenSearch = getattr(importlib.import_module(module), name)
     if args.ahead:  # a replayed config takes no time, so nothing would be asked ahead: each takes 20 ms here
         evaluate = ReplayEvaluator.evaluate
         ReplayEvaluator.evaluate = lambda self, *a, **k: (time.sleep(0.02), evaluate(self, *a, **k))[1]
