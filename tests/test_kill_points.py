@@ -89,10 +89,10 @@ def _resumes_to_the_budget(url, unique_name, args, env):
 
 
 def test_a_query_cut_by_ctrl_c_prints_no_storage_traceback(tmp_path, capsys):
-    """Ctrl-C during a query: SQLAlchemy closes the connection, then logs the cursor it can no longer
-    close, with a traceback (the Ctrl-C test above at ``compile`` saw it when the signal met the main
-    thread in a fetch). The run says "interrupted" in one line instead; SQLAlchemy's other records
-    still reach stderr, passwords hidden."""
+    """Ctrl-C during a query on a connection already closed: SQLAlchemy logs the cursor it cannot
+    close, with both tracebacks (the Ctrl-C test above at ``compile`` saw it once, the signal meeting
+    the main thread in a fetch). The run says "interrupted" in one line instead; SQLAlchemy's other
+    records still reach stderr, passwords hidden."""
     from tuner.cli import commands as cli
 
     url = f"sqlite:///{tmp_path / 'logs.db'}"
