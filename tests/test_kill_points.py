@@ -89,25 +89,50 @@ def _resumes_to_the_budget(url, unique_name, args, env):
 
 
 def test_a_query_cut_by_ctrl_c_prints_no_storage_traceback(tmp_path, capsys):
-    """Ctrl-C during a query on a connection already closed: SQLAlchemy logs the cursor it cannot
-    close, with both tracebacks (the Ctrl-C test above at ``compile`` saw it once, the signal meeting
-    the main thread in a fetch). The run says "interrupted" in one line instead; SQLAlchemy's other
-    records still reach stderr, passwords hidden."""
+    """Ctrl-C in a query's fetch: SQLAlchemy invalidates the connection (closes it), then closes the
+    result's cursor on it on the way out, fails, and logs "Error closing cursor" with both tracebacks
+    (the Ctrl-C test above at ``compile`` printed that once, the signal meeting the main thread in a
+    fetch). The run says "interrupted" in one line instead; SQLAlchemy's other records still reach
+    stderr, passwords hidden."""
+    import sqlalchemy as sa
+    from sqlalchemy import orm
+
     from tuner.cli import commands as cli
 
     url = f"sqlite:///{tmp_path / 'logs.db'}"
     optuna.create_study(storage=url, study_name="logs")
     assert cli.main(["status", "--storage", url]) == 0
     capsys.readouterr()
-    pool_log = logging.getLogger("sqlalchemy.pool.impl.QueuePool")
+
+    class CutCursor(sqlite3.Cursor):
+        def fetchall(self):
+            raise KeyboardInterrupt  # as a Ctrl-C arriving while the driver reads rows
+
+    class CutConnection(sqlite3.Connection):
+        def cursor(self, factory=CutCursor):
+            return super().cursor(factory)
+
+    class Base(orm.DeclarativeBase):
+        pass
+
+    class Study(Base):  # Optuna's table, read through the ORM as Optuna reads it
+        __tablename__ = "studies"
+        study_id = sa.Column(sa.Integer, primary_key=True)
+
+    logged = []
+    seen = logging.Handler()
+    seen.emit = logged.append  # type: ignore[method-assign]
+    logging.getLogger("sqlalchemy").addHandler(seen)
     try:
-        try:
-            raise KeyboardInterrupt
-        except KeyboardInterrupt:
-            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")  # noqa: B904 - as SQLAlchemy does
-    except sqlite3.ProgrammingError:
-        pool_log.error("Error closing cursor", exc_info=True)
+        engine = sa.create_engine(url, connect_args={"factory": CutConnection})
+        with pytest.raises(KeyboardInterrupt), orm.Session(engine) as session:
+            session.query(Study).all()
+        engine.dispose()
+    finally:
+        logging.getLogger("sqlalchemy").removeHandler(seen)
+    assert [r.getMessage() for r in logged] == ["Error closing cursor"]  # SQLAlchemy's own record, as in the failure
     assert capsys.readouterr().err == ""
+    pool_log = logging.getLogger("sqlalchemy.pool.impl.QueuePool")
     try:
         raise sqlite3.OperationalError("could not reach postgresql+psycopg://tuner:s3cret-pw@db/tuning")
     except sqlite3.OperationalError:

@@ -84,8 +84,9 @@ def _error(message: str) -> None:
 class _StorageLog(logging.Handler):
     """SQLAlchemy's own records (a cursor it could not close, a connection it could not reset) on
     stderr, as Python prints them without a handler, but with passwords hidden and none while
-    Ctrl-C unwinds the run: a query cut on a connection already closed leaves a cursor SQLAlchemy
-    cannot close, which it logs with both tracebacks, and the run reports the interruption itself."""
+    Ctrl-C unwinds the run: a Ctrl-C in an ORM query's fetch makes SQLAlchemy invalidate (close) the
+    connection, then close the result's cursor on it on the way out, which fails and is logged with
+    both tracebacks; the run reports the interruption itself."""
 
     def emit(self, record: logging.LogRecord) -> None:
         from tuner.store.storage import redact
