@@ -451,3 +451,89 @@ class WarmUniform(P.ParzenSearch):
             rows = pool.random_untried(1, self.rng)
             return int(rows[0]) if len(rows) else None
         return super().propose(pool, ordered, prior)
+
+
+def prior_agreement(prior, own, levels, ordered, rng) -> float:
+    """Spearman's rank correlation between the prior's own density ratio l / g (the source's good
+    against its rest) at the study's measured configs and how fast they ran (1: the prior ranks
+    them as they ran; 0: no better than chance)."""
+    good, bad = P.Mixture(levels, ordered), P.Mixture(levels, ordered)
+    P._split([prior], [1.0], good, bad)
+    codes, values = own.array("measured"), own.array("values")
+    score = good.log_density(codes, rng) - bad.log_density(codes, rng)
+    a, b = _ranks(score), _ranks(-values)
+    a, b = a - a.mean(), b - b.mean()
+    spread = float(np.sqrt((a * a).sum() * (b * b).sum()))
+    return float((a * b).sum() / spread) if spread else 0.0
+
+
+def _ranks(x):
+    """Ranks from 0, ties sharing their mean rank."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x))
+    _, inverse = np.unique(x, return_inverse=True)
+    return (np.bincount(inverse, ranks) / np.bincount(inverse))[inverse]
+
+
+class Probation(P.ParzenSearch):
+    """A prior on probation: with a prior, every other proposal is uniform while fewer than
+    ``2 * n_startup_trials`` trials have started (``WarmUniform``); from ``CHECK_AFTER`` measured
+    configs on, the prior is dropped (the study goes on as a cold one) while it ranks the study's
+    own configs no better than chance (``prior_agreement`` <= ``THRESHOLD``)."""
+
+    CHECK_AFTER = 8
+    THRESHOLD = 0.0
+    UNIFORM = True
+
+    def propose(self, pool, ordered, prior=None):
+        if prior is not None and len(prior):
+            own = pool.observations
+            started = len(own) + len(pool.in_flight_codes())
+            if len(own.measured) >= self.CHECK_AFTER and \
+                    prior_agreement(prior, own, pool.levels, list(ordered), self.rng) <= self.THRESHOLD:
+                return super().propose(pool, ordered, None)
+            if self.UNIFORM and started < 2 * self.n_startup_trials and started % 2 == 1:
+                rows = pool.random_untried(1, self.rng)
+                return int(rows[0]) if len(rows) else None
+        return super().propose(pool, ordered, prior)
+
+
+class ProbationNoUniform(Probation):
+    """``Probation`` without the uniform proposals: the prior is judged on the configs it led to."""
+
+    UNIFORM = False
+
+
+def _diverse_queue(min_axes):
+    """A warm start queues a config only where it differs from each config queued before in
+    ``min_axes`` axes or more: the climb from the best queued config tries its neighbours anyway,
+    so the other places in the queue go to other regions of the source's best."""
+    from tuner.search import warm_start
+
+    if getattr(warm_start._Queue, "min_axes", None) == min_axes:
+        return
+    add = warm_start._Queue.add if not hasattr(warm_start._Queue, "plain_add") else warm_start._Queue.plain_add
+
+    def diverse_add(queue, params, user_attrs):
+        if any(sum(params[a] != q[a] for a in queue.space.axis_names) < min_axes for q in queue.queued):
+            return False
+        return add(queue, params, user_attrs)
+
+    warm_start._Queue.plain_add = add
+    warm_start._Queue.add = diverse_add
+    warm_start._Queue.min_axes = min_axes
+
+
+class DiverseQueue(P.ParzenSearch):
+    """The default search; a warm start's queue as ``_diverse_queue(2)`` (run with ``warm_pairs.py --search``)."""
+
+    MIN_AXES = 2
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _diverse_queue(self.MIN_AXES)
+
+
+class DiverseQueue3(DiverseQueue):
+    MIN_AXES = 3

@@ -4,6 +4,11 @@ target 25 trials with --warm-start, the cold run 25 trials on the same seed). Ru
 checkout (PYTHONPATH) to compare two versions on the same seeds: the source studies are the same.
 
     PYTHONPATH=$PWD python3 docs/experiments/warm_pairs.py [--seeds 10] [--first-seed 0] [--pruner] [--search MODULE:CLASS] SOURCE:TARGET ...
+    PYTHONPATH=$PWD python3 docs/experiments/warm_pairs.py --pruner --seeds 5 --permutations A,B,C D,E ...
+
+``--permutations`` takes every ordered pair within each comma-separated group (the same kernel on
+several GPUs). The last line sums up: the mean over the pairs, warm and cold, and the pairs whose
+warm runs end below their cold runs by more than two standard errors of the paired difference.
 
 SOURCE and TARGET are Kernel Tuner caches in tests/data/kernel_tuner, named without .json.gz,
 e.g. convolution_milo_A100:convolution_RTX_Titan, or paths to caches (our own recordings:
@@ -12,6 +17,7 @@ without per-launch times (our own exports) then replays from a copy with 40 time
 around its recorded time, as wide as its recorded confidence interval (``with_launch_times``).
 """
 import argparse
+import itertools
 import json
 import math
 import random
@@ -67,8 +73,12 @@ def main() -> None:
     parser.add_argument("--search", default="", metavar="MODULE:CLASS",
                         help="a ParzenSearch subclass (e.g. parzen_variants:WarmUniform) for every run, source and cold "
                              "runs too: a change to runs with a prior leaves those as they are")
+    parser.add_argument("--permutations", action="store_true",
+                        help="each argument is a comma-separated group: every ordered pair within it")
     parser.add_argument("pairs", nargs="+", metavar="SOURCE:TARGET")
     args = parser.parse_args()
+    if args.permutations:
+        args.pairs = [f"{a}:{b}" for group in args.pairs for a, b in itertools.permutations(group.split(","), 2)]
     if args.search:
         import importlib
 
@@ -81,6 +91,7 @@ def main() -> None:
         evaluate = ReplayEvaluator.evaluate
         ReplayEvaluator.evaluate = lambda self, *a, **k: (time.sleep(0.02), evaluate(self, *a, **k))[1]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    means, below = [], []
     for pair in args.pairs:
         source, target = pair.split(":")
         started = time.time()
@@ -101,6 +112,13 @@ def main() -> None:
             cold.append(rt.optimum() / min(run_tuner(st, rt, "tpe", seed, args.budget, pruner=args.pruner, ahead=args.ahead)))
         print(f"{pair}: warm {statistics.mean(warm):.3f} worst {min(warm):.3f} cold {statistics.mean(cold):.3f} "
               f"({time.time() - started:.0f} s)\n  warm {[round(w, 3) for w in warm]}\n  cold {[round(c, 3) for c in cold]}", flush=True)
+        means.append((statistics.mean(warm), statistics.mean(cold)))
+        differences = [w - c for w, c in zip(warm, cold, strict=True)]
+        error = statistics.stdev(differences) / math.sqrt(len(differences)) if len(differences) > 1 else 0.0
+        if statistics.mean(differences) < -2 * error:
+            below.append(f"{pair} ({statistics.mean(differences):+.3f} ± {error:.3f})")
+    print(f"{len(means)} pairs: warm {statistics.mean(m[0] for m in means):.3f} cold {statistics.mean(m[1] for m in means):.3f}; "
+          f"warm below cold by more than 2 standard errors: {len(below)}" + "".join(f"\n  {b}" for b in below))
 
 
 if __name__ == "__main__":
