@@ -537,3 +537,26 @@ class DiverseQueue(P.ParzenSearch):
 
 class DiverseQueue3(DiverseQueue):
     MIN_AXES = 3
+
+
+def _queue_top(top):
+    """Every warm start queues ``top`` configs of its source (``--warm-start-top``; default 5)."""
+    from tuner.run import runner
+
+    plain = getattr(runner, "plain_warm_start", runner.warm_start)
+    runner.plain_warm_start = plain
+    runner.warm_start = lambda study, space, names, _top, tiered=False: plain(study, space, names, top, tiered)
+
+
+class Top3(P.ParzenSearch):
+    """The default search; a warm start queues 3 configs (run with ``warm_pairs.py --search``)."""
+
+    TOP = 3
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _queue_top(self.TOP)
+
+
+class Top10(Top3):
+    TOP = 10
