@@ -525,18 +525,24 @@ def _diverse_queue(min_axes):
     warm_start._Queue.min_axes = min_axes
 
 
-class DiverseQueue(P.ParzenSearch):
-    """The default search; a warm start's queue as ``_diverse_queue(2)`` (run with ``warm_pairs.py --search``)."""
+class _WarmStartPatched(P.ParzenSearch):
+    """The default search, with the warm start changed by ``PATCH`` (run with ``warm_pairs.py --search``)."""
 
-    MIN_AXES = 2
+    PATCH = staticmethod(lambda: None)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        _diverse_queue(self.MIN_AXES)
+        self.PATCH()
 
 
-class DiverseQueue3(DiverseQueue):
-    MIN_AXES = 3
+class DiverseQueue(_WarmStartPatched):
+    """A warm start's queue as ``_diverse_queue(2)``."""
+
+    PATCH = staticmethod(lambda: _diverse_queue(2))
+
+
+class DiverseQueue3(_WarmStartPatched):
+    PATCH = staticmethod(lambda: _diverse_queue(3))
 
 
 def _queue_top(top):
@@ -548,15 +554,11 @@ def _queue_top(top):
     runner.warm_start = lambda study, space, names, _top, tiered=False: plain(study, space, names, top, tiered)
 
 
-class Top3(P.ParzenSearch):
-    """The default search; a warm start queues 3 configs (run with ``warm_pairs.py --search``)."""
+class Top3(_WarmStartPatched):
+    """A warm start queues 3 configs."""
 
-    TOP = 3
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        _queue_top(self.TOP)
+    PATCH = staticmethod(lambda: _queue_top(3))
 
 
-class Top10(Top3):
-    TOP = 10
+class Top10(_WarmStartPatched):
+    PATCH = staticmethod(lambda: _queue_top(10))
