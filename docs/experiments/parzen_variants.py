@@ -476,7 +476,7 @@ def _ranks(x):
     return (np.bincount(inverse, ranks) / np.bincount(inverse))[inverse]
 
 
-class Probation(P.ParzenSearch):
+class Probation(WarmUniform):
     """A prior on probation: with a prior, every other proposal is uniform while fewer than
     ``2 * n_startup_trials`` trials have started (``WarmUniform``); from ``CHECK_AFTER`` measured
     configs on, the prior is dropped (the study goes on as a cold one) while it ranks the study's
@@ -487,16 +487,10 @@ class Probation(P.ParzenSearch):
     UNIFORM = True
 
     def propose(self, pool, ordered, prior=None):
-        if prior is not None and len(prior):
-            own = pool.observations
-            started = len(own) + len(pool.in_flight_codes())
-            if len(own.measured) >= self.CHECK_AFTER and \
-                    prior_agreement(prior, own, pool.levels, list(ordered), self.rng) <= self.THRESHOLD:
-                return super().propose(pool, ordered, None)
-            if self.UNIFORM and started < 2 * self.n_startup_trials and started % 2 == 1:
-                rows = pool.random_untried(1, self.rng)
-                return int(rows[0]) if len(rows) else None
-        return super().propose(pool, ordered, prior)
+        if prior is not None and len(prior) and len(pool.observations.measured) >= self.CHECK_AFTER and \
+                prior_agreement(prior, pool.observations, pool.levels, list(ordered), self.rng) <= self.THRESHOLD:
+            prior = None
+        return super().propose(pool, ordered, prior) if self.UNIFORM else P.ParzenSearch.propose(self, pool, ordered, prior)
 
 
 class ProbationNoUniform(Probation):
