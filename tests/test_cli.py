@@ -189,7 +189,7 @@ def test_an_ignored_ctrl_c_stays_ignored(tmp_path, cache_dir):
 def test_warm_start_does_not_queue_a_config_already_waiting():
     """Two workers that start together: the second must not queue the first's winners again."""
     from tuner.evaluate.replay import load_recording, recording_space
-    from tuner.search.warm_start import MARK, warm_start
+    from tuner.search.warm_start import MARK, study_source, warm_start
 
     space = recording_space(load_recording(PNPOLY))
     storage = optuna.storages.InMemoryStorage()
@@ -198,9 +198,9 @@ def test_warm_start_does_not_queue_a_config_already_waiting():
     for value, params in enumerate(space.valid[:4]):
         source.add_trial(optuna.trial.create_trial(params=params, distributions=distributions, value=float(value + 1)))
     target = optuna.create_study(study_name="dst", storage=storage)
-    first = warm_start(target, space, ["src"], top=3)
+    first = warm_start(target, space, [study_source(storage, "src")], top=3)
     target.set_user_attr(MARK, None)  # as a second worker sees it before the first marks the study
-    second = warm_start(target, space, ["src"], top=3)
+    second = warm_start(target, space, [study_source(storage, "src")], top=3)
     assert len(first) == 3 and [m.params for m in second] == [space.valid[3]]
     assert len(target.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 4
 
@@ -231,6 +231,33 @@ def test_warm_start_queues_an_earlier_studys_winners_first(tmp_path, cache_dir):
     assert again.returncode == 0 and f"warm start: prior from {n_source} trials of example_sgemm\n" in again.stderr
     missing = tuner("run", small, "--storage", db, "--trials", 7, "--warm-start", "nope", "--study-name", "other", env=FAKE)
     assert missing.returncode == 2 and "--warm-start: no study 'nope'" in missing.stderr
+
+
+def test_a_kernel_tuner_cache_of_another_gpu_is_a_warm_start_source(tmp_path):
+    """A user with a Kernel Tuner cache of the kernel on another GPU (or our CSV export) starts from it
+    as from a study in the storage: its fastest configs first, every config it recorded as the prior."""
+    from tuner.evaluate.replay import load_recording
+
+    other = PNPOLY.parent / "pnpoly_RTX_2080_Ti.json.gz"
+    recording = load_recording(other)
+    fastest = [dict(zip(recording.axes, key, strict=True))
+               for _, key in sorted((r.ms, key) for key, r in recording.records.items() if r.status == "ok")[:3]]
+    recorded = sum(r.status != "invalid" for r in recording.records.values())
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    run = tuner("run", "--replay", PNPOLY, "--storage", db, "--study-name", "dst", "--trials", 5, "--seed", 0,
+                "--warm-start", other, "--warm-start-top", 3)
+    assert run.returncode == 0, run.stderr
+    assert f"warm start: 3 configs queued, prior from {recorded} trials of pnpoly_RTX_2080_Ti.json.gz" in run.stderr
+    target = optuna.load_study(study_name="dst", storage=db)
+    assert [t.params for t in target.trials[:3]] == fastest
+    assert target.trials[0].user_attrs["warm_started_from"].startswith("pnpoly_RTX_2080_Ti.json.gz#")
+
+    broken = tmp_path / "broken.csv"
+    broken.write_text("not,a\nrecording")
+    for source, message in ((broken, "--warm-start: replay file"), (tmp_path / "missing.csv", "no study")):
+        bad = tuner("run", "--replay", PNPOLY, "--storage", db, "--study-name", "other", "--trials", 2, "--warm-start", source)
+        assert bad.returncode == 2 and message in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "other" not in optuna.get_all_study_names(db)
 
 
 def test_search_start_configs_are_tried_first_once(tmp_path, cache_dir):

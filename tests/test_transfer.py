@@ -21,6 +21,7 @@ from tuner.search.warm_start import (
     prior_trials,
     space_map,
     spread_untuned,
+    study_source,
     transfer_message,
     warm_start,
 )
@@ -99,19 +100,19 @@ def test_warm_start_queues_the_sources_winners_moved_onto_this_space_and_says_so
     source_study(storage, "src", configs, [1.0, 2.0, 3.0, None])
     space = target_space()
     target = optuna.create_study(study_name="dst", storage=storage)
-    queued = warm_start(target, space, ["src"], top=5)
+    queued = warm_start(target, space, [study_source(storage, "src")], top=5)
     # a config the source measured as it runs here goes first; then the moved ones, best first
     assert [m.params for m in queued] == [{"BLOCK": 32, "METHOD": "b", "STAGES": 3}, {"BLOCK": 64, "METHOD": "a", "STAGES": 3},
                                           {"BLOCK": 64, "METHOD": "a", "STAGES": 2}]
     assert [m.moved for m in queued] == [(), ("BLOCK",), ("METHOD",)]
     waiting = target.get_trials(states=(TrialState.WAITING,))
     assert [t.user_attrs.get(MOVED_MARK) for t in waiting] == [None, ["BLOCK"], ["METHOD"]]
-    prior = prior_trials(target, space, ["src"])
+    prior = prior_trials(space, [study_source(storage, "src")])
     assert len(prior) == 4  # the three measured ones, moved; the failure needs no move
     assert [t.user_attrs[PRIOR_WEIGHT] for t in prior] == [MOVED_WEIGHT, 1.0, MOVED_WEIGHT, 1.0]  # less per moved define
     assert transfer_message(queued, len(prior), ["src"]) == \
         "warm start: 3 configs queued (2 moved to the nearest valid: BLOCK, METHOD), prior from 4 trials of src"
-    assert warm_start(target, space, ["src"]) is None  # once per study
+    assert warm_start(target, space, [study_source(storage, "src")]) is None  # once per study
     assert transfer_message(None, 1, ["src"]) == "warm start: prior from 1 trial of src"
 
 
@@ -122,7 +123,7 @@ def test_a_failure_that_would_have_to_move_stays_out_of_the_prior():
                {"BLOCK": 32, "METHOD": "c", "STAGES": 2}]
     source_study(storage, "src", configs, [2.0, None, None])
     space = target_space()
-    prior = prior_trials(optuna.create_study(study_name="dst", storage=storage), space, ["src"])
+    prior = prior_trials(space, [study_source(storage, "src")])
     assert [(t.params, t.state) for t in prior] == [(configs[0], TrialState.COMPLETE), (configs[2], TrialState.PRUNED)]
     assert prior[0].value == 1.0  # relative to the source's best
 
@@ -137,7 +138,7 @@ def test_a_source_config_stopped_as_slower_keeps_its_running_value_in_the_prior(
         params=configs[1], distributions={a: CategoricalDistribution([v]) for a, v in configs[1].items()}, value=2.5,
         state=TrialState.PRUNED, user_attrs={"status": "pruned_slow"}))
     space = target_space()
-    prior = prior_trials(optuna.create_study(study_name="dst", storage=storage), space, ["src"])
+    prior = prior_trials(space, [study_source(storage, "src")])
     assert [(t.state, t.value) for t in prior] == [(TrialState.COMPLETE, 1.0), (TrialState.PRUNED, 1.25)]
     sampler = ValidOnlySampler(space, ParzenSearch(seed=0))
     sampler.set_prior(prior)
@@ -154,7 +155,7 @@ def test_a_source_config_stopped_with_a_value_is_in_the_prior_when_moved_too():
     source.add_trial(optuna.trial.create_trial(
         params=stopped, distributions={a: CategoricalDistribution([v]) for a, v in stopped.items()}, value=2.5,
         state=TrialState.PRUNED, user_attrs={"status": "pruned_slow"}))
-    prior = prior_trials(optuna.create_study(study_name="dst", storage=storage), target_space(), ["src"])
+    prior = prior_trials(target_space(), [study_source(storage, "src")])
     assert [(t.params["BLOCK"], t.state, t.value, t.user_attrs[PRIOR_WEIGHT]) for t in prior] == [
         (32, TrialState.COMPLETE, 1.0, 1.0), (128, TrialState.PRUNED, 1.25, MOVED_WEIGHT)]
 
@@ -167,7 +168,7 @@ def test_an_axis_the_source_did_not_tune_is_spread_over_its_values_in_the_prior(
     configs = [{"BLOCK": 32, "METHOD": "a"}, {"BLOCK": 64, "METHOD": "c"}]  # no STAGES
     source_study(storage, "src", configs, [1.0, 2.0])
     space = target_space()
-    prior = prior_trials(optuna.create_study(study_name="dst", storage=storage), space, ["src"])
+    prior = prior_trials(space, [study_source(storage, "src")])
     assert [(t.params, t.user_attrs[PRIOR_WEIGHT]) for t in prior] == [
         ({**c, "STAGES": s}, 1 / 3) for c in configs for s in (2, 3, 4)]
     assert [t.value for t in prior] == [1.0] * 3 + [2.0] * 3
@@ -185,7 +186,7 @@ def test_each_queued_config_is_tried_at_each_value_of_an_axis_the_source_did_not
     configs = [{"BLOCK": 32, "METHOD": "a"}, {"BLOCK": 64, "METHOD": "c"}, {"BLOCK": 16, "METHOD": "b"}]  # no STAGES
     source_study(storage, "src", configs, [1.0, 2.0, 3.0])
     space = target_space()
-    queued = warm_start(optuna.create_study(study_name="dst", storage=storage), space, ["src"], top=2)
+    queued = warm_start(optuna.create_study(study_name="dst", storage=storage), space, [study_source(storage, "src")], top=2)
     assert [m.params for m in queued] == [{**c, "STAGES": s} for c in configs[:2] for s in (2, 3, 4)]
     assert all(m.moved == () and m.untuned == ("STAGES",) and m.each_value for m in queued)  # not a move
     assert transfer_message(queued, 6, ["src"]) == \
@@ -200,7 +201,7 @@ def test_with_more_than_four_combinations_of_untuned_values_the_queued_configs_t
     source_study(storage, "src", configs, [1.0, 2.0, 3.0])
     space = target_space()
     assert 4 < 3 * 3 <= SPREAD_MAX
-    queued = warm_start(optuna.create_study(study_name="dst", storage=storage), space, ["src"], top=3)
+    queued = warm_start(optuna.create_study(study_name="dst", storage=storage), space, [study_source(storage, "src")], top=3)
     combinations = [("a", 2), ("a", 3), ("a", 4)]  # METHOD, STAGES in the order of the axes' values
     assert [m.params for m in queued] == [{**c, "METHOD": m, "STAGES": s} for c, (m, s) in zip(configs, combinations, strict=True)]
     assert not any(m.each_value for m in queued)
@@ -217,7 +218,7 @@ def test_the_prior_joins_the_good_bad_split_weighted_below_one_and_fading(monkey
     source_study(storage, "src", source, [float(i + 1) for i in range(len(source))])
     search = ParzenSearch(seed=0)
     sampler = ValidOnlySampler(space, search)
-    sampler.set_prior(prior_trials(optuna.create_study(study_name="dst", storage=storage), space, ["src"]))
+    sampler.set_prior(prior_trials(space, [study_source(storage, "src")]))
     weights = []
     split = parzen._split
     monkeypatch.setattr(parzen, "_split", lambda sources, w, good, bad: weights.append(list(w)) or split(sources, w, good, bad))

@@ -6,6 +6,9 @@ checkout (PYTHONPATH) to compare two versions on the same seeds: the source stud
     PYTHONPATH=$PWD python3 docs/experiments/warm_pairs.py [--seeds 10] [--first-seed 0] [--pruner] [--search MODULE:CLASS] SOURCE:TARGET ...
     PYTHONPATH=$PWD python3 docs/experiments/warm_pairs.py --pruner --seeds 5 --permutations A,B,C D,E ...
 
+``--whole-source`` warm-starts from the source recording itself (every config it holds, as a user
+with a Kernel Tuner cache of another GPU passes it to ``--warm-start``) instead of 100 trials of it.
+
 ``--permutations`` takes every ordered pair within each comma-separated group (the same kernel on
 several GPUs). The last line sums up: the mean over the pairs, warm and cold, and the pairs whose
 warm runs end below their cold runs by more than two standard errors of the paired difference.
@@ -73,6 +76,8 @@ def main() -> None:
     parser.add_argument("--search", default="", metavar="MODULE:CLASS",
                         help="a ParzenSearch subclass (e.g. parzen_variants:WarmUniform) for every run, source and cold "
                              "runs too: a change to runs with a prior leaves those as they are")
+    parser.add_argument("--whole-source", action="store_true",
+                        help="the source is the other GPU's whole recording (--warm-start FILE), not 100 trials of it")
     parser.add_argument("--permutations", action="store_true",
                         help="each argument is a comma-separated group: every ordered pair within it")
     parser.add_argument("pairs", nargs="+", metavar="SOURCE:TARGET")
@@ -105,8 +110,12 @@ def main() -> None:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             with tempfile.TemporaryDirectory() as tmp:
                 url = str(Path(tmp) / "warm.log")
-                run_tuner(ss, rs, "tpe", seed, 100, storage=url, study_name="source0", pruner=args.pruner)
-                values = run_tuner(st, rt, "tpe", seed, args.budget, storage=url, warm_start=["source0"], study_name="target",
+                if args.whole_source:
+                    source_name = str(paths[0])
+                else:
+                    source_name = "source0"
+                    run_tuner(ss, rs, "tpe", seed, 100, storage=url, study_name=source_name, pruner=args.pruner)
+                values = run_tuner(st, rt, "tpe", seed, args.budget, storage=url, warm_start=[source_name], study_name="target",
                                    pruner=args.pruner, ahead=args.ahead)
             warm.append(rt.optimum() / min(values))
             cold.append(rt.optimum() / min(run_tuner(st, rt, "tpe", seed, args.budget, pruner=args.pruner, ahead=args.ahead)))

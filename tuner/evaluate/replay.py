@@ -27,10 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from optuna.trial import FrozenTrial, TrialState
+
 from tuner.contract.kernel_spec import KernelSpec, Value, as_define_value
 from tuner.errors import UserError
-from tuner.measurement.value import EXTRA_STATUSES, STATUSES, Measurement
+from tuner.measurement.value import COMPLETE_STATUSES, EXTRA_STATUSES, STATUSES, Measurement
+from tuner.search.distributions import space_distributions
 from tuner.search.space import Space
+from tuner.search.warm_start import Source
 from tuner.store.results import TableError, normalise
 
 # Kernel Tuner's failure strings and T4 invalidity kinds, in our statuses.
@@ -402,3 +406,26 @@ class ReplayEvaluator:
 
 def _known(attrs: dict) -> dict:
     return {k: v for k, v in attrs.items() if k in ("regs", "spills", "smem_bytes")}
+
+
+def recording_source(path: str | Path) -> Source:
+    """A recording of another GPU or shape as a warm start's source (:mod:`tuner.search.warm_start`):
+    a config that ran, as a complete trial with its time; one that failed or was stopped, as a pruned
+    trial with its status (and the time it was stopped at, if recorded). A config recorded as invalid
+    says nothing of another space and is left out."""
+    try:
+        recording = load_recording(path)
+    except UserError as exc:
+        raise UserError(f"--warm-start: {exc}") from None
+    distributions = space_distributions(recording.axes)
+    trials: list[FrozenTrial] = []
+    for key, record in recording.records.items():
+        if record.status == "invalid":
+            continue
+        complete = record.status in COMPLETE_STATUSES and record.ms is not None
+        trials.append(FrozenTrial(
+            number=len(trials), trial_id=len(trials), value=record.ms, intermediate_values={}, system_attrs={},
+            state=TrialState.COMPLETE if complete else TrialState.PRUNED, datetime_start=None, datetime_complete=None,
+            params=dict(zip(recording.axes, key, strict=True)), distributions=distributions,
+            user_attrs={"status": record.status}))
+    return Source(recording.path.name, trials)

@@ -17,6 +17,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner import __version__
 from tuner.errors import UserError
+from tuner.evaluate.replay import recording_source
 from tuner.measurement import pareto
 from tuner.measurement.paired import SlowerTest
 from tuner.measurement.value import Measurement
@@ -38,9 +40,11 @@ from tuner.search.sampler import ValidOnlySampler, make_base_sampler
 from tuner.search.space import Space
 from tuner.search.start import start_params
 from tuner.search.warm_start import (
+    Source,
     prior_sources,
     prior_trials,
     queue_start_configs,
+    study_source,
     transfer_message,
     warm_start,
 )
@@ -149,6 +153,14 @@ def check_same_choices(study: optuna.Study, space: Space) -> None:
             )
 
 
+def warm_source(storage: optuna.storages.BaseStorage, name: str) -> Source:
+    """A warm start's source: the recording ``name`` where that file exists (a Kernel Tuner cache of
+    another GPU, our CSV export), else the study of that name in ``storage``."""
+    if Path(name).is_file():
+        return recording_source(name)
+    return study_source(storage, name)
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
@@ -244,6 +256,7 @@ class Runner:
         pruner = (MarginPruner(settings.pruner_margin, settings.pruner_min_blocks, self.best_max_age_s) if margin
                   else optuna.pruners.NopPruner())
         self.slower_test = SlowerTest() if prunes and settings.prune_by == "sign" else None
+        sources = [warm_source(self.storage, name) for name in settings.warm_start]  # a bad one: before a study exists
         self.study = optuna.create_study(
             study_name=settings.study_name,
             storage=self.storage,
@@ -265,18 +278,18 @@ class Runner:
         with self.lock:  # workers starting together queue each config once
             self.requeued = recover_stale_trials(self.study, self.space.axis_names)
             warm_queued = (
-                warm_start(self.study, space, settings.warm_start, settings.warm_start_top, settings.mode == "tiered")
-                if settings.warm_start else None
+                warm_start(self.study, space, sources, settings.warm_start_top, settings.mode == "tiered")
+                if sources else None
             )
             self.start_queued = queue_start_configs(self.study, space, start)
             if self.probe is not None and self._alone_and_joint and settings.sampler != "grid":
                 # (a grid walk spreads its first configs over the valid set: it needs that set)
                 self.probe.queue_draws(space, self._waiting(), settings.trials, settings.seed)
         self.transfer = ""  # what the warm start transferred, in words
-        if settings.warm_start:  # the source studies' trials shape the sampler's model (each run: a resume too)
-            prior = prior_trials(self.study, space, settings.warm_start)
+        if sources:  # the sources' trials shape the sampler's model (each run: a resume too)
+            prior = prior_trials(space, sources)
             self.sampler.set_prior(prior)
-            self.transfer = transfer_message(warm_queued, prior_sources(prior), settings.warm_start)
+            self.transfer = transfer_message(warm_queued, prior_sources(prior), [source.name for source in sources])
         if len(self.study.get_trials(deepcopy=False)) >= PLANNER_STATISTICS_FROM:  # a study file from before
             give_planner_statistics(self.storage)
         self._bar = None

@@ -1,6 +1,8 @@
 """Warm start: begin a new study (a new shape, a new GPU) with an earlier study's winners.
 
-The best configurations of the source study, mapped onto this study's space (a value it does
+A source is an earlier study in the same storage or a recording of another GPU (a Kernel Tuner
+cache, our CSV export: :func:`tuner.evaluate.replay.recording_source`), as a :class:`Source`.
+The best configurations of the source, mapped onto this study's space (a value it does
 not list, or a config it cannot run, moves to the nearest one it can: :mod:`tuner.search.transfer`)
 and not tried yet, are queued as the first trials, so the sampler starts from what is known to
 be fast instead of from random picks; the source's whole history, mapped the same way (a config
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from dataclasses import dataclass
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -26,7 +29,6 @@ from tuner.search.pool import PRIOR_WEIGHT, SLOWER_STATUSES, trial_params
 from tuner.search.sampler import ordered_axis
 from tuner.search.space import Space
 from tuner.search.transfer import Mapped, SpaceMap
-from tuner.store import optuna_private
 from tuner.store.results import value_of
 
 MARK = "warm_started_from"
@@ -39,6 +41,15 @@ SPREAD_MAX = 16
 #: a queued config is tried at each combination of the values of the axes its source did not tune, up to this many
 QUEUE_SPREAD_MAX = 4
 START_MARK = "start_config"
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a warm start learns from: a name for messages and marks, and its finished (complete or
+    pruned) trials."""
+
+    name: str
+    trials: list[FrozenTrial]
 
 
 class _Queue:
@@ -68,8 +79,8 @@ def space_map(space: Space, tiered: bool = False) -> SpaceMap:
     return SpaceMap(space, space.valid, ordered)
 
 
-def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: int = 5, tiered: bool = False) -> list[Mapped] | None:
-    """Queue up to ``top`` configs from each source study, its best first, each mapped onto this
+def warm_start(study: optuna.Study, space: Space, sources: list[Source], top: int = 5, tiered: bool = False) -> list[Mapped] | None:
+    """Queue up to ``top`` configs from each source, its best first, each mapped onto this
     space (:mod:`tuner.search.transfer`) and at the values of the axes its source did not tune
     (:func:`_untuned_values`); returns what was queued, or None when this study was warm-started before
     (a resume: nothing is queued again)."""
@@ -78,9 +89,8 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
     mapper = space_map(space, tiered)
     queue = _Queue(study, space)
     queued: list[Mapped] = []
-    for name in source_names:
-        source = _load_source(study, name)
-        ranked = sorted(source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=value_of)
+    for source in sources:
+        ranked = sorted((t for t in source.trials if t.state == TrialState.COMPLETE), key=value_of)
         mapped = [(trial, mapper.map(trial.params)) for trial in ranked]
         # the source measured an exact config as it runs here; a moved one is a guess: exact ones first
         candidates = sorted(((t, m) for t, m in mapped if m is not None), key=lambda item: bool(item[1].moved))
@@ -93,7 +103,7 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
                 at = config
                 if spread is not trial.params:
                     at = dataclasses.replace(mapper.map(spread) or config, untuned=untuned, each_value=len(spreads) > 1)
-                attrs: dict = {MARK: f"{name}#{trial.number}"}
+                attrs: dict = {MARK: f"{source.name}#{trial.number}"}
                 if at.moved:
                     attrs[MOVED_MARK] = list(at.moved)
                 if queue.add(at.params, attrs):
@@ -103,7 +113,7 @@ def warm_start(study: optuna.Study, space: Space, source_names: list[str], top: 
                 taken += 1
                 if taken == top:
                     break
-    study.set_user_attr(MARK, source_names)
+    study.set_user_attr(MARK, [source.name for source in sources])
     return queued
 
 
@@ -127,16 +137,19 @@ def _untuned_values(params: dict, space: Space, index: int) -> list[dict]:
     return [spread[index % len(spread)]]
 
 
-def _load_source(study: optuna.Study, name: str) -> optuna.Study:
+def study_source(storage: optuna.storages.BaseStorage, name: str) -> Source:
+    """The finished trials of the study ``name`` in ``storage``."""
     try:
-        return optuna.load_study(study_name=name, storage=optuna_private.storage_of(study))
+        source = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
-        names = optuna.get_all_study_names(optuna_private.storage_of(study))
-        raise UserError(f"--warm-start: no study {name!r} in this storage; studies there: {', '.join(names) or 'none'}") from None
+        names = optuna.get_all_study_names(storage)
+        raise UserError(f"--warm-start: no study {name!r} in this storage, nor a recording file of that name; "
+                        f"studies there: {', '.join(names) or 'none'}") from None
+    return Source(name, source.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
 
 
-def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> list[FrozenTrial]:
-    """The finished trials of the source studies, as the sampler's prior, on this space: a config
+def prior_trials(space: Space, sources: list[Source]) -> list[FrozenTrial]:
+    """The finished trials of the sources, as the sampler's prior, on this space: a config
     measured, or stopped as slower at a running value, mapped onto it (:mod:`tuner.search.transfer`),
     counting ``MOVED_WEIGHT`` less for each define moved (its time is a guess there); a failed one, or
     one stopped without a value, only where it needs no move (it says something of its own config
@@ -144,8 +157,8 @@ def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> 
     mapper = space_map(space)
     distributions = dict(space.distributions)
     prior = []
-    for name in source_names:
-        trials = _load_source(study, name).get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    for source in sources:
+        trials = source.trials
         best = min((value_of(t) for t in trials if t.state == TrialState.COMPLETE and t.values and t.values[0]), default=1.0)
         for trial in trials:
             for params, share in spread_untuned(trial.params, space):
@@ -155,7 +168,7 @@ def prior_trials(study: optuna.Study, space: Space, source_names: list[str]) -> 
                 prior.append(optuna.trial.create_trial(
                     state=trial.state, value=value_of(trial) / best if trial.values else None,  # a stopped one: its estimate
                     params=mapped.params, distributions=distributions,
-                    user_attrs={"status": trial.user_attrs.get("status", ""), MARK: f"{name}#{trial.number}",
+                    user_attrs={"status": trial.user_attrs.get("status", ""), MARK: f"{source.name}#{trial.number}",
                                 PRIOR_WEIGHT: share * MOVED_WEIGHT ** len(mapped.moved)}))
     return prior
 

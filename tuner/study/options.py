@@ -202,9 +202,10 @@ class RunOptions:
                                  commands=(*SEARCH_COMMANDS, "grid"), metavar="FILE")
     workers: int = option(1, "worker processes, one per GPU (needs a journal or Postgres storage)",
                           minimum=1, commands=("run",), to_workers=False)
-    warm_start: list[str] = option([], "queue the best configs of an earlier study in the same storage first (repeatable)",
-                                   commands=SEARCH_COMMANDS, metavar="STUDY")
-    warm_start_top: int = option(5, "configs taken from each warm-start study", minimum=1, commands=SEARCH_COMMANDS,
+    warm_start: list[str] = option([], "start from an earlier study in the same storage, or a recording of another GPU "
+                                       "(Kernel Tuner cache, our CSV export): its best configs first, its whole history "
+                                       "as the prior (repeatable)", commands=SEARCH_COMMANDS, metavar="STUDY|FILE")
+    warm_start_top: int = option(5, "configs taken from each warm-start source", minimum=1, commands=SEARCH_COMMANDS,
                                  metavar="N")
     accept_mismatch: bool = option(False, "resume even if GPU, kernel source or NVRTC differ",
                                    commands=(*SEARCH_COMMANDS, "grid", "confirm"))
