@@ -251,6 +251,11 @@ def test_a_kernel_tuner_cache_of_another_gpu_is_a_warm_start_source(tmp_path):
     target = optuna.load_study(study_name="dst", storage=db)
     assert [t.params for t in target.trials[:3]] == fastest
     assert target.trials[0].user_attrs["warm_started_from"].startswith("pnpoly_RTX_2080_Ti.json.gz#")
+    # our own export is a recording too: a study of another machine's storage, passed as a file
+    exported = tmp_path / "dst.csv"
+    assert tuner("export", "--storage", db, "--study", "dst", "-o", exported).returncode == 0
+    again = tuner("run", "--replay", PNPOLY, "--storage", db, "--study-name", "again", "--trials", 2, "--warm-start", exported)
+    assert again.returncode == 0 and "prior from 5 trials of dst.csv" in again.stderr, again.stderr
 
     broken = tmp_path / "broken.csv"
     broken.write_text("not,a\nrecording")
