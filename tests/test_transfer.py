@@ -209,6 +209,23 @@ def test_with_more_than_four_combinations_of_untuned_values_the_queued_configs_t
         "warm start: 3 configs queued (METHOD, STAGES not in the source: their values in turn), prior from 9 trials of src"
 
 
+def test_a_prior_of_many_light_trials_is_as_wide_as_its_weight_in_trials():
+    """A whole recording as the prior: thousands of configs, worth the random start-up in all. Its
+    kernels are as wide as that weight in trials would make them, not narrowed onto each config as
+    thousands of trials would (which kept warm starts in the source's region where the target's
+    optimum lies elsewhere: docs/experiments/results_sampler.md, tenth session)."""
+    levels, ordered = [8, 5, 3], [True, True, False]
+    config = np.array([[3, 2, 1]], dtype=np.int32)
+    candidates = np.stack(np.meshgrid(*(np.arange(n) for n in levels), indexing="ij"), axis=-1).reshape(-1, 3)
+    light, heavy = parzen.Mixture(levels, ordered), parzen.Mixture(levels, ordered)
+    light.add(np.repeat(config, 4000, axis=0), 10 / 4000)
+    heavy.add(np.repeat(config, 10, axis=0), 1.0)
+    rng = np.random.default_rng(0)
+    assert np.allclose(light.log_density(candidates, rng), heavy.log_density(candidates, rng))
+    wide = np.exp(heavy.log_density(candidates, rng))
+    assert wide.max() / wide.min() < 1e3  # not a spike on the one config: its neighbours keep their share
+
+
 def test_the_prior_joins_the_good_bad_split_weighted_below_one_and_fading(monkeypatch):
     """The source's trials enter the Parzen split with a weight < 1 each, worth at most the random
     start-up in all, that falls as the study's own trials accumulate."""

@@ -114,7 +114,7 @@ def test_mixture_density_is_the_product_of_its_kernels():
         if n_obs > parzen.MAX_COMPONENTS:
             keep = draw.choice(n_obs, size=parzen.MAX_COMPONENTS, replace=False)
             obs, weights = obs[keep], weights[keep] * (weights.sum() / weights[keep].sum())
-        shrink = 0.0 if sharp else parzen.scott_shrink(n_obs, levels)
+        shrink = 0.0 if sharp else parzen.scott_shrink(round(0.5 * n_obs), levels)  # the bandwidth of their weight
         product = np.ones((len(candidates), len(obs)))
         for axis, n in enumerate(levels):
             if n > 1:

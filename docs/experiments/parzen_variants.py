@@ -556,3 +556,23 @@ class Top3(_WarmStartPatched):
 
 class Top10(_WarmStartPatched):
     PATCH = staticmethod(lambda: _queue_top(10))
+
+
+class _EffectiveMixture(P.Mixture):
+    """A mixture whose bandwidth follows its observations' total weight, not their count: a prior of
+    a whole recording (thousands of configs, worth ten trials in all) no longer narrows the kernels
+    to each of its configs. Without a prior every weight is 1: the same bandwidth as the default."""
+
+    def log_density(self, candidates, rng):
+        plain = P.scott_shrink
+        P.scott_shrink = lambda n, levels: plain(max(1, round(self.mass)), levels)
+        try:
+            return super().log_density(candidates, rng)
+        finally:
+            P.scott_shrink = plain
+
+
+class EffectiveBandwidth(_WarmStartPatched):
+    """The density's bandwidth by the observations' weight (``_EffectiveMixture``)."""
+
+    PATCH = staticmethod(lambda: setattr(P, "Mixture", _EffectiveMixture))

@@ -13,7 +13,7 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   value it was stopped at) and the rest (failed ones too, and the trials in flight: a constant
   liar). Numeric axes are ordinal: the kernel is a Gaussian over level indices, so order counts
   and the spacing of the values (powers of two, steps of 16) does not; other axes count only
-  same / different. The bandwidth follows Scott's rule. Once five configs are good, an ordered
+  same / different. The bandwidth follows Scott's rule, on the observations' total weight. Once five configs are good, an ordered
   axis keeps its ordinal kernel only while that predicts which configs are good as well as
   same / different does (:func:`choose_kernels`): a block size whose good values alternate
   (multiples of a wavefront) is not smooth in its index;
@@ -114,8 +114,10 @@ class Mixture:
         if len(obs) > MAX_COMPONENTS:  # a uniform subsample, reweighted to the same mass: the cost stays flat
             keep = rng.choice(len(obs), size=MAX_COMPONENTS, replace=False)
             obs, weights = obs[keep], weights[keep] * (weights.sum() / weights[keep].sum())
-        # the bandwidth follows how many configs were seen, whatever their weight
-        shrink = 0.0 if self.sharp else scott_shrink(len(self), self.levels)
+        # the bandwidth follows the observations' total weight, not their count: a prior of a whole
+        # recording (thousands of configs, worth the random start-up in all) narrows the kernels as
+        # that many trials would, not onto each of its configs
+        shrink = 0.0 if self.sharp else scott_shrink(max(1, round(self.mass)), self.levels)
         product = None
         for axis, n in enumerate(self.levels):
             if n == 1:
