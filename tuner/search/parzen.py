@@ -27,7 +27,7 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   one-axis moves from the incumbent reaches through better configs. With a prior the moves
   start at once: the warm start's queue is where the source's search ended, and another GPU
   or shape moves an optimum by an axis or two, not to another basin;
-* a prior: observations of a related study (the same kernel on another GPU, another shape),
+* a prior: observations of a related study or recording (the same kernel on another GPU, another shape),
   mapped onto this space and ranked with the study's own relative to each one's best, join the
   mixtures and the feasibility model with a weight worth at most the random start-up (less for
   a config moved to fit: ``Observations.weights``), fading as the study's own trials arrive,
