@@ -1,6 +1,7 @@
 """The Python API on the session the CLI uses: tune, load, Result, and tune_kernel for a kernel
 given as data (compiled here with NVRTC; run on a GPU by the gpu-marked test)."""
 
+import gzip
 import itertools
 import json
 
@@ -48,6 +49,20 @@ def test_tune_then_load_give_the_same_winner(tmp_path):
     for name, value in result.best_params.items():
         assert f"#define {name} {value}\n" in header
     assert tuner.load("patch_embed_sm90a_hopper_grid.replay", storage=db).best_params == result.best_params
+
+
+def test_a_notebook_warm_starts_from_a_kernel_tuner_cache_given_as_a_path(tmp_path):
+    """``warm_start`` takes what ``--warm-start`` does, a recording's path included (a Path, as a
+    notebook holds one): the run starts with that recording's fastest config."""
+    caches = ROOT / "tests" / "data" / "kernel_tuner"
+    other = caches / "pnpoly_RTX_2080_Ti.json.gz"
+    result = tuner.tune(None, replay=caches / "pnpoly_RTX_3090.json.gz", storage=f"sqlite:///{tmp_path / 'w.db'}",
+                        trials=3, warm_start=[other], warm_start_top=1)
+    first = result.study.trials[0]
+    assert first.user_attrs["warm_started_from"].startswith("pnpoly_RTX_2080_Ti.json.gz#")
+    recorded = json.loads(gzip.decompress(other.read_bytes()))
+    fastest = min((e for e in recorded["cache"].values() if isinstance(e.get("time"), (int, float))), key=lambda e: e["time"])
+    assert first.params == {k: fastest[k] for k in first.params}
 
 
 def test_bad_settings_are_one_line_user_errors(tmp_path):

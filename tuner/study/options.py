@@ -74,10 +74,10 @@ class Option:
                 return None
             raise UserError(f"{where} must be set")
         kind = self.kind
-        if kind is list:
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        if kind is list:  # of names (a path names a file: a warm start's recording)
+            if not isinstance(value, list) or not all(isinstance(v, (str, Path)) for v in value):
                 raise UserError(f"{where} must be a list of names, got {value!r}")
-            return list(value)
+            return [str(v) for v in value]
         if kind is Path:
             if not isinstance(value, (str, Path)):
                 raise UserError(f"{where} must be a path, got {value!r}")
