@@ -13,10 +13,10 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   value it was stopped at) and the rest (failed ones too, and the trials in flight: a constant
   liar). Numeric axes are ordinal: the kernel is a Gaussian over level indices, so order counts
   and the spacing of the values (powers of two, steps of 16) does not; other axes count only
-  same / different. The bandwidth follows Scott's rule, on the observations' total weight. Once five configs are good, an ordered
-  axis keeps its ordinal kernel only while that predicts which configs are good as well as
-  same / different does (:func:`choose_kernels`): a block size whose good values alternate
-  (multiples of a wavefront) is not smooth in its index;
+  same / different. The bandwidth follows Scott's rule, on the observations' total weight.
+  Once five configs are good, an ordered axis keeps its ordinal kernel only while that
+  predicts which configs are good as well as same / different does (:func:`choose_kernels`):
+  a block size whose good values alternate (multiples of a wavefront) is not smooth in its index;
 * feasibility: ``p_ok`` is the successes' share of a narrow-kernel density of successes and
   failures (compile, launch, run-time errors, mismatches), learnt online, so a region that
   fails is proposed less without being ruled out; from ``FEASIBILITY_TOP_AFTER`` observations on it
@@ -27,11 +27,11 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   one-axis moves from the incumbent reaches through better configs. With a prior the moves
   start at once: the warm start's queue is where the source's search ended, and another GPU
   or shape moves an optimum by an axis or two, not to another basin;
-* a prior: observations of a related study or recording (the same kernel on another GPU, another shape),
-  mapped onto this space and ranked with the study's own relative to each one's best, join the
-  mixtures and the feasibility model with a weight worth at most the random start-up (less for
-  a config moved to fit: ``Observations.weights``), fading as the study's own trials arrive,
-  and replace the random start-up.
+* a prior: observations of a related study or recording (the same kernel on another GPU,
+  another shape), mapped onto this space and ranked with the study's own relative to each
+  one's best, join the mixtures and the feasibility model with a weight worth at most the
+  random start-up (less for a config moved to fit: ``Observations.weights``), fading as the
+  study's own trials arrive, and replace the random start-up.
 
 The first ``n_startup_trials`` proposals (without a prior) are uniform over the untried set.
 """
