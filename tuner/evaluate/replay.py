@@ -34,7 +34,7 @@ from tuner.errors import UserError
 from tuner.measurement.value import COMPLETE_STATUSES, EXTRA_STATUSES, STATUSES, Measurement
 from tuner.search.distributions import space_distributions
 from tuner.search.space import Space
-from tuner.search.warm_start import Source
+from tuner.search.warm_start import Source, finished_trial
 from tuner.store.results import TableError, normalise
 
 # Kernel Tuner's failure strings and T4 invalidity kinds, in our statuses.
@@ -423,9 +423,7 @@ def recording_source(path: str | Path) -> Source:
         if record.status == "invalid":
             continue
         complete = record.status in COMPLETE_STATUSES and record.ms is not None
-        trials.append(FrozenTrial(
-            number=len(trials), trial_id=len(trials), value=record.ms, intermediate_values={}, system_attrs={},
-            state=TrialState.COMPLETE if complete else TrialState.PRUNED, datetime_start=None, datetime_complete=None,
-            params=dict(zip(recording.axes, key, strict=True)), distributions=distributions,
-            user_attrs={"status": record.status}))
+        trials.append(finished_trial(TrialState.COMPLETE if complete else TrialState.PRUNED, record.ms,
+                                     dict(zip(recording.axes, key, strict=True)), distributions,
+                                     {"status": record.status}, number=len(trials)))
     return Source(recording.path.name, trials)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import optuna
@@ -50,6 +51,15 @@ class Source:
 
     name: str
     trials: list[FrozenTrial]
+
+
+def finished_trial(state: TrialState, value: float | None, params: dict, distributions: dict, user_attrs: dict,
+                   number: int = -1) -> FrozenTrial:
+    """A finished trial as ``optuna.trial.create_trial`` makes one, without its per-trial conversion of
+    the distributions (most of the time of a warm start from a recording of 18,000 configs)."""
+    return FrozenTrial(number=number, trial_id=number, state=state, value=value, datetime_start=None,
+                       datetime_complete=None, params=params, distributions=distributions, user_attrs=user_attrs,
+                       system_attrs={}, intermediate_values={})
 
 
 class _Queue:
@@ -91,11 +101,8 @@ def warm_start(study: optuna.Study, space: Space, sources: list[Source], top: in
     queued: list[Mapped] = []
     for source in sources:
         ranked = sorted((t for t in source.trials if t.state == TrialState.COMPLETE), key=value_of)
-        mapped = [(trial, mapper.map(trial.params)) for trial in ranked]
-        # the source measured an exact config as it runs here; a moved one is a guess: exact ones first
-        candidates = sorted(((t, m) for t, m in mapped if m is not None), key=lambda item: bool(item[1].moved))
         taken = 0
-        for trial, config in candidates:
+        for trial, config in _exact_first(mapper, ranked):
             untuned = tuple(a for a in space.axis_names if a not in trial.params and a not in mapper.hold)  # tiered: tier 2 held
             added = False
             spreads = _untuned_values(trial.params, space, taken)
@@ -115,6 +122,22 @@ def warm_start(study: optuna.Study, space: Space, sources: list[Source], top: in
                     break
     study.set_user_attr(MARK, [source.name for source in sources])
     return queued
+
+
+def _exact_first(mapper: SpaceMap, ranked: list[FrozenTrial]) -> Iterator[tuple[FrozenTrial, Mapped]]:
+    """The source's configs mapped onto this space, in the source's order, those that need no move
+    first: the source measured an exact config as it runs here, a moved one is a guess. Mapped as
+    they are taken, so a queue of five from a recording of 18,000 configs maps a few."""
+    moved = []
+    for trial in ranked:
+        config = mapper.map(trial.params)
+        if config is None:
+            continue
+        if config.moved:
+            moved.append((trial, config))
+        else:
+            yield trial, config
+    yield from moved
 
 
 def _ranked(trial: FrozenTrial) -> bool:
@@ -165,11 +188,11 @@ def prior_trials(space: Space, sources: list[Source]) -> list[FrozenTrial]:
                 mapped = mapper.map(params)
                 if mapped is None or (mapped.moved and not _ranked(trial)):
                     continue
-                prior.append(optuna.trial.create_trial(
-                    state=trial.state, value=value_of(trial) / best if trial.values else None,  # a stopped one: its estimate
-                    params=mapped.params, distributions=distributions,
-                    user_attrs={"status": trial.user_attrs.get("status", ""), MARK: f"{source.name}#{trial.number}",
-                                PRIOR_WEIGHT: share * MOVED_WEIGHT ** len(mapped.moved)}))
+                prior.append(finished_trial(
+                    trial.state, value_of(trial) / best if trial.values else None,  # a stopped one: its estimate
+                    mapped.params, distributions,
+                    {"status": trial.user_attrs.get("status", ""), MARK: f"{source.name}#{trial.number}",
+                     PRIOR_WEIGHT: share * MOVED_WEIGHT ** len(mapped.moved)}))
     return prior
 
 
