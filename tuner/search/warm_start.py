@@ -181,9 +181,9 @@ def prior_trials(space: Space, sources: list[Source]) -> list[FrozenTrial]:
     distributions = dict(space.distributions)
     prior = []
     for source in sources:
-        trials = source.trials
-        best = min((value_of(t) for t in trials if t.state == TrialState.COMPLETE and t.values and t.values[0]), default=1.0)
-        for trial in trials:
+        best = min((value_of(t) for t in source.trials if t.state == TrialState.COMPLETE and t.values and t.values[0]),
+                   default=1.0)
+        for trial in source.trials:
             for params, share in spread_untuned(trial.params, space):
                 mapped = mapper.map(params)
                 if mapped is None or (mapped.moved and not _ranked(trial)):
