@@ -7,6 +7,7 @@ Each patches one step of ``tuner.search.parzen`` for the duration of a proposal;
 Results: results_sampler.md, "fourth session".
 """
 import contextlib
+import math
 
 import numpy as np
 
@@ -576,3 +577,278 @@ class EffectiveBandwidth(_WarmStartPatched):
     """The density's bandwidth by the observations' weight (``_EffectiveMixture``)."""
 
     PATCH = staticmethod(lambda: setattr(P, "Mixture", _EffectiveMixture))
+
+
+def _split_prior_apart(share):
+    """``_split`` with the prior ranked apart from the study: the study's own trials split as a cold
+    study's; the prior's best ``default_gamma`` configs carry ``share`` of its mass (None: their
+    count's share, as when ranked together) and its rest the remainder. With a whole recording the
+    shared ranking gives its 25 best configs 25 / 4,000 of a weight worth ten trials: nothing in ``l``."""
+    plain = P._split
+
+    def split(sources, weights, good, bad):
+        if len(sources) < 2:
+            return plain(sources, weights, good, bad)
+        (own, prior), (own_weight, prior_weight) = sources, weights
+        best = plain([own], [own_weight], good, bad)
+        bad.add(prior.array("slower"), prior_weight)
+        bad.add(prior.array("failed"), prior_weight)
+        if not prior.values:
+            return best
+        codes, counts = prior.array("measured"), prior_weight * prior.array("weights")
+        order = np.argsort(prior.array("values"), kind="stable")
+        n_good = P.default_gamma(len(order))
+        top, rest = order[:n_good], order[n_good:]
+        if share is not None and len(rest):
+            mass = counts.sum()
+            counts = counts.copy()
+            counts[top] *= share * mass / counts[top].sum()
+            counts[rest] *= (1 - share) * mass / counts[rest].sum()
+        good.add(codes[top], counts[top])
+        bad.add(codes[rest], counts[rest])
+        return best if len(best) else list(codes[top])
+
+    return split
+
+
+class _PriorApart(P.ParzenSearch):
+    SHARE: float | None = None
+
+    def propose(self, pool, ordered, prior=None):
+        with patched("_split", _split_prior_apart(self.SHARE)):
+            return super().propose(pool, ordered, prior)
+
+
+class PriorApart(_PriorApart):
+    """The prior ranked apart, its best configs at their count's share of its mass."""
+
+
+class PriorGoodTenth(_PriorApart):
+    """The prior's best configs carry a tenth of its mass (a random start-up's good share)."""
+
+    SHARE = 0.1
+
+
+class PriorGoodHalf(_PriorApart):
+    SHARE = 0.5
+
+
+class RankedMoves(P.ParzenSearch):
+    """With a prior, a plateau's one-axis move is the one whose config the prior measured fastest
+    (relative to its best), among the feasible moves of the first base that has any; a move the prior
+    did not measure is drawn as by the default only when none of them was. With a whole recording
+    the prior's densities barely speak of speed (its good configs weigh 25 / 4,000 of it; its rest is
+    the space's own shape), so its times reach the search only through the queue."""
+
+    def propose(self, pool, ordered, prior=None):
+        self._prior = prior if prior is not None and len(prior) and prior.values else None
+        return super().propose(pool, ordered, prior)
+
+    def _lookup(self):
+        prior = self._prior
+        key = (id(prior), len(prior.values))
+        if getattr(self, "_lookup_key", None) != key:
+            values = prior.array("values")
+            self._lookup_map = {tuple(c): v / values.min() for c, v in zip(prior.array("measured").tolist(), values)}
+            self._lookup_key = key
+        return self._lookup_map
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        if self._prior is None:
+            return super()._local_move(pool, own, ordered, log_feasible)
+        lookup = self._lookup()
+        for index in P._bases(own, len(pool.levels)):
+            per_axis = [np.asarray(m) for m in pool.steps(own.measured[index], ordered) if m]
+            if not per_axis:
+                continue
+            flat = np.concatenate(per_axis)
+            feasible = log_feasible(pool.codes[flat]) > np.log(0.5)
+            if not feasible.any():
+                continue
+            rows = flat[feasible]
+            known = np.array([lookup.get(tuple(code), np.inf) for code in pool.codes[rows].tolist()])
+            if np.isfinite(known).any():
+                best = np.flatnonzero(known <= known.min() + 1e-12)
+                return int(rows[best[self.rng.integers(len(best))]])
+            kept = [m[f] for m, f in zip(per_axis, np.split(feasible, np.cumsum([len(m) for m in per_axis])[:-1])) if f.any()]
+            axis = kept[self.rng.integers(len(kept))]
+            return int(axis[self.rng.integers(len(axis))])
+        return None
+
+
+class PiBO(RankedMoves):
+    """With a prior, the density-ratio step weighs each candidate by the prior's belief, as piBO
+    (Hvarfner et al., 2022) weighs an acquisition: ``log l`` gains ``BETA / n`` times the log of the
+    prior's speed at that config relative to its best (n: the study's own observations; a config the
+    prior did not measure gets the prior's median). The moves stay the default's."""
+
+    BETA = 10.0
+    RANKED_MOVES = False
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        if self.RANKED_MOVES:
+            return super()._local_move(pool, own, ordered, log_feasible)
+        return P.ParzenSearch._local_move(self, pool, own, ordered, log_feasible)
+
+    def propose(self, pool, ordered, prior=None):
+        self._prior = prior if prior is not None and len(prior) and prior.values else None
+        if self._prior is None:
+            return P.ParzenSearch.propose(self, pool, ordered, prior)
+        lookup = self._lookup()
+        neutral = float(np.median(np.log(list(lookup.values()))))
+        weight = self.BETA / max(1, len(pool.observations))
+        plain, made = P.Mixture, []
+
+        class Belief(plain):
+            def log_density(self, candidates, rng):
+                density = super().log_density(candidates, rng)
+                if self is not made[0]:
+                    return density
+                belief = np.array([-math.log(lookup[c]) if c in lookup else -neutral
+                                   for c in map(tuple, candidates.tolist())])
+                return density + weight * belief
+
+        def make(*args, **kwargs):
+            mixture = Belief(*args, **kwargs)
+            made.append(mixture)
+            return mixture
+
+        with patched("Mixture", make):
+            return P.ParzenSearch.propose(self, pool, ordered, prior)
+
+
+class PiBO30(PiBO):
+    BETA = 30.0
+
+
+class PiBORanked(PiBO):
+    RANKED_MOVES = True
+
+
+class PriorFeasibilityOnly(P.ParzenSearch):
+    """The prior informs the feasibility model (and the warm start's queue) only, not ``l`` and ``g``."""
+
+    def propose(self, pool, ordered, prior=None):
+        plain = P._split
+        with patched("_split", lambda sources, weights, good, bad: plain(sources[:1], weights[:1], good, bad)):
+            return super().propose(pool, ordered, prior)
+
+
+def _octave_steps(pool, code, ordered, min_levels=6):
+    """``Pool.steps`` plus, on an ordered numeric axis of ``min_levels`` or more, the untried valid
+    configs nearest to twice and half the value: a block size fast only at multiples of a wavefront
+    (32, 64, 128, ...) is a plateau to one-level moves (8 apart) that an octave crosses."""
+    from tuner.search.pool import Pool
+
+    moves = Pool.steps(pool, code, ordered)
+    base = [int(i) for i in code]
+    for axis, levels in enumerate(pool.levels):
+        values = pool._values[axis]
+        here = base[axis]
+        if not ordered[axis] or levels < min_levels or not all(isinstance(v, (int, float)) and v > 0 for v in values):
+            continue
+        for factor in (2.0, 0.5):
+            target = math.log(values[here] * factor)
+            ranked = sorted((abs(math.log(v) - target), level) for level, v in enumerate(values) if level != here)
+            for _, level in ranked[:3]:  # the nearest valid untried of the three levels nearest the octave
+                base[axis] = level
+                row = pool._row_of.get(tuple(base))
+                base[axis] = here
+                if row is not None and not pool.tried[row]:
+                    if row not in moves[axis]:
+                        moves[axis].append(row)
+                    break
+    return moves
+
+
+class OctaveMoves(P.ParzenSearch):
+    """A plateau's one-axis moves also jump to twice and half the value on long numeric axes."""
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        pool.steps = lambda code, ordered_: _octave_steps(pool, code, ordered_)
+        try:
+            return super()._local_move(pool, own, ordered, log_feasible)
+        finally:
+            del pool.steps
+
+
+class WarmStallUniform(P.ParzenSearch):
+    """With a prior, once the study has gone as many trials without a new best as a cold study waits
+    (its axes), one proposal in four is uniform over the untried set: the random start-up a warm
+    study skipped, spent only where the source's region has stopped paying."""
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        axes = sum(1 for n in pool.levels if n > 1)
+        if prior is not None and len(prior) and own.measured and own.since_best >= axes and own.since_best % 4 == 3:
+            rows = pool.random_untried(1, self.rng)
+            if len(rows):
+                return int(rows[0])
+        return super().propose(pool, ordered, prior)
+
+
+class ScoredMoves(P.ParzenSearch):
+    """A plateau's one-axis move is the feasible move of the first base with any that the density
+    ratio (``l / g * p_ok``, the same as a ratio turn's) scores best, rather than one on an axis
+    drawn uniformly: with 14 axes and ten moves in a 25-trial warm start, the one move that matters
+    (FC1 on an H200: ``L2_PROMO`` 0 -> 256) is missed about one time in three."""
+
+    def propose(self, pool, ordered, prior=None):
+        plain, self._made = P.Mixture, []
+
+        def make(*args, **kwargs):
+            mixture = plain(*args, **kwargs)
+            self._made.append(mixture)
+            return mixture
+
+        with patched("Mixture", make):
+            return super().propose(pool, ordered, prior)
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        good, bad = self._made[0], self._made[1]
+        for index in P._bases(own, len(pool.levels)):
+            per_axis = [np.asarray(m) for m in pool.steps(own.measured[index], ordered) if m]
+            if not per_axis:
+                continue
+            rows = np.concatenate(per_axis)
+            codes = pool.codes[rows]
+            feasible = log_feasible(codes)
+            keep = feasible > np.log(0.5)
+            if not keep.any():
+                continue
+            rows, codes = rows[keep], codes[keep]
+            score = good.log_density(codes, self.rng) - bad.log_density(codes, self.rng) + feasible[keep]
+            top = np.flatnonzero(score >= score.max() - 1e-12)
+            return int(rows[top[self.rng.integers(len(top))]])
+        return None
+
+
+class FewestMovedAxis(P.ParzenSearch):
+    """A plateau's move is drawn on an axis along which the fewest configs one move from its base
+    were tried (each axis once before any twice, as coordinate descent sweeps), not on any axis
+    with a move: ten draws from 14 axes with replacement leave about seven of them untried."""
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        tried = [a for a in (own.array("measured"), own.array("slower"), own.array("failed")) if len(a)]
+        tried = np.concatenate(tried) if tried else np.empty((0, len(pool.levels)), dtype=np.int32)
+        for index in P._bases(own, len(pool.levels)):
+            base = np.asarray(own.measured[index])
+            per_axis = pool.steps(base, ordered)
+            moves = []
+            for axis, rows in enumerate(per_axis):
+                if rows:
+                    rows = np.asarray(rows)
+                    ok = log_feasible(pool.codes[rows]) > np.log(0.5)
+                    if ok.any():
+                        moves.append((axis, rows[ok]))
+            if not moves:
+                continue
+            differs = tried != base
+            single = differs.sum(axis=1) == 1
+            spent = np.bincount(np.argmax(differs[single], axis=1), minlength=len(pool.levels)) if single.any() \
+                else np.zeros(len(pool.levels), dtype=np.int64)
+            fewest = min(spent[axis] for axis, _ in moves)
+            choice = [rows for axis, rows in moves if spent[axis] == fewest]
+            rows = choice[self.rng.integers(len(choice))]
+            return int(rows[self.rng.integers(len(rows))])
+        return None
