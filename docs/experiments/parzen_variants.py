@@ -649,7 +649,7 @@ class RankedMoves(P.ParzenSearch):
         key = (id(prior), len(prior.values))
         if getattr(self, "_lookup_key", None) != key:
             values = prior.array("values")
-            self._lookup_map = {tuple(c): v / values.min() for c, v in zip(prior.array("measured").tolist(), values)}
+            self._lookup_map = {tuple(c): v / values.min() for c, v in zip(prior.array("measured").tolist(), values, strict=True)}
             self._lookup_key = key
         return self._lookup_map
 
@@ -670,7 +670,7 @@ class RankedMoves(P.ParzenSearch):
             if np.isfinite(known).any():
                 best = np.flatnonzero(known <= known.min() + 1e-12)
                 return int(rows[best[self.rng.integers(len(best))]])
-            kept = [m[f] for m, f in zip(per_axis, np.split(feasible, np.cumsum([len(m) for m in per_axis])[:-1])) if f.any()]
+            kept = [m[f] for m, f in zip(per_axis, np.split(feasible, np.cumsum([len(m) for m in per_axis])[:-1]), strict=True) if f.any()]
             axis = kept[self.rng.integers(len(kept))]
             return int(axis[self.rng.integers(len(axis))])
         return None
@@ -790,7 +790,7 @@ class WarmStallUniform(P.ParzenSearch):
 class ScoredMoves(P.ParzenSearch):
     """A plateau's one-axis move is the feasible move of the first base with any that the density
     ratio (``l / g * p_ok``, the same as a ratio turn's) scores best, rather than one on an axis
-    drawn uniformly: with 14 axes and ten moves in a 25-trial warm start, the one move that matters
+    drawn uniformly: with 13 axes and about eight moves in a 25-trial warm start, the one move that matters
     (FC1 on an H200: ``L2_PROMO`` 0 -> 256) is missed about one time in three."""
 
     def propose(self, pool, ordered, prior=None):
@@ -826,7 +826,7 @@ class ScoredMoves(P.ParzenSearch):
 class FewestMovedAxis(P.ParzenSearch):
     """A plateau's move is drawn on an axis along which the fewest configs one move from its base
     were tried (each axis once before any twice, as coordinate descent sweeps), not on any axis
-    with a move: ten draws from 14 axes with replacement leave about seven of them untried."""
+    with a move: eight draws from 13 axes with replacement leave about seven of them untried."""
 
     def _local_move(self, pool, own, ordered, log_feasible):
         tried = [a for a in (own.array("measured"), own.array("slower"), own.array("failed")) if len(a)]
