@@ -559,6 +559,12 @@ class Top10(_WarmStartPatched):
     PATCH = staticmethod(lambda: _queue_top(10))
 
 
+class Top1(_WarmStartPatched):
+    """A warm start queues 1 config of each source (with several sources: one each)."""
+
+    PATCH = staticmethod(lambda: _queue_top(1))
+
+
 class _EffectiveMixture(P.Mixture):
     """A mixture whose bandwidth follows its observations' total weight, not their count: a prior of
     a whole recording (thousands of configs, worth ten trials in all) no longer narrows the kernels

@@ -10,7 +10,8 @@ checkout (PYTHONPATH) to compare two versions on the same seeds: the source stud
 with a Kernel Tuner cache of another GPU passes it to ``--warm-start``) instead of 100 trials of it.
 
 ``--permutations`` takes every ordered pair within each comma-separated group (the same kernel on
-several GPUs). The last line sums up: the mean over the pairs, warm and cold, and the pairs whose
+several GPUs). With ``--all-others`` each member of a group is a target instead, warm-started from the
+whole recordings of all the other members at once (``--warm-start A B C``). The last line sums up: the mean over the pairs, warm and cold, and the pairs whose
 warm runs end below their cold runs by more than two standard errors of the paired difference.
 
 SOURCE and TARGET are Kernel Tuner caches in tests/data/kernel_tuner, named without .json.gz,
@@ -78,11 +79,18 @@ def main() -> None:
                              "runs too: a change to runs with a prior leaves those as they are")
     parser.add_argument("--whole-source", action="store_true",
                         help="the source is the other GPU's whole recording (--warm-start FILE), not 100 trials of it")
+    parser.add_argument("--all-others", action="store_true",
+                        help="with --permutations: each GPU of a group is a target, warm-started from the whole "
+                             "recordings of all the others at once")
     parser.add_argument("--permutations", action="store_true",
                         help="each argument is a comma-separated group: every ordered pair within it")
     parser.add_argument("pairs", nargs="+", metavar="SOURCE:TARGET")
     args = parser.parse_args()
-    if args.permutations:
+    if args.permutations and args.all_others:
+        args.whole_source = True
+        args.pairs = [";".join(m for m in members if m != target) + f":{target}"
+                      for members in (group.split(",") for group in args.pairs) for target in members]
+    elif args.permutations:
         args.pairs = [f"{a}:{b}" for group in args.pairs for a, b in itertools.permutations(group.split(","), 2)]
     if args.search:
         import importlib
@@ -101,21 +109,21 @@ def main() -> None:
         source, target = pair.split(":")
         started = time.time()
         folder = Path(tempfile.mkdtemp())
-        paths = [cache_path(name) for name in (source, target)]
+        paths = [cache_path(name) for name in (*source.split(";"), target)]  # sources ";"-separated: --all-others
         if args.pruner:
             paths = [with_launch_times(p, folder) for p in paths]
-        rs, rt = load_recording(paths[0]), load_recording(paths[1])
+        rs, rt = load_recording(paths[0]), load_recording(paths[-1])
         ss, st = space_for(None, rs), space_for(None, rt)
         warm, cold = [], []
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             with tempfile.TemporaryDirectory() as tmp:
                 url = str(Path(tmp) / "warm.log")
                 if args.whole_source:
-                    source_name = str(paths[0])
+                    source_names = [str(p) for p in paths[:-1]]
                 else:
-                    source_name = "source0"
-                    run_tuner(ss, rs, "tpe", seed, 100, storage=url, study_name=source_name, pruner=args.pruner)
-                values = run_tuner(st, rt, "tpe", seed, args.budget, storage=url, warm_start=[source_name], study_name="target",
+                    source_names = ["source0"]
+                    run_tuner(ss, rs, "tpe", seed, 100, storage=url, study_name=source_names[0], pruner=args.pruner)
+                values = run_tuner(st, rt, "tpe", seed, args.budget, storage=url, warm_start=source_names, study_name="target",
                                    pruner=args.pruner, ahead=args.ahead)
             warm.append(rt.optimum() / min(values))
             cold.append(rt.optimum() / min(run_tuner(st, rt, "tpe", seed, args.budget, pruner=args.pruner, ahead=args.ahead)))
