@@ -644,7 +644,7 @@ class RankedMoves(P.ParzenSearch):
     (relative to its best), among the feasible moves of the first base that has any; a move the prior
     did not measure is drawn as by the default only when none of them was. With a whole recording
     the prior's densities barely speak of speed (its good configs weigh 25 / 4,000 of it; its rest is
-    the space's own shape), so its times reach the search only through the queue."""
+    the space's own shape), so its times reach the search mostly through the queue and ``g``."""
 
     def propose(self, pool, ordered, prior=None):
         self._prior = prior if prior is not None and len(prior) and prior.values else None
@@ -686,15 +686,11 @@ class PiBO(RankedMoves):
     """With a prior, the density-ratio step weighs each candidate by the prior's belief, as piBO
     (Hvarfner et al., 2022) weighs an acquisition: ``log l`` gains ``BETA / n`` times the log of the
     prior's speed at that config relative to its best (n: the study's own observations; a config the
-    prior did not measure gets the prior's median). The moves stay the default's."""
+    prior did not measure gets the prior's median). The moves stay the default's (``RankedMoves``
+    lends only its lookup of the prior's times)."""
 
     BETA = 10.0
-    RANKED_MOVES = False
-
-    def _local_move(self, pool, own, ordered, log_feasible):
-        if self.RANKED_MOVES:
-            return super()._local_move(pool, own, ordered, log_feasible)
-        return P.ParzenSearch._local_move(self, pool, own, ordered, log_feasible)
+    _local_move = P.ParzenSearch._local_move
 
     def propose(self, pool, ordered, prior=None):
         self._prior = prior if prior is not None and len(prior) and prior.values else None
@@ -727,10 +723,6 @@ class PiBO30(PiBO):
     BETA = 30.0
 
 
-class PiBORanked(PiBO):
-    RANKED_MOVES = True
-
-
 class PriorFeasibilityOnly(P.ParzenSearch):
     """The prior informs the feasibility model (and the warm start's queue) only, not ``l`` and ``g``."""
 
@@ -742,8 +734,8 @@ class PriorFeasibilityOnly(P.ParzenSearch):
 
 def _octave_steps(pool, code, ordered, min_levels=6):
     """``Pool.steps`` plus, on an ordered numeric axis of ``min_levels`` or more, the untried valid
-    configs nearest to twice and half the value: a block size fast only at multiples of a wavefront
-    (32, 64, 128, ...) is a plateau to one-level moves (8 apart) that an octave crosses."""
+    configs nearest to twice and half the value: along a block size whose speed rises and falls
+    (32, 40, ..., 256), one-level moves stay in the dip next to the incumbent; an octave may cross it."""
     from tuner.search.pool import Pool
 
     moves = Pool.steps(pool, code, ordered)
@@ -796,8 +788,8 @@ class WarmStallUniform(P.ParzenSearch):
 class ScoredMoves(P.ParzenSearch):
     """A plateau's one-axis move is the feasible move of the first base with any that the density
     ratio (``l / g * p_ok``, the same as a ratio turn's) scores best, rather than one on an axis
-    drawn uniformly: with 13 axes and about eight moves in a 25-trial warm start, the one move that matters
-    (FC1 on an H200: ``L2_PROMO`` 0 -> 256) is missed about one time in three."""
+    drawn uniformly: with 13 axes and about eight moves in a 25-trial warm start, the one move that
+    mattered (FC1 on an H200: ``L2_PROMO`` 0 -> 256) was missed on one of six runs."""
 
     def propose(self, pool, ordered, prior=None):
         plain, self._made = P.Mixture, []

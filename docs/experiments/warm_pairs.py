@@ -11,8 +11,9 @@ with a Kernel Tuner cache of another GPU passes it to ``--warm-start``) instead 
 
 ``--permutations`` takes every ordered pair within each comma-separated group (the same kernel on
 several GPUs). With ``--all-others`` each member of a group is a target instead, warm-started from the
-whole recordings of all the other members at once (``--warm-start A B C``). The last line sums up: the mean over the pairs, warm and cold, and the pairs whose
-warm runs end below their cold runs by more than two standard errors of the paired difference.
+whole recordings of all the other members at once (``--warm-start A B C``). The last line sums up: the
+mean over the pairs, warm and cold, and the pairs whose warm runs end below their cold runs by more than
+two standard errors of the paired difference.
 
 SOURCE and TARGET are Kernel Tuner caches in tests/data/kernel_tuner, named without .json.gz,
 e.g. convolution_milo_A100:convolution_RTX_Titan, or paths to caches (our own recordings:
