@@ -414,7 +414,9 @@ def proposal_cost_by_history(n_valid: int = 100_000, finished: tuple[int, ...] =
         pool.n_tried = n
         ordered = [ordered_axis(values) for values in space.axes.values()]
         medians = []
-        for since_best in (1, 10 * n):  # a density-ratio turn; a plateau's move (every base's moves scanned)
+        patience = sum(1 for levels in pool.levels if levels > 1)  # a plateau moves on every other turn from there
+        plateau = 10 * n + (10 * n - patience) % 2
+        for since_best in (1, plateau):  # a density-ratio turn; a plateau's move (every base's moves scanned)
             pool.observations.since_best = since_best
             search = ParzenSearch(seed=0)
             seconds = []

@@ -223,6 +223,34 @@ def test_once_the_best_config_has_no_move_left_the_moves_climb_from_another_basi
         assert np.count_nonzero(move != other_top) == 1 and np.count_nonzero(move != slope) > 1
 
 
+def test_a_move_along_an_ordered_axis_whose_near_levels_are_spent_may_go_to_any_untried_level():
+    """Block sizes 8..96 in steps of 8, fastest at 16 and again from 64 on, slower between: once the
+    levels around 16 are tried and slower, a climb held to the nearest levels would stay at 16."""
+    sizes = list(range(8, 104, 8))
+    recording, space = recorded_space({"block": sizes, "unroll": [1, 2]}, lambda c: Record("ok", 1.0, [1.0]))
+    pool = Pool(space, space.valid)
+    measured = {(1, 0): 1.0, (0, 0): 2.0, (2, 0): 2.0, (3, 0): 2.5, (4, 0): 3.0, (1, 1): 2.0}
+    for code, value in measured.items():
+        pool._take(np.array(code), +1)
+        pool.observations.add(np.array(code), value)
+
+    near = pool.steps(np.array([4, 0]), [True, False])  # from 40: 48 is untried, 32 and below spent
+    assert [pool.codes[row][0] for row in near[0]] == [5]
+    line = pool.steps(np.array([1, 0]), [True, False])  # from 16: every level within reach tried
+    assert sorted(int(pool.codes[row][0]) for row in line[0]) == list(range(5, len(sizes)))
+    assert line[1] == []  # unroll 2 at 16 is tried
+
+    search = ParzenSearch(seed=0)
+    reached = set()
+    for seed in range(40):
+        search.rng = np.random.default_rng(seed)
+        row = search._local_move(pool, pool.observations, [True, False], lambda codes: np.zeros(len(codes)))
+        block, unroll = pool.codes[row]
+        assert unroll == 0 and block >= 5
+        reached.add(int(block))
+    assert max(reached) >= sizes.index(64)  # the line reaches the other fast region
+
+
 def test_an_ordered_axis_is_counted_same_or_different_where_its_good_values_alternate():
     """Axis 0 (8 levels): good at the even levels only; axis 1 (6 levels): good at the low ones."""
     def observed(n: int) -> Observations:
@@ -241,8 +269,10 @@ def test_an_ordered_axis_is_counted_same_or_different_where_its_good_values_alte
 def test_a_block_size_fast_at_multiples_of_a_wavefront_is_found(monkeypatch):
     """block_size_x in steps of 16 runs 10 % faster at multiples of 64 (an AMD wavefront): its good
     values alternate with slower ones, and the ordinal kernel spreads their weight onto the slower
-    neighbours. Checked against the data, the axis is counted same / different and every seed
-    finds the optimum in 100 trials; kept ordinal, some seeds do not."""
+    neighbours. Two things find the optimum anyway, each on every seed within 120 trials: the axis
+    checked against the data is counted same / different, and a plateau's move along the axis goes
+    past its spent near levels to the next multiple of 64 (with the nearest levels only and the
+    kernel kept ordinal, 7 of 40 seeds missed it in 100 trials, 2 in 150)."""
     axes = {"block_size_x": list(range(16, 257, 16)), "block_size_y": [1, 2, 4, 8], "tile_x": list(range(1, 7)),
             "tile_y": [1, 2, 3, 4], "flag": [0, 1]}
 
@@ -257,7 +287,7 @@ def test_a_block_size_fast_at_multiples_of_a_wavefront_is_found(monkeypatch):
     def found(seeds: range) -> int:
         hits = 0
         for seed in seeds:
-            settings = RunSettings(study_name=f"w{seed}", sampler="tpe", trials=100, seed=seed, pruner=False, progress=False)
+            settings = RunSettings(study_name=f"w{seed}", sampler="tpe", trials=120, seed=seed, pruner=False, progress=False)
             runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
             runner.run()
             hits += runner.study.best_value <= recording.optimum() * (1 + 1e-9)
@@ -266,8 +296,8 @@ def test_a_block_size_fast_at_multiples_of_a_wavefront_is_found(monkeypatch):
     chosen = found(range(20))
     monkeypatch.setattr(parzen, "MIN_GOOD_TO_CHOOSE_KERNEL", 10**9)  # never choose: ordinal throughout
     ordinal = found(range(20))
-    print(f"optimum found in 100 trials: {chosen} of 20 seeds with the kernel choice, {ordinal} kept ordinal")
-    assert chosen == 20 and ordinal < 20
+    print(f"optimum found in 120 trials: {chosen} of 20 seeds with the kernel choice, {ordinal} kept ordinal")
+    assert chosen == 20 and ordinal == 20
 
 
 def test_warm_start_prior_shapes_the_first_proposals(tmp_path):

@@ -850,3 +850,59 @@ class FewestMovedAxis(P.ParzenSearch):
             rows = choice[self.rng.integers(len(choice))]
             return int(rows[self.rng.integers(len(rows))])
         return None
+
+
+class WarmAllMoves(P.ParzenSearch):
+    """With a prior, every proposal after the queue is a plateau move while one is left (not every
+    other): a 25-trial warm run on FC1's 13 axes then tries each axis's move from its best."""
+
+    share = 1  # of every ``period`` proposals, this many are moves
+
+    period = 1
+
+    def propose(self, pool, ordered, prior=None):
+        since = pool.observations.since_best
+        if prior is not None and len(prior):
+            # the parent moves when since_best >= patience and (since_best - patience) is even
+            self.patience = since if since % self.period < self.share else since + 1
+        else:
+            self.patience = None
+        return super().propose(pool, ordered, prior)
+
+
+class WarmTwoThirdsMoves(WarmAllMoves):
+    """The same, two proposals in three."""
+
+    share, period = 2, 3
+
+
+class AxisLineMoves(P.ParzenSearch):
+    """On an ordered axis whose near moves are spent (every level within ``REACH`` tried levels of the
+    base), a plateau's move may go to any untried level of that axis: a climb whose axis rises and falls
+    along its length (dedispersion W7800: ``block_size_y`` 40-120 slower than 32, 128 faster) is not
+    held at the nearest levels."""
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        steps = pool.steps
+
+        def line_steps(code, ordered_axes):
+            moves = steps(code, ordered_axes)
+            base = [int(i) for i in code]
+            for axis, levels in enumerate(pool.levels):
+                if moves[axis] or not ordered_axes[axis] or levels < 3:
+                    continue
+                here, far = base[axis], []
+                for level in range(levels):
+                    base[axis] = level
+                    row = pool._row_of.get(tuple(base))
+                    if level != here and row is not None and not pool.tried[row]:
+                        far.append(row)
+                base[axis] = here
+                moves[axis] = far
+            return moves
+
+        pool.steps = line_steps
+        try:
+            return super()._local_move(pool, own, ordered, log_feasible)
+        finally:
+            del pool.steps

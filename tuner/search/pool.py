@@ -207,32 +207,36 @@ class Pool:
 
     def neighbours(self, code: Code) -> np.ndarray:
         """Untried rows that differ from ``code`` in one axis, by any value."""
-        rows = []
         base = [int(i) for i in code]
-        for axis, levels in enumerate(self.levels):
-            here = base[axis]
-            for level in range(levels):
-                if level == here:
-                    continue
+        return np.array([row for axis in range(len(self.levels)) for row in self._untried_along(base, axis)], dtype=np.int64)
+
+    def _untried_along(self, base: list[int], axis: int) -> list[int]:
+        """Untried rows that differ from ``base`` in ``axis`` only, in level order."""
+        here, rows = base[axis], []
+        for level in range(self.levels[axis]):
+            if level != here:
                 base[axis] = level
                 row = self._row_of.get(tuple(base))
                 if row is not None and self.tried[row] == 0:
                     rows.append(row)
-            base[axis] = here
-        return np.array(rows, dtype=np.int64)
+        base[axis] = here
+        return rows
 
     def steps(self, code: Code, ordered: Sequence[bool]) -> list[list[int]]:
         """Per axis, the untried rows one move away from ``code``: on an ordered axis the nearest
-        untried valid level below and above, on another axis every other value."""
+        untried valid level below and above, passing at most ``REACH`` tried ones, or where both are
+        spent every untried level of the axis (its speed may rise and fall along it: fast at 32 and
+        from 128 on, slower between); on another axis every other value."""
         moves: list[list[int]] = []
         base = [int(i) for i in code]
         for axis, levels in enumerate(self.levels):
+            if not ordered[axis]:
+                moves.append(self._untried_along(base, axis))
+                continue
             here = base[axis]
             found: list[int] = []
-            directions = (range(here - 1, -1, -1), range(here + 1, levels)) if ordered[axis] else \
-                ([level for level in range(levels) if level != here],)
-            for direction in directions:
-                passed = 0  # valid levels passed (tried): a move reaches REACH of them, not the whole axis
+            for direction in (range(here - 1, -1, -1), range(here + 1, levels)):
+                passed = 0  # valid levels passed (tried)
                 for level in direction:
                     base[axis] = level
                     row = self._row_of.get(tuple(base))
@@ -240,14 +244,12 @@ class Pool:
                         continue  # invalid there: the move goes on to the next level
                     if not self.tried[row]:
                         found.append(row)
-                        if ordered[axis]:
-                            break
-                    elif ordered[axis]:
-                        passed += 1
-                        if passed > REACH:
-                            break
+                        break
+                    passed += 1
+                    if passed > REACH:
+                        break
             base[axis] = here
-            moves.append(found)
+            moves.append(found or self._untried_along(base, axis))
         return moves
 
     def first_untried(self, start: int) -> int | None:
