@@ -854,7 +854,8 @@ class FewestMovedAxis(P.ParzenSearch):
 
 class WarmAllMoves(P.ParzenSearch):
     """With a prior, every proposal after the queue is a plateau move while one is left (not every
-    other): a 25-trial warm run on FC1's 13 axes then tries each axis's move from its best."""
+    other), so a 25-trial warm run on FC1's 13 axes can try most axes' moves from its best. Measured
+    within the noise (results_sampler.md, twelfth session): not kept."""
 
     share = 1  # of every ``period`` proposals, this many are moves
 
@@ -880,7 +881,8 @@ class AxisLineMoves(P.ParzenSearch):
     """On an ordered axis whose near moves are spent (every level within ``REACH`` tried levels of the
     base), a plateau's move may go to any untried level of that axis: a climb whose axis rises and falls
     along its length (dedispersion W7800: ``block_size_y`` 40-120 slower than 32, 128 faster) is not
-    held at the nearest levels."""
+    held at the nearest levels. Kept: ``Pool.steps`` does this now, so on the current tree this class
+    proposes as the default does; on an older one it is the change as measured."""
 
     def _local_move(self, pool, own, ordered, log_feasible):
         steps = pool.steps
