@@ -14,6 +14,7 @@ from tuner.search.sampler import ValidOnlySampler
 from tuner.search.space import Space
 from tuner.search.transfer import SpaceMap, nearest_value
 from tuner.search.warm_start import (
+    MARK,
     MOVED_MARK,
     MOVED_WEIGHT,
     SPREAD_MAX,
@@ -114,6 +115,27 @@ def test_warm_start_queues_the_sources_winners_moved_onto_this_space_and_says_so
         "warm start: 3 configs queued (2 moved to the nearest valid: BLOCK, METHOD), prior from 4 trials of src"
     assert warm_start(target, space, [study_source(storage, "src")]) is None  # once per study
     assert transfer_message(None, 1, ["src"]) == "warm start: prior from 1 trial of src"
+
+
+def test_a_warm_start_from_several_sources_queues_top_configs_in_all():
+    """Five recordings of other GPUs and a 25-trial run: five configs of each would be the whole run,
+    with no trial left to the search. ``top`` is the queue's length, shared among the sources, the
+    first ones taking what does not divide evenly; each source's prior is whole."""
+    storage = optuna.storages.InMemoryStorage()
+    blocks = [16, 32, 64]
+    for index, name in enumerate(("gpu0", "gpu1", "gpu2")):
+        configs = [{"BLOCK": b, "METHOD": m, "STAGES": 2 + index} for b in blocks for m in ("a", "b")]
+        source_study(storage, name, configs, [1.0 + i for i in range(len(configs))])
+    sources = [study_source(storage, name) for name in ("gpu0", "gpu1", "gpu2")]
+    target = optuna.create_study(study_name="dst", storage=storage)
+    queued = warm_start(target, target_space(), sources, top=5)
+    assert [m.params["STAGES"] for m in queued] == [2, 2, 3, 3, 4]  # 2 + 2 + 1, each source's best first
+    assert [m.params["BLOCK"] for m in queued] == [16, 16, 16, 16, 16]
+    assert [t.user_attrs[MARK] for t in target.get_trials(states=(TrialState.WAITING,))] == \
+        ["gpu0#0", "gpu0#1", "gpu1#0", "gpu1#1", "gpu2#0"]
+    assert len(prior_trials(target_space(), sources)) == 18
+    one = optuna.create_study(study_name="dst1", storage=storage)
+    assert len(warm_start(one, target_space(), sources, top=1)) == 1  # more sources than configs: the first
 
 
 def test_a_failure_that_would_have_to_move_stays_out_of_the_prior():

@@ -908,3 +908,34 @@ class AxisLineMoves(P.ParzenSearch):
             return super()._local_move(pool, own, ordered, log_feasible)
         finally:
             del pool.steps
+
+
+def _queue_in_all(top):
+    """A warm start queues ``top`` configs in all, shared among its sources (the first ones take the
+    remainder), not ``top`` of each: five sources and a 25-trial budget leave the search no trial."""
+    from tuner.run import runner
+    from tuner.search.warm_start import MARK
+
+    plain = getattr(runner, "plain_warm_start", runner.warm_start)
+    runner.plain_warm_start = plain
+
+    def in_all(study, space, sources, _top, tiered=False):
+        if study.user_attrs.get(MARK):
+            return None
+        queued = []
+        for index, source in enumerate(sources):
+            share = top // len(sources) + (index < top % len(sources))
+            if share:
+                study.set_user_attr(MARK, [])  # one source at a time
+                queued += plain(study, space, [source], share, tiered) or []
+        study.set_user_attr(MARK, [source.name for source in sources])
+        return queued
+
+    runner.warm_start = in_all
+
+
+class QueueFiveInAll(_WarmStartPatched):
+    """Five configs queued in all, whatever the number of sources. Kept: ``warm_start`` does this now,
+    so on the current tree this class queues as the default does."""
+
+    PATCH = staticmethod(lambda: _queue_in_all(5))

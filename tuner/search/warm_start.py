@@ -90,16 +90,20 @@ def space_map(space: Space, tiered: bool = False) -> SpaceMap:
 
 
 def warm_start(study: optuna.Study, space: Space, sources: list[Source], top: int = 5, tiered: bool = False) -> list[Mapped] | None:
-    """Queue up to ``top`` configs from each source, its best first, each mapped onto this
-    space (:mod:`tuner.search.transfer`) and at the values of the axes its source did not tune
-    (:func:`_untuned_values`); returns what was queued, or None when this study was warm-started before
-    (a resume: nothing is queued again)."""
+    """Queue up to ``top`` configs in all, shared among the sources (the first ones take what does not
+    divide evenly; five sources and a 25-trial run would otherwise leave the search no trial), each
+    source's best first, each mapped onto this space (:mod:`tuner.search.transfer`) and at the values
+    of the axes its source did not tune (:func:`_untuned_values`); returns what was queued, or None when
+    this study was warm-started before (a resume: nothing is queued again)."""
     if study.user_attrs.get(MARK):
         return None
     mapper = space_map(space, tiered)
     queue = _Queue(study, space)
     queued: list[Mapped] = []
-    for source in sources:
+    for index, source in enumerate(sources):
+        share = top // len(sources) + (index < top % len(sources))
+        if not share:
+            continue
         ranked = sorted((t for t in source.trials if t.state == TrialState.COMPLETE), key=value_of)
         taken = 0
         for trial, config in _exact_first(mapper, ranked):
@@ -118,7 +122,7 @@ def warm_start(study: optuna.Study, space: Space, sources: list[Source], top: in
                     added = True
             if added:
                 taken += 1
-                if taken == top:
+                if taken == share:
                     break
     study.set_user_attr(MARK, [source.name for source in sources])
     return queued

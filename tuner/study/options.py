@@ -205,7 +205,7 @@ class RunOptions:
     warm_start: list[str] = option([], "start from an earlier study in the same storage, or a recording of another GPU "
                                        "(Kernel Tuner cache, our CSV export): its best configs first, its whole history "
                                        "as the prior (repeatable)", commands=SEARCH_COMMANDS, metavar="STUDY|FILE")
-    warm_start_top: int = option(5, "configs taken from each warm-start source", minimum=1, commands=SEARCH_COMMANDS,
+    warm_start_top: int = option(5, "configs a warm start queues, shared among its sources", minimum=1, commands=SEARCH_COMMANDS,
                                  metavar="N")
     accept_mismatch: bool = option(False, "resume even if GPU, kernel source or NVRTC differ",
                                    commands=(*SEARCH_COMMANDS, "grid", "confirm"))
