@@ -136,6 +136,10 @@ def test_a_warm_start_from_several_sources_queues_top_configs_in_all():
     assert len(prior_trials(target_space(), sources)) == 18
     one = optuna.create_study(study_name="dst1", storage=storage)
     assert len(warm_start(one, target_space(), sources, top=1)) == 1  # more sources than configs: the first
+    source_study(storage, "short", [{"BLOCK": 32, "METHOD": "a", "STAGES": 3}], [1.0])  # one config to give
+    after_short = optuna.create_study(study_name="dst2", storage=storage)
+    queued = warm_start(after_short, target_space(), [study_source(storage, "short"), *sources[1:]], top=5)
+    assert [m.params["STAGES"] for m in queued] == [3, 3, 3, 4, 4]  # 1, then the rest shared: 2 + 2
 
 
 def test_a_failure_that_would_have_to_move_stays_out_of_the_prior():

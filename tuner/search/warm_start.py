@@ -91,7 +91,8 @@ def space_map(space: Space, tiered: bool = False) -> SpaceMap:
 
 def warm_start(study: optuna.Study, space: Space, sources: list[Source], top: int = 5, tiered: bool = False) -> list[Mapped] | None:
     """Queue up to ``top`` configs in all, shared among the sources (the first ones take what does not
-    divide evenly; five sources and a 25-trial run would otherwise leave the search no trial), each
+    divide evenly, the next ones what a source short of valid configs leaves; five sources and a
+    25-trial run would otherwise leave the search no trial), each
     source's best first, each mapped onto this space (:mod:`tuner.search.transfer`) and at the values
     of the axes its source did not tune (:func:`_untuned_values`); returns what was queued, or None when
     this study was warm-started before (a resume: nothing is queued again)."""
@@ -100,8 +101,9 @@ def warm_start(study: optuna.Study, space: Space, sources: list[Source], top: in
     mapper = space_map(space, tiered)
     queue = _Queue(study, space)
     queued: list[Mapped] = []
+    left = top
     for index, source in enumerate(sources):
-        share = top // len(sources) + (index < top % len(sources))
+        share = -(-left // (len(sources) - index))  # the rest rounded up: a short source's share passes on
         if not share:
             continue
         ranked = sorted((t for t in source.trials if t.state == TrialState.COMPLETE), key=value_of)
@@ -124,6 +126,7 @@ def warm_start(study: optuna.Study, space: Space, sources: list[Source], top: in
                 taken += 1
                 if taken == share:
                     break
+        left -= taken
     study.set_user_attr(MARK, [source.name for source in sources])
     return queued
 
