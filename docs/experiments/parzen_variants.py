@@ -935,7 +935,8 @@ def _queue_in_all(top):
 
 
 class QueueFiveInAll(_WarmStartPatched):
-    """Five configs queued in all, whatever the number of sources. Kept: ``warm_start`` does this now,
-    so on the current tree this class queues as the default does."""
+    """Five configs queued in all, whatever the number of sources. Kept: ``warm_start`` does this now
+    (and passes on the share a source too short to fill leaves), so on the current tree this class
+    queues as the default does wherever every source has five valid configs."""
 
     PATCH = staticmethod(lambda: _queue_in_all(5))

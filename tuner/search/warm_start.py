@@ -92,10 +92,10 @@ def space_map(space: Space, tiered: bool = False) -> SpaceMap:
 def warm_start(study: optuna.Study, space: Space, sources: list[Source], top: int = 5, tiered: bool = False) -> list[Mapped] | None:
     """Queue up to ``top`` configs in all, shared among the sources (the first ones take what does not
     divide evenly, the next ones what a source short of valid configs leaves; five sources and a
-    25-trial run would otherwise leave the search no trial), each
-    source's best first, each mapped onto this space (:mod:`tuner.search.transfer`) and at the values
-    of the axes its source did not tune (:func:`_untuned_values`); returns what was queued, or None when
-    this study was warm-started before (a resume: nothing is queued again)."""
+    25-trial run would otherwise leave the search no trial), each source's best first, each mapped
+    onto this space (:mod:`tuner.search.transfer`) and at the values of the axes its source did not
+    tune (:func:`_untuned_values`); returns what was queued, or None when this study was warm-started
+    before (a resume: nothing is queued again)."""
     if study.user_attrs.get(MARK):
         return None
     mapper = space_map(space, tiered)
