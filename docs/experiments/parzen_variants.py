@@ -212,10 +212,10 @@ def product_levels(pool, prefixes):
     ``prefixes``: ``table`` maps each combination of their levels to the product's level (its rank
     among the ``n`` distinct products); None where fewer than two axes match."""
     axes = [a for a, name in enumerate(pool.axes) if name.startswith(tuple(prefixes))
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pool._values[a])]
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pool.values[a])]
     if len(axes) < 2:
         return None
-    grids = np.meshgrid(*[np.asarray(pool._values[a], dtype=float) for a in axes], indexing="ij")
+    grids = np.meshgrid(*[np.asarray(pool.values[a], dtype=float) for a in axes], indexing="ij")
     product = np.prod(grids, axis=0)
     distinct = np.unique(product)
     return axes, np.searchsorted(distinct, product), len(distinct)
@@ -741,7 +741,7 @@ def _octave_steps(pool, code, ordered, min_levels=6):
     moves = Pool.steps(pool, code, ordered)
     base = [int(i) for i in code]
     for axis, levels in enumerate(pool.levels):
-        values = pool._values[axis]
+        values = pool.values[axis]
         here = base[axis]
         if not ordered[axis] or levels < min_levels or not all(isinstance(v, (int, float)) and v > 0 for v in values):
             continue
@@ -940,3 +940,202 @@ class QueueFiveInAll(_WarmStartPatched):
     queues as the default does wherever every source has five valid configs."""
 
     PATCH = staticmethod(lambda: _queue_in_all(5))
+
+
+class PatternMoves(P.ParzenSearch):
+    """Right after a new best, the next proposal continues the change that found it (Hooke and Jeeves'
+    pattern move): the new best plus its difference from the previous best, in level steps along each
+    ordered axis that changed (clipped to the axis; unordered axes as in the new best). Where that config
+    is invalid or tried, one more level along one of those axes, drawn at random. After the start-up only
+    (or with a prior): a difference between two uniform draws says nothing of a direction."""
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        started = len(own) + len(pool.in_flight_codes())
+        has_prior = prior is not None and len(prior)
+        if own.since_best == 0 and len(own.measured) >= 2 and (has_prior or started >= self.n_startup_trials):
+            row = self._pattern(pool, own, ordered)
+            if row is not None:
+                return row
+        return super().propose(pool, ordered, prior)
+
+    def _pattern(self, pool, own, ordered):
+        values = own.array("values")
+        best = int(np.argmin(values))
+        if best == 0:
+            return None
+        previous = int(np.argmin(values[:best]))
+        codes = own.array("measured")
+        new, old = codes[best].astype(int), codes[previous].astype(int)
+        levels = np.asarray(pool.levels)
+        delta = np.where(np.asarray(ordered, dtype=bool), new - old, 0)
+        if not delta.any():
+            return None
+        target = np.clip(new + delta, 0, levels - 1)
+        row = pool.row(target)
+        if row is not None and not pool.tried[row] and (target != new).any():
+            return int(row)
+        singles = []
+        for axis in np.flatnonzero(delta):
+            step = new.copy()
+            step[axis] = new[axis] + np.sign(delta[axis])
+            if 0 <= step[axis] < levels[axis]:
+                r = pool.row(step)
+                if r is not None and not pool.tried[r]:
+                    singles.append(int(r))
+        return singles[self.rng.integers(len(singles))] if singles else None
+
+
+def alignment_levels(pool):
+    """(axis, table, n) for each ordered axis of positive integers, not all powers of two, whose values
+    divide by different powers of two (a block size in steps of 16): ``table`` maps the axis's level to
+    the rank of its value's largest power-of-two divisor among the ``n`` distinct ones."""
+    extra = []
+    if hasattr(P, "alignments"):  # the product's own (stepped axes): not added twice
+        done = {a.axis for a in P.alignments(tuple(tuple(v) for v in pool.values))}
+    else:
+        done = set()
+    for axis, values in enumerate(pool.values):
+        if axis in done:
+            continue
+        if len(values) < 4 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+            continue
+        if all(v & (v - 1) == 0 for v in values):
+            continue  # powers of two: the divisor is the value itself, the axis's order says it
+        exponents = np.array([(v & -v).bit_length() - 1 for v in values])
+        distinct = np.unique(exponents)
+        if len(distinct) >= 2:
+            extra.append((axis, np.searchsorted(distinct, exponents), len(distinct)))
+    return extra
+
+
+class Aligned(P.ParzenSearch):
+    """The densities also see, for each axis of ``alignment_levels``, how many times two divides its
+    value, as one more ordinal axis: a block size fast at multiples of a wavefront (64 on AMD) is
+    near 128 and 256 there, not 48 and 80."""
+
+    def propose(self, pool, ordered, prior=None):
+        extra = alignment_levels(pool)
+        if not extra:
+            return super().propose(pool, ordered, prior)
+
+        def recode(codes):
+            codes = np.asarray(codes)
+            return np.column_stack([codes, *(table[codes[:, axis]] for axis, table, _ in extra)]).astype(codes.dtype)
+
+        class AlignedMixture(ORIG_MIXTURE):
+            def __init__(self, levels, ordered_, sharp=False):
+                super().__init__(list(levels) + [n for *_, n in extra], list(ordered_) + [True] * len(extra), sharp)
+
+            def add(self, codes, weight=1.0):
+                if len(codes):
+                    codes = recode(np.asarray(codes))
+                super().add(codes, weight)
+
+            def log_density(self, candidates, rng):
+                return super().log_density(recode(candidates), rng)
+
+        with patched("Mixture", AlignedMixture):
+            return super().propose(pool, ordered, prior)
+
+
+class AlignedSteps(Aligned):
+    """As ``Aligned``, only on axes whose values share a factor (block sizes in steps of 8 or 16): a
+    count of 1, 2, 3, 4 (a tile) has no alignment to keep. Kept: ``parzen.alignments`` does this now, so
+    on the current tree this class proposes as the default does; on an older one it is the change as
+    measured."""
+
+    def propose(self, pool, ordered, prior=None):
+        import math as _math
+
+        def stepped():
+            return [(a, t, n) for a, t, n in plain_alignment_levels(pool) if _math.gcd(*pool.values[a]) >= 2]
+
+        with patched_alignment(stepped):
+            return super().propose(pool, ordered, prior)
+
+
+plain_alignment_levels = alignment_levels
+
+
+@contextlib.contextmanager
+def patched_alignment(function):
+    global alignment_levels
+    old = alignment_levels
+    alignment_levels = lambda pool: function()  # noqa: E731
+    try:
+        yield
+    finally:
+        alignment_levels = old
+
+
+class RepairedMoves(P.ParzenSearch):
+    """A plateau's move along an ordered axis toward an end where no level is valid with the base's other
+    values (a tile of 1 only with a stride of 0) goes to the nearest level there anyway, with one other
+    axis moved as little as makes it valid: constraints couple axes, and the climb otherwise never
+    crosses them. Kept: ``Pool.steps`` does this now; on the current tree this class adds each such
+    move a second time (run it on an older one: the change as measured)."""
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        steps = pool.steps
+
+        def repaired_steps(code, ordered_axes):
+            moves = steps(code, ordered_axes)
+            base = [int(i) for i in code]
+            for axis, levels in enumerate(pool.levels):
+                if not ordered_axes[axis] or levels < 2:
+                    continue
+                here = base[axis]
+                for direction in (range(here - 1, -1, -1), range(here + 1, levels)):
+                    if not len(direction):
+                        continue
+                    if any(pool.row(base[:axis] + [level] + base[axis + 1:]) is not None for level in direction):
+                        continue  # a valid level that way: the move passes invalid ones as before
+                    target = direction[0]
+                    best, best_distance = None, None
+                    for other, other_levels in enumerate(pool.levels):
+                        if other == axis:
+                            continue
+                        for level in range(other_levels):
+                            if level == base[other]:
+                                continue
+                            code2 = list(base)
+                            code2[axis], code2[other] = target, level
+                            row = pool.row(code2)
+                            if row is None or pool.tried[row]:
+                                continue
+                            distance = abs(level - base[other]) if ordered_axes[other] else 1
+                            if best_distance is None or distance < best_distance:
+                                best, best_distance = row, distance
+                    if best is not None:
+                        moves[axis] = list(moves[axis]) + [best]
+            return moves
+
+        pool.steps = repaired_steps
+        try:
+            return super()._local_move(pool, own, ordered, log_feasible)
+        finally:
+            del pool.steps
+
+
+class RepairedOnMovingAxes(P.ParzenSearch):
+    """``Pool.steps``'s repaired moves (one other axis changed to make the level valid) only on an axis that
+    has a one-axis move too: an axis whose only moves are repaired ones is not drawn, so the draw among the
+    axes is the one before repaired moves. (On a tree without them, this class proposes as the default.)"""
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        steps = pool.steps
+
+        def filtered(code, ordered_axes):
+            moves = steps(code, ordered_axes)
+            base = np.asarray(code)
+            for axis, rows in enumerate(moves):
+                if rows and all(int((pool.codes[row] != base).sum()) == 2 for row in rows):
+                    moves[axis] = []
+            return moves
+
+        pool.steps = filtered
+        try:
+            return super()._local_move(pool, own, ordered, log_feasible)
+        finally:
+            del pool.steps

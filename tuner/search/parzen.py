@@ -14,6 +14,9 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   liar). Numeric axes are ordinal: the kernel is a Gaussian over level indices, so order counts
   and the spacing of the values (powers of two, steps of 16) does not; other axes count only
   same / different. The bandwidth follows Scott's rule, on the observations' total weight.
+  An axis counted in steps (a block size of 16, 32, ..., 256) also enters as how many times two
+  divides its value (:func:`alignments`): a config fast at multiples of a wavefront (64 on AMD
+  GPUs) is then near the other multiples, not its slower neighbours 48 and 80;
   Once five configs are good, an ordered axis keeps its ordinal kernel only while that
   predicts which configs are good as well as same / different does (:func:`choose_kernels`):
   a block size whose good values alternate (multiples of a wavefront) is not smooth in its index;
@@ -42,6 +45,8 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -73,11 +78,46 @@ def default_gamma(n: int) -> int:
     return min(int(math.ceil(0.1 * n)), 25)
 
 
-class Mixture:
-    """Observations (level-index rows) with weights, as a kernel density over the candidates."""
+@dataclass(frozen=True)
+class Alignment:
+    """How many times two divides an axis's value, as one more ordered column of the densities."""
 
-    def __init__(self, levels: Sequence[int], ordered: Sequence[bool], sharp: bool = False):
-        self.levels, self.ordered = list(levels), list(ordered)
+    axis: int
+    #: the axis's level -> the rank of its value's largest power-of-two divisor, among the axis's values
+    table: np.ndarray
+    levels: int
+
+
+@functools.lru_cache(maxsize=64)
+def alignments(values: tuple[tuple[Any, ...], ...]) -> tuple[Alignment, ...]:
+    """An :class:`Alignment` for each axis (``values``: each axis's, in level order) of four or more
+    positive integers with a common factor, not all powers of two, that two divides a different number
+    of times: a size counted in steps of 8 or 16, where hardware favours multiples of 32 or 64. Counts
+    such as tiles of 1, 2, 3, 4 have no common factor, and along powers of two the order says it all."""
+    found = []
+    for axis, levels in enumerate(values):
+        if len(levels) < 4 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in levels):
+            continue
+        if math.gcd(*levels) < 2 or all(v & (v - 1) == 0 for v in levels):
+            continue
+        exponents = np.array([(v & -v).bit_length() - 1 for v in levels])
+        distinct = np.unique(exponents)
+        if len(distinct) >= 2:
+            table = np.searchsorted(distinct, exponents)
+            table.setflags(write=False)  # cached: shared by every proposal
+            found.append(Alignment(axis, table, len(distinct)))
+    return tuple(found)
+
+
+class Mixture:
+    """Observations (level-index rows) with weights, as a kernel density over the candidates; each
+    of ``aligned`` adds its column to the rows (:func:`alignments`)."""
+
+    def __init__(self, levels: Sequence[int], ordered: Sequence[bool], sharp: bool = False,
+                 aligned: Sequence[Alignment] = ()):
+        self.aligned = list(aligned)
+        self.levels = list(levels) + [a.levels for a in self.aligned]
+        self.ordered = list(ordered) + [True] * len(self.aligned)
         self.sharp = sharp  # the narrowest kernel (half a level): a classifier's boundary, not a trend
         # blocks of rows as added (a study's observations arrive as a few arrays, not row by row)
         self._codes: list[np.ndarray] = []
@@ -86,9 +126,14 @@ class Mixture:
     def add(self, codes: Sequence[np.ndarray] | np.ndarray, weight: float | np.ndarray = 1.0) -> None:
         """Observations as level-index rows, each counting ``weight`` (one for all, or one per row)."""
         if len(codes):
-            rows = np.asarray(codes)
+            rows = self._with_alignments(np.asarray(codes))
             self._codes.append(rows)
             self._weights.append(np.broadcast_to(np.asarray(weight, dtype=float), (len(rows),)))
+
+    def _with_alignments(self, codes: np.ndarray) -> np.ndarray:
+        if not self.aligned:
+            return codes
+        return np.column_stack([codes, *(a.table[codes[:, a.axis]] for a in self.aligned)]).astype(codes.dtype)
 
     @property
     def codes(self) -> np.ndarray:
@@ -108,6 +153,7 @@ class Mixture:
     def log_density(self, candidates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """log of (uniform + sum_k w_k prod_axis K(x_axis | o_k,axis)) / (1 + sum_k w_k)."""
         uniform = float(np.exp(-np.sum(np.log(self.levels))))
+        candidates = self._with_alignments(candidates)
         if not len(self):
             return np.full(len(candidates), math.log(uniform))
         obs, weights = self.codes, self.weights
@@ -182,8 +228,10 @@ class ParzenSearch:
             return int(rows[0]) if len(rows) else None
 
         ordered = choose_kernels(own, pool.levels, ordered)
-        good, bad = Mixture(pool.levels, ordered), Mixture(pool.levels, ordered)
-        ok, failed = Mixture(pool.levels, ordered, sharp=True), Mixture(pool.levels, ordered, sharp=True)
+        aligned = alignments(tuple(tuple(values) for values in pool.values))
+        good, bad = Mixture(pool.levels, ordered, aligned=aligned), Mixture(pool.levels, ordered, aligned=aligned)
+        ok = Mixture(pool.levels, ordered, sharp=True, aligned=aligned)
+        failed = Mixture(pool.levels, ordered, sharp=True, aligned=aligned)
         bad.add(pool.in_flight_codes())  # constant liar: what others measure now is no reason to go there
         if prior is None:
             best = _split([own], [1.0], good, bad)

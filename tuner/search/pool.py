@@ -113,7 +113,7 @@ class Pool:
         self.axes = space.axis_names
         self.levels = [len(v) for v in space.axes.values()]
         self._level_of = [{value: i for i, value in enumerate(values)} for values in space.axes.values()]
-        self._values = [list(values) for values in space.axes.values()]
+        self.values = [list(values) for values in space.axes.values()]  # per axis, in level order
         # one column per axis: a million candidates encode in a second, not one encode() call each
         self.codes = np.empty((len(candidates), len(self.axes)), dtype=np.int32)
         for j, (axis, level) in enumerate(zip(self.axes, self._level_of, strict=True)):
@@ -131,7 +131,7 @@ class Pool:
         return [level[params[a]] for a, level in zip(self.axes, self._level_of, strict=True)]
 
     def decode(self, code: Code) -> dict[str, Any]:
-        return {a: values[int(i)] for a, values, i in zip(self.axes, self._values, code, strict=True)}
+        return {a: values[int(i)] for a, values, i in zip(self.axes, self.values, code, strict=True)}
 
     def row(self, code: Code) -> int | None:
         return self._row_of.get(tuple(int(i) for i in code))
@@ -226,7 +226,10 @@ class Pool:
         """Per axis, the untried rows one move away from ``code``: on an ordered axis the nearest
         untried valid level below and above, passing at most ``REACH`` tried ones, or where both are
         spent every untried level of the axis (its speed may rise and fall along it: fast at 32 and
-        from 128 on, slower between); on another axis every other value."""
+        from 128 on, slower between); on another axis every other value. Toward an end of an ordered
+        axis where no level is valid with the other values of ``code``, the move goes to the next level
+        anyway, with one other axis changed as little as makes it valid (:meth:`_repaired`), on an
+        axis that has a one-axis move too."""
         moves: list[list[int]] = []
         base = [int(i) for i in code]
         for axis, levels in enumerate(self.levels):
@@ -235,22 +238,53 @@ class Pool:
                 continue
             here = base[axis]
             found: list[int] = []
+            repaired: list[int] = []
             for direction in (range(here - 1, -1, -1), range(here + 1, levels)):
-                passed = 0  # valid levels passed (tried)
+                passed, valid = 0, False  # valid levels passed (tried); any valid level that way
                 for level in direction:
                     base[axis] = level
                     row = self._row_of.get(tuple(base))
                     if row is None:
                         continue  # invalid there: the move goes on to the next level
+                    valid = True
                     if not self.tried[row]:
                         found.append(row)
                         break
                     passed += 1
                     if passed > REACH:
                         break
-            base[axis] = here
-            moves.append(found or self._untried_along(base, axis))
+                base[axis] = here
+                if not valid and len(direction):
+                    row = self._repaired(base, axis, direction[0], ordered)
+                    if row is not None:
+                        repaired.append(row)
+            one_axis = found or self._untried_along(base, axis)
+            # repaired moves only beside one-axis ones: an axis with repaired moves alone would join the
+            # draw among the axes, and a constrained space (GEMM's tile sizes) has many of them
+            moves.append(one_axis + repaired if one_axis else [])
         return moves
+
+    def _repaired(self, base: list[int], axis: int, level: int, ordered: Sequence[bool]) -> int | None:
+        """The untried row with ``axis`` at ``level`` and one other axis of ``base`` changed, the fewest
+        level steps (ordered) or one change (other axes); the first in axis and level order among ties.
+        Constraints couple axes (a tile of 1 runs only with a stride of 0), and a climb one axis at a
+        time would never cross them."""
+        best, best_distance = None, 0
+        code = list(base)
+        code[axis] = level
+        for other, levels in enumerate(self.levels):
+            if other == axis:
+                continue
+            for other_level in range(levels):
+                if other_level == base[other]:
+                    continue
+                code[other] = other_level
+                row = self._row_of.get(tuple(code))
+                distance = abs(other_level - base[other]) if ordered[other] else 1
+                if row is not None and not self.tried[row] and (best is None or distance < best_distance):
+                    best, best_distance = row, distance
+            code[other] = base[other]
+        return best
 
     def first_untried(self, start: int) -> int | None:
         """The first untried row at or after ``start`` (grid order)."""
