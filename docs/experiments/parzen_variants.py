@@ -877,15 +877,29 @@ class WarmTwoThirdsMoves(WarmAllMoves):
     share, period = 2, 3
 
 
-class AxisLineMoves(P.ParzenSearch):
+class _StepsVariant(P.ParzenSearch):
+    """A change to ``Pool.steps`` (a plateau's moves) for the duration of a local move: ``moves`` wraps the
+    pool's own."""
+
+    def moves(self, pool, steps):
+        raise NotImplementedError
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        pool.steps = self.moves(pool, pool.steps)
+        try:
+            return super()._local_move(pool, own, ordered, log_feasible)
+        finally:
+            del pool.steps
+
+
+class AxisLineMoves(_StepsVariant):
     """On an ordered axis whose near moves are spent (every level within ``REACH`` tried levels of the
     base), a plateau's move may go to any untried level of that axis: a climb whose axis rises and falls
     along its length (dedispersion W7800: ``block_size_y`` 40-120 slower than 32, 128 faster) is not
     held at the nearest levels. Kept: ``Pool.steps`` does this now, so on the current tree this class
     proposes as the default does; on an older one it is the change as measured."""
 
-    def _local_move(self, pool, own, ordered, log_feasible):
-        steps = pool.steps
+    def moves(self, pool, steps):
 
         def line_steps(code, ordered_axes):
             moves = steps(code, ordered_axes)
@@ -903,11 +917,7 @@ class AxisLineMoves(P.ParzenSearch):
                 moves[axis] = far
             return moves
 
-        pool.steps = line_steps
-        try:
-            return super()._local_move(pool, own, ordered, log_feasible)
-        finally:
-            del pool.steps
+        return line_steps
 
 
 def _queue_in_all(top):
@@ -1069,15 +1079,14 @@ def patched_alignment(function):
         alignment_levels = old
 
 
-class RepairedMoves(P.ParzenSearch):
+class RepairedMoves(_StepsVariant):
     """A plateau's move along an ordered axis toward an end where no level is valid with the base's other
     values (a tile of 1 only with a stride of 0) goes to the nearest level there anyway, with one other
     axis moved as little as makes it valid: constraints couple axes, and the climb otherwise never
     crosses them. Kept: ``Pool.steps`` does this now; on the current tree this class adds each such
     move a second time (run it on an older one: the change as measured)."""
 
-    def _local_move(self, pool, own, ordered, log_feasible):
-        steps = pool.steps
+    def moves(self, pool, steps):
 
         def repaired_steps(code, ordered_axes):
             moves = steps(code, ordered_axes)
@@ -1111,20 +1120,15 @@ class RepairedMoves(P.ParzenSearch):
                         moves[axis] = list(moves[axis]) + [best]
             return moves
 
-        pool.steps = repaired_steps
-        try:
-            return super()._local_move(pool, own, ordered, log_feasible)
-        finally:
-            del pool.steps
+        return repaired_steps
 
 
-class RepairedOnMovingAxes(P.ParzenSearch):
+class RepairedOnMovingAxes(_StepsVariant):
     """``Pool.steps``'s repaired moves (one other axis changed to make the level valid) only on an axis that
     has a one-axis move too: an axis whose only moves are repaired ones is not drawn, so the draw among the
     axes is the one before repaired moves. (On a tree without them, this class proposes as the default.)"""
 
-    def _local_move(self, pool, own, ordered, log_feasible):
-        steps = pool.steps
+    def moves(self, pool, steps):
 
         def filtered(code, ordered_axes):
             moves = steps(code, ordered_axes)
@@ -1134,8 +1138,4 @@ class RepairedOnMovingAxes(P.ParzenSearch):
                     moves[axis] = []
             return moves
 
-        pool.steps = filtered
-        try:
-            return super()._local_move(pool, own, ordered, log_feasible)
-        finally:
-            del pool.steps
+        return filtered
