@@ -26,8 +26,8 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   weighs only the candidates ``l`` favours most (its cost would otherwise dominate a long study's);
 * plateaus: after as many trials without a new best as there are axes, every other proposal
   is a one-axis move from the best config (or else the top of another basin) that is likely
-  to work (on an ordered axis the nearest untried level, or any once those near it are spent:
-  :meth:`~tuner.search.pool.Pool.steps`); the others stay with the density ratio, which can leap
+  to work (on an ordered axis the nearest untried level, or any once those near it are spent, or
+  across a constraint with one other axis changed: :meth:`~tuner.search.pool.Pool.steps`); the others stay with the density ratio, which can leap
   to a basin that no chain of one-axis moves from the incumbent reaches through better configs.
   With a prior the moves start at once: the warm start's queue is where the source's search
   ended, and another GPU or shape moves an optimum by an axis or two, not to another basin;
