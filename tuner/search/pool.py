@@ -269,22 +269,33 @@ class Pool:
         level steps (ordered) or one change (other axes); the first in axis and level order among ties.
         Constraints couple axes (a tile of 1 runs only with a stride of 0), and a climb one axis at a
         time would never cross them."""
-        best, best_distance = None, 0
-        code = list(base)
+        code = np.array(base)
         code[axis] = level
-        for other, levels in enumerate(self.levels):
-            if other == axis:
+        best, best_distance = None, 0
+        for row in self.one_axis_away(code):
+            changed = self.codes[row] != code
+            if changed[axis] or self.tried[row]:
                 continue
-            for other_level in range(levels):
-                if other_level == base[other]:
-                    continue
-                code[other] = other_level
-                row = self._row_of.get(tuple(code))
-                distance = abs(other_level - base[other]) if ordered[other] else 1
-                if row is not None and not self.tried[row] and (best is None or distance < best_distance):
-                    best, best_distance = row, distance
-            code[other] = base[other]
+            other = int(np.flatnonzero(changed)[0])
+            distance = abs(int(self.codes[row][other]) - base[other]) if ordered[other] else 1
+            if best is None or distance < best_distance:
+                best, best_distance = row, distance
         return best
+
+    def one_axis_away(self, code: Code) -> list[int]:
+        """Valid rows (tried or not) that differ from ``code`` in exactly one axis, in axis then level order."""
+        rows = []
+        base = [int(i) for i in code]
+        for axis, levels in enumerate(self.levels):
+            here = base[axis]
+            for level in range(levels):
+                if level != here:
+                    base[axis] = level
+                    row = self._row_of.get(tuple(base))
+                    if row is not None:
+                        rows.append(row)
+            base[axis] = here
+        return rows
 
     def first_untried(self, start: int) -> int | None:
         """The first untried row at or after ``start`` (grid order)."""

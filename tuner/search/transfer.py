@@ -95,26 +95,10 @@ class SpaceMap:
         """The valid row nearest ``code`` (fewest differing axes, then level steps; the first of ties).
         A row one axis away is looked up directly; only when there is none is every row scanned."""
         target = np.asarray(code)
-        rows = _one_axis_away(pool, target)
+        rows = np.array(sorted(pool.one_axis_away(target)), dtype=np.int64)  # row order: ties to the first
         codes = pool.codes[rows] if len(rows) else pool.codes
         differing = (codes != target).sum(axis=1)
         steps = np.where(self.ordered, np.abs(codes - target), codes != target).sum(axis=1)
         score = differing.astype(np.int64) * (1 + int(steps.max(initial=0))) + steps
         best = int(np.argmin(score))  # the first of ties: enumeration order
         return int(rows[best]) if len(rows) else best
-
-
-def _one_axis_away(pool: Pool, code: np.ndarray) -> np.ndarray:
-    """Valid rows that differ from ``code`` in exactly one axis, in row order."""
-    rows = []
-    base = [int(i) for i in code]
-    for axis, levels in enumerate(pool.levels):
-        here = base[axis]
-        for level in range(levels):
-            if level != here:
-                base[axis] = level
-                row = pool.row(base)
-                if row is not None:
-                    rows.append(row)
-        base[axis] = here
-    return np.array(sorted(rows), dtype=np.int64)
