@@ -148,7 +148,10 @@ def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
             measurement = Measurement("launch_error", reason=f"{type(exc).__name__}: {exc}"[:500])
             measurement.extra["traceback"] = traceback.format_exc()[-2000:]
             restart = True
-        conn.send(protocol.encode(Reply(measurement, restart)))
+        try:
+            conn.send(protocol.encode(Reply(measurement, restart)))
+        except (BrokenPipeError, ConnectionResetError):  # the run died mid-job (kill -9): nobody reads the reply
+            return
         if restart:
             return
 
