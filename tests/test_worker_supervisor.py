@@ -119,3 +119,33 @@ def test_the_cuda_start_is_quiet_on_a_host_without_a_gpu():
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 0 and run.stdout == "waited\n" and run.stderr == "", run.stderr
+
+
+def test_a_worker_whose_run_died_mid_trial_drops_its_reply_and_ends(monkeypatch):
+    """The run that asked for a trial is killed (kill -9) while its worker measures: the worker's
+    reply meets a closed pipe and the worker ends without an exception (a spawned worker's traceback
+    would land in the stderr the killed run shares with the rest of the study)."""
+    from multiprocessing import Pipe
+
+    from tuner.device import protocol, worker
+    from tuner.device.timing import Measurer
+    from tuner.measurement.value import Measurement
+
+    run_end, worker_end = Pipe()
+
+    class Backend:
+        def hello(self):
+            return {"name": "double"}
+
+    measured = []
+
+    def measure_while_the_run_dies(self, job, channel):
+        run_end.close()
+        measured.append(job.candidate)
+        return Measurement("ok", ms=1.0, ratio=1.0), False
+
+    monkeypatch.setattr(worker, "_load_backend", lambda name: Backend())
+    monkeypatch.setattr(Measurer, "measure", measure_while_the_run_dies)
+    run_end.send(protocol.encode(job({"X": 1})))
+    worker.worker_main(worker_end, "double")  # raised BrokenPipeError or ConnectionResetError before
+    assert len(measured) == 1  # the trial was measured, and its reply had nowhere to go
