@@ -1139,3 +1139,30 @@ class RepairedOnMovingAxes(_StepsVariant):
             return moves
 
         return filtered
+
+
+class MeaningfulStall(P.ParzenSearch):
+    """A plateau counts from the last new best that beat the best before it by more than ``EPSILON`` (a
+    relative margin): a basin of many near-equal configs, each a hair faster than the last, is a plateau.
+    The count is the default's (every observation since the best) or, where longer, the measured configs
+    since the last such best."""
+
+    EPSILON = 0.01
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        kept = own.since_best
+        best, last = math.inf, 0
+        for index, value in enumerate(own.values):
+            if value < best * (1 - self.EPSILON):
+                last = index
+            best = min(best, value)
+        own.since_best = max(kept, len(own.values) - 1 - last) if own.values else kept
+        try:
+            return super().propose(pool, ordered, prior)
+        finally:
+            own.since_best = kept
+
+
+class MeaningfulStallTwo(MeaningfulStall):
+    EPSILON = 0.02
