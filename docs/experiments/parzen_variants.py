@@ -1166,3 +1166,17 @@ class MeaningfulStall(P.ParzenSearch):
 
 class MeaningfulStallTwo(MeaningfulStall):
     EPSILON = 0.02
+
+
+class WarmUniformFew(P.ParzenSearch):
+    """With a prior, three proposals uniform over the untried configs (the 7th, 11th and 15th to start): a few
+    of the cold start-up's spread-out trials, so a flat target's better region outside the source's is met."""
+
+    UNIFORM_AT = (6, 10, 14)
+
+    def propose(self, pool, ordered, prior=None):
+        started = len(pool.observations) + len(pool.in_flight_codes())
+        if prior is not None and len(prior) and started in self.UNIFORM_AT:
+            rows = pool.random_untried(1, self.rng)
+            return int(rows[0]) if len(rows) else None
+        return super().propose(pool, ordered, prior)
