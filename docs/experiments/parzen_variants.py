@@ -1180,3 +1180,28 @@ class WarmUniformFew(P.ParzenSearch):
             rows = pool.random_untried(1, self.rng)
             return int(rows[0]) if len(rows) else None
         return super().propose(pool, ordered, prior)
+
+
+class GeometricSteps(_StepsVariant):
+    """(Not kept.) On an ordered axis of eight or more positive integers, a plateau's move may also go to twice or half the
+    base's value (a block size of 32 -> 64 or 16), as well as to the nearest untried levels: hardware sizes scale by
+    factors, and a 29-level axis in steps of 8 takes a climb six moves from 32 to 128."""
+
+    def moves(self, pool, steps):
+        def wrapped(code, ordered):
+            moves = steps(code, ordered)
+            base = [int(i) for i in code]
+            for axis, values in enumerate(pool.values):
+                if not ordered[axis] or len(values) < 8 or not all(isinstance(v, int) and v > 0 for v in values):
+                    continue
+                here = values[base[axis]]
+                extra = []
+                for target in (here * 2, here // 2 if here % 2 == 0 else None):
+                    if target in values:
+                        row = pool._row_of.get(tuple(base[:axis] + [values.index(target)] + base[axis + 1:]))
+                        if row is not None and not pool.tried[row] and row not in moves[axis]:
+                            extra.append(row)
+                if extra:
+                    moves[axis] = list(moves[axis]) + extra
+            return moves
+        return wrapped
