@@ -446,9 +446,12 @@ class WarmUniform(P.ParzenSearch):
     have started: half of the cold start-up's uniform trials, so a warm study's own observations are
     not all in the region its source favoured. Run with ``warm_pairs.py --search``."""
 
+    def uniform_at(self, started: int) -> bool:
+        return started < 2 * self.n_startup_trials and started % 2 == 1
+
     def propose(self, pool, ordered, prior=None):
         started = len(pool.observations) + len(pool.in_flight_codes())
-        if prior is not None and len(prior) and started < 2 * self.n_startup_trials and started % 2 == 1:
+        if prior is not None and len(prior) and self.uniform_at(started):
             rows = pool.random_untried(1, self.rng)
             return int(rows[0]) if len(rows) else None
         return super().propose(pool, ordered, prior)
@@ -1142,7 +1145,7 @@ class RepairedOnMovingAxes(_StepsVariant):
 
 
 class MeaningfulStall(P.ParzenSearch):
-    """A plateau counts from the last new best that beat the best before it by more than ``EPSILON`` (a
+    """(Not kept.) A plateau counts from the last new best that beat the best before it by more than ``EPSILON`` (a
     relative margin): a basin of many near-equal configs, each a hair faster than the last, is a plateau.
     The count is the default's (every observation since the best) or, where longer, the measured configs
     since the last such best."""
@@ -1168,18 +1171,13 @@ class MeaningfulStallTwo(MeaningfulStall):
     EPSILON = 0.02
 
 
-class WarmUniformFew(P.ParzenSearch):
-    """With a prior, three proposals uniform over the untried configs (the 7th, 11th and 15th to start): a few
-    of the cold start-up's spread-out trials, so a flat target's better region outside the source's is met."""
+class WarmUniformFew(WarmUniform):
+    """(Not kept.) With a prior, three proposals uniform over the untried configs (the 7th, 11th and 15th to
+    start): a few of the cold start-up's spread-out trials, so a flat target's better region outside the
+    source's is met."""
 
-    UNIFORM_AT = (6, 10, 14)
-
-    def propose(self, pool, ordered, prior=None):
-        started = len(pool.observations) + len(pool.in_flight_codes())
-        if prior is not None and len(prior) and started in self.UNIFORM_AT:
-            rows = pool.random_untried(1, self.rng)
-            return int(rows[0]) if len(rows) else None
-        return super().propose(pool, ordered, prior)
+    def uniform_at(self, started: int) -> bool:
+        return started in (6, 10, 14)
 
 
 class GeometricSteps(_StepsVariant):
