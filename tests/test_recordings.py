@@ -8,7 +8,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.test_bad_input import GOOD, assert_one_line_exit_2, tuner_here
 from tuner.errors import UserError
-from tuner.evaluate.replay import load_recording
+from tuner.evaluate.replay import load_recording, make_replay_spec, recorded_valid, recording_space
 from tuner.study.file import parse_study
 
 # -- a Kernel Tuner cache's objective and its direction ----------------------------------------------------------
@@ -174,3 +174,56 @@ def test_our_own_recording_against_another_study_is_one_line(capsys, monkeypatch
     result = tuner_here(capsys, monkeypatch, "run", ROOT / "studies" / "patch_embed_sm90a_hopper_grid.toml",
                         "--replay", recording, "--storage", "memory", "--trials", 3)
     assert "EPI_SLOTS" in assert_one_line_exit_2(result, "not axes of patch_embed_sm90a_hopper_grid.toml")
+
+
+# -- a cache whose product is far larger than what it holds ---------------------------------------------------------
+
+def _sparse_cache(path, axes=7, values=10, stride=997):
+    """A Kernel Tuner cache over ``values ** axes`` configs (10 million: Kernel Tuner's hotspot has 4.4 million)
+    holding a few dozen: every ``stride``-th of the product's first 60,000, one of them recorded as failed."""
+    names = [f"p{i}" for i in range(axes)]
+    cache = {}
+    for n in range(0, 60_000, stride):
+        digits = [(n // values ** i) % values for i in reversed(range(axes))]
+        entry = dict(zip(names, digits, strict=True))
+        entry.update(time=1.0 + abs(n - 30_000) / 60_000, times=[1.0 + abs(n - 30_000) / 60_000] * 4)
+        cache[",".join(map(str, digits))] = entry
+    cache[",".join(["0"] * axes)]["time"] = "InvalidConfig"
+    path.write_text(json.dumps({"tune_params_keys": names, "tune_params": {n: list(range(values)) for n in names},
+                                "objective": "time", "cache": cache}))
+    return path
+
+
+def test_a_cache_over_a_product_of_millions_replays_what_it_holds(tmp_path, capsys, monkeypatch):
+    """The valid set of a recording is its records: the size of the product is no limit (it is for a kernel's
+    own model, which checks every config), and a run over every recorded config ends on the fastest."""
+    from tuner.search.space import MAX_CONFIGS
+
+    path = _sparse_cache(tmp_path / "sparse.json")
+    recording = load_recording(path)
+    space = recording_space(recording)
+    assert space.total == 10 ** 7 > MAX_CONFIGS
+    ran = [dict(zip(recording.axes, key, strict=True)) for key, record in recording.records.items() if record.status == "ok"]
+    assert len(space.valid) == len(ran) == 60
+    result = tuner_here(capsys, monkeypatch, "run", "--replay", path, "--storage", "memory", "--trials", len(ran),
+                        "--json")
+    assert result.returncode == 0, result.stderr
+    best = json.loads(result.stdout.strip().splitlines()[-1])["best"]
+    fastest = min(ran, key=lambda params: recording.lookup(params).ms)
+    assert best["params"] == fastest and best["ms"] == pytest.approx(recording.optimum())
+
+
+@pytest.mark.parametrize("name", ["convolution_RTX_Titan.json.gz", "pnpoly_RTX_3090.json.gz", "sparse"])
+def test_the_recorded_valid_set_is_what_checking_the_product_finds(name, tmp_path):
+    """Read off the records, the valid set, its order (the product's) and the counts of invalid configs are those
+    of the replay spec's check run over every config of the product."""
+    from tuner.search.enumeration import enumerate_valid
+
+    path = _sparse_cache(tmp_path / "sparse.json", axes=5, stride=7) if name == "sparse" else ROOT / "tests/data/kernel_tuner" / name
+    recording = load_recording(path)
+    known = recorded_valid(recording)
+    total = recording_space(recording).total
+    checked = enumerate_valid(make_replay_spec(recording), {}, recording.axes, {}, total, jobs=1)
+    assert known.valid == checked.valid and len(known.valid) > 0
+    assert known.invalid == checked.invalid and known.invalid_examples == checked.invalid_examples
+    assert len(known.valid) + sum(known.invalid.values()) == total

@@ -33,6 +33,7 @@ from tuner.contract.kernel_spec import KernelSpec, Value, as_define_value
 from tuner.errors import UserError
 from tuner.measurement.value import COMPLETE_STATUSES, EXTRA_STATUSES, STATUSES, Measurement
 from tuner.search.distributions import space_distributions
+from tuner.search.enumeration import Enumeration
 from tuner.search.space import Space
 from tuner.search.warm_start import Source, finished_trial
 from tuner.store.results import TableError, normalise
@@ -351,6 +352,11 @@ def _from_t4(path: Path, data: dict) -> Recording:
     return Recording(path, "t4", axes, records)
 
 
+#: why a config of the recording's product is not in its valid set (the replay spec's check)
+NOT_RECORDED = "not in the recording (restricted)"
+RECORDED_INVALID = "recorded as invalid"
+
+
 def make_replay_spec(recording: Recording) -> KernelSpec:
     """A kernel spec whose space is the recording's and whose model is 'was it recorded'."""
 
@@ -361,9 +367,9 @@ def make_replay_spec(recording: Recording) -> KernelSpec:
         def check(self, config, problem):
             record = recording.lookup(config)
             if record is None:
-                return "not in the recording (restricted)"
+                return NOT_RECORDED
             if record.status == "invalid":
-                return "recorded as invalid"
+                return RECORDED_INVALID
             return None
 
         def source_hash(self) -> str:
@@ -374,8 +380,33 @@ def make_replay_spec(recording: Recording) -> KernelSpec:
 
 
 def recording_space(recording: Recording) -> Space:
-    """The space a recording carries: its axes, every recorded config that ran valid."""
-    return Space(make_replay_spec(recording), {}, recording.axes, list(recording.axes), [])
+    """The space a recording carries: its axes, every recorded config that ran valid.
+
+    The valid set is read off the records, in the order of the axes' product (as checking the
+    product finds it), so a cache whose product runs to millions (Kernel Tuner's hotspot: 4.4
+    million, 83 thousand valid) costs what it holds."""
+    return Space(make_replay_spec(recording), {}, recording.axes, list(recording.axes), [], known=recorded_valid(recording))
+
+
+def recorded_valid(recording: Recording) -> Enumeration:
+    """What the replay spec's check would find over the recording's product, from its records."""
+    position = [{value: i for i, value in enumerate(values)} for values in recording.axes.values()]
+    in_product = {}
+    for key, record in recording.records.items():
+        try:
+            in_product[tuple(index[v] for index, v in zip(position, key, strict=True))] = (key, record.status)
+        except KeyError:  # a value the header does not list: outside the product
+            continue
+    names = list(recording.axes)
+    found = Enumeration(valid=[dict(zip(names, key, strict=True)) for _, (key, status) in sorted(in_product.items())
+                               if status != "invalid"])
+    recorded_invalid = len(in_product) - len(found.valid)
+    not_recorded = math.prod(len(v) for v in recording.axes.values()) - len(in_product)
+    for reason, count in ((NOT_RECORDED, not_recorded), (RECORDED_INVALID, recorded_invalid)):
+        if count:
+            found.invalid[reason] = count
+            found.invalid_examples[reason] = reason
+    return found
 
 
 class ReplayEvaluator:

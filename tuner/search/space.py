@@ -40,6 +40,9 @@ class Space:
     tier2: list[str]
     fixed: dict[str, Value] = field(default_factory=dict)
     source: str = ""  # the study file, named in errors about its values
+    #: the valid set when it is known without the kernel's model (a recording holds its configs): the
+    #: product is then never checked, so its size is no limit
+    known: Enumeration | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         known = set(self.spec.params)
@@ -56,10 +59,11 @@ class Space:
         total = 1
         for values in self.axes.values():
             total *= len(values)
-        if total > MAX_CONFIGS:
+        if total > MAX_CONFIGS and self.known is None:
             raise UserError(f"space has {total} configs, over {MAX_CONFIGS}: split it into tiers or studies")
         self.total = total
-        self._enumeration: Enumeration | None = None
+        self._enumeration: Enumeration | None = self.known
+        self._valid_keys: set[tuple] | None = None
         self._enumerating = threading.Lock()
         self._twin: Space | None = None  # an equal space whose valid set this one takes (enumerate_from)
         self._distributions: dict | None = None
@@ -68,10 +72,10 @@ class Space:
     def enumerate(self) -> Enumeration:
         with self._enumerating:
             if self._enumeration is None:  # (a failed enumeration is retried by the next caller, to raise)
-                enumeration = self._twin.enumerate() if self._twin is not None else enumerate_cached(
+                self._enumeration = self._twin.enumerate() if self._twin is not None else enumerate_cached(
                     self.spec, self.problem, self.axes, self.fixed, self.total, default_cache_dir() / "spaces")
-                self._valid_keys = {self.key(p) for p in enumeration.valid}
-                self._enumeration = enumeration
+            if self._valid_keys is None:
+                self._valid_keys = {self.key(p) for p in self._enumeration.valid}
             return self._enumeration
 
     @property
@@ -163,11 +167,11 @@ class Space:
     def valid_keys(self) -> set[tuple]:
         """The keys of :attr:`valid` (built once with it)."""
         self.enumerate()
+        assert self._valid_keys is not None
         return self._valid_keys
 
     def is_valid(self, params: dict[str, Value]) -> bool:
-        self.enumerate()
-        return self.key(params) in self._valid_keys
+        return self.key(params) in self.valid_keys
 
     def check(self, params: dict[str, Value]) -> str | None:
         from tuner.search.enumeration import checked_reason
