@@ -1203,3 +1203,32 @@ class GeometricSteps(_StepsVariant):
                     moves[axis] = list(moves[axis]) + extra
             return moves
         return wrapped
+
+
+class PriorNoFailures(P.ParzenSearch):
+    """A prior's failed configs join neither the feasibility model nor the rest (g): a config that failed on
+    another GPU (a launch over that GPU's limits) may run here, fastest of all (convolution MI250X's optimum
+    region, use_shmem 0 with tiles of 4, fails on the A100)."""
+
+    _kept: tuple = (None, None)
+
+    def propose(self, pool, ordered, prior=None):
+        if prior is not None and prior.failed:
+            if self._kept[0] is not prior or len(self._kept[1]) != len(prior) - len(prior.failed):
+                from tuner.search.pool import Observations
+                self._kept = (prior, Observations(measured=prior.measured, values=prior.values, weights=prior.weights,
+                                                  slower=prior.slower))
+            prior = self._kept[1]
+        return super().propose(pool, ordered, prior)
+
+
+class MovesIgnorePriorFailures(PriorNoFailures):
+    """As :class:`PriorNoFailures` on the proposals that are a plateau's one-axis moves only (a warm run makes
+    one every other proposal): the move's "likely to work" filter then reads this study's failures alone, while
+    the density ratio keeps the prior's failures."""
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        if prior is not None and own.measured and own.since_best % 2 == 0 and self.patience is None:
+            return PriorNoFailures.propose(self, pool, ordered, prior)
+        return P.ParzenSearch.propose(self, pool, ordered, prior)
