@@ -53,7 +53,7 @@ from tuner.errors import UserError
 from tuner.evaluate.replay import Record, Recording, ReplayEvaluator, load_recording, recording_space
 from tuner.run.runner import Runner, RunSettings
 from tuner.search.parzen import ParzenSearch
-from tuner.search.pool import Pool
+from tuner.search.pool import Observations, Pool
 from tuner.search.sampler import ordered_axis
 from tuner.search.space import Space
 from tuner.study.file import load_study
@@ -396,36 +396,60 @@ def ask_cost(n_valid: int, trials: int = 200, measured_from: int = 100) -> tuple
     return len(space.valid), 1e3 * statistics.mean(ask_seconds(space, recording, trials)[measured_from:])
 
 
+def _observed(space: Space, recording: Recording, n: int, seed: int) -> Pool:
+    """A pool of ``space`` with ``n`` distinct configs of ``recording`` observed (1 in 20 failed, 1 in 20 stopped)."""
+    pool = Pool(space, space.valid)
+    draw = np.random.default_rng(seed)
+    for row in draw.choice(pool.size, size=n, replace=False):
+        code = pool.codes[row]
+        record = recording.lookup(pool.decode(code))
+        pool.tried[row] = 1
+        pool.observations.add(code, None if draw.random() < 0.05 else record.ms, failed=draw.random() < 0.05)
+    pool.n_tried = n
+    return pool
+
+
+def _median_proposal_ms(pool: Pool, ordered: list[bool], prior: Observations | None, proposals: int) -> tuple[float, float]:
+    """Median ms of a density-ratio proposal and of a plateau's move (every base's moves scanned)."""
+    medians = []
+    patience = 0 if prior is not None else sum(1 for levels in pool.levels if levels > 1)
+    n = len(pool.observations)
+    plateau = 10 * n + (10 * n - patience) % 2  # a plateau moves on every other turn from there
+    for since_best in (1, plateau):
+        pool.observations.since_best = since_best
+        search = ParzenSearch(seed=0)
+        seconds = []
+        for _ in range(proposals):
+            pool.observations._by_value = None  # in a run a new value arrives before each proposal: ranked again
+            started = time.perf_counter()
+            search.propose(pool, ordered, prior)
+            seconds.append(time.perf_counter() - started)
+        medians.append(1e3 * statistics.median(seconds))
+    return medians[0], medians[1]
+
+
 def proposal_cost_by_history(n_valid: int = 100_000, finished: tuple[int, ...] = (200, 2_000, 20_000),
                              proposals: int = 21) -> list[tuple[int, float, float]]:
     """(finished trials, median ms of a density-ratio proposal, of a plateau's move) of the default
     search on a synthetic space, its pool filled with that many distinct configs (1 in 20 failed)."""
     recording = synthetic_recording(n_valid)
     space = recording_space(recording)
+    ordered = [ordered_axis(values) for values in space.axes.values()]
+    return [(n, *_median_proposal_ms(_observed(space, recording, n, seed=n), ordered, None, proposals)) for n in finished]
+
+
+def proposal_cost_by_prior(n_valid: int = 100_000, priors: tuple[int, ...] = (0, 1_000, 10_000, 100_000),
+                           own: int = 50, proposals: int = 21) -> list[tuple[int, float, float]]:
+    """(configs in the prior, median ms of a density-ratio proposal, of a plateau's move) of a warm run
+    with ``own`` trials finished on the synthetic space: a prior as large as a whole Kernel Tuner cache
+    of another GPU (``--warm-start FILE``) is read, not re-sorted, on each proposal."""
+    recording = synthetic_recording(n_valid)
+    space = recording_space(recording)
+    ordered = [ordered_axis(values) for values in space.axes.values()]
     rows = []
-    for n in finished:
-        pool = Pool(space, space.valid)
-        draw = np.random.default_rng(n)
-        for row in draw.choice(pool.size, size=n, replace=False):
-            code = pool.codes[row]
-            record = recording.lookup(pool.decode(code))
-            pool.tried[row] = 1
-            pool.observations.add(code, None if draw.random() < 0.05 else record.ms, failed=draw.random() < 0.05)
-        pool.n_tried = n
-        ordered = [ordered_axis(values) for values in space.axes.values()]
-        medians = []
-        patience = sum(1 for levels in pool.levels if levels > 1)  # a plateau moves on every other turn from there
-        plateau = 10 * n + (10 * n - patience) % 2
-        for since_best in (1, plateau):  # a density-ratio turn; a plateau's move (every base's moves scanned)
-            pool.observations.since_best = since_best
-            search = ParzenSearch(seed=0)
-            seconds = []
-            for _ in range(proposals):
-                started = time.perf_counter()
-                search.propose(pool, ordered)
-                seconds.append(time.perf_counter() - started)
-            medians.append(1e3 * statistics.median(seconds))
-        rows.append((n, *medians))
+    for size in priors:
+        prior = _observed(space, recording, min(size, len(space.valid)), seed=size).observations if size else None
+        rows.append((size, *_median_proposal_ms(_observed(space, recording, own, seed=1), ordered, prior, proposals)))
     return rows
 
 
@@ -518,6 +542,15 @@ def proposal_cost_table(emit) -> None:
     _, ratio_base, move_base = rows[0]
     for n, ratio_ms, move_ms in rows:
         emit(f"| {n:,} | {ratio_ms:.2f} | {move_ms:.2f} | {ratio_ms / ratio_base:.2f} / {move_ms / move_base:.2f} |")
+    emit()
+    emit("## Sampler time per proposal by the size of a warm start's prior (the same space, 50 trials finished; ratio to none)")
+    emit()
+    emit("| configs in the prior | ms, density ratio | ms, plateau move | ratios |")
+    emit("|---|---|---|---|")
+    rows = proposal_cost_by_prior()
+    _, ratio_base, move_base = rows[0]
+    for size, ratio_ms, move_ms in rows:
+        emit(f"| {size:,} | {ratio_ms:.2f} | {move_ms:.2f} | {ratio_ms / ratio_base:.2f} / {move_ms / move_base:.2f} |")
 
 
 def main() -> None:

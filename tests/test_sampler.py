@@ -530,3 +530,35 @@ def test_the_margin_pruner_sees_the_trials_that_finish_while_it_measures():
     best = min(t.value for t in runner.study.trials if t.state == TrialState.COMPLETE)
     assert len(stopped) >= 10
     assert all(recording.lookup(t.params).ms > 1.05 * best for t in stopped)
+
+
+def test_a_whole_recording_as_prior_is_ranked_once_not_on_each_proposal(monkeypatch):
+    """A warm start from another GPU's Kernel Tuner cache gives a prior of every config it holds (82,984 for
+    Kernel Tuner's hotspot). Its ranking does not change during a run, so it is sorted once; a proposal reads
+    it and sorts only this study's values and the best few of each source (counted here, not timed)."""
+    recording, space = replay_space(KERNEL_TUNER_CACHES / "pnpoly_RTX_3090.json.gz")
+    target, target_space = replay_space(KERNEL_TUNER_CACHES / "pnpoly_RTX_2080_Ti.json.gz")
+    prior = Pool(space, space.valid)
+    for code in prior.codes:
+        record = recording.lookup(prior.decode(code))
+        prior.observations.add(code, record.ms if record.status == "ok" else None, failed=record.status != "ok")
+    prior_size = len(prior.observations.values)
+    assert prior_size > 3000
+
+    sorted_lengths = []
+    argsort = np.argsort
+
+    def counting_argsort(values, *args, **kwargs):
+        sorted_lengths.append(len(values))
+        return argsort(values, *args, **kwargs)
+
+    monkeypatch.setattr(np, "argsort", counting_argsort)
+    pool = Pool(target_space, target_space.valid)
+    search = ParzenSearch(seed=0)
+    for _ in range(30):
+        row = search.propose(pool, [True] * len(pool.levels), prior.observations)
+        code = pool.codes[row]
+        pool.tried[row] = 1
+        pool.observations.add(code, target.lookup(pool.decode(code)).ms)
+    assert sum(n >= prior_size for n in sorted_lengths) == 1
+    assert max(n for n in sorted_lengths if n < prior_size) < 100

@@ -124,9 +124,10 @@ class Mixture:
         self._weights: list[np.ndarray] = []
 
     def add(self, codes: Sequence[np.ndarray] | np.ndarray, weight: float | np.ndarray = 1.0) -> None:
-        """Observations as level-index rows, each counting ``weight`` (one for all, or one per row)."""
+        """Observations as level-index rows, each counting ``weight`` (one for all, or one per row).
+        The rows are kept as given (a prior's block is not copied on each proposal)."""
         if len(codes):
-            rows = self._with_alignments(np.asarray(codes))
+            rows = np.asarray(codes)
             self._codes.append(rows)
             self._weights.append(np.broadcast_to(np.asarray(weight, dtype=float), (len(rows),)))
 
@@ -135,9 +136,25 @@ class Mixture:
             return codes
         return np.column_stack([codes, *(a.table[codes[:, a.axis]] for a in self.aligned)]).astype(codes.dtype)
 
+    def _rows(self, keep: np.ndarray | None = None) -> np.ndarray:
+        """The observations' rows (those at positions ``keep`` of all added, in that order), with the
+        alignment columns: only the rows a density reads are gathered and recoded."""
+        if not self._codes:
+            return np.empty((0, len(self.levels)), dtype=np.int32)
+        if keep is None:
+            return self._with_alignments(np.concatenate(self._codes))
+        starts = np.cumsum([0] + [len(rows) for rows in self._codes])
+        block = np.searchsorted(starts, keep, side="right") - 1
+        dtype = np.result_type(*self._codes)
+        out = np.empty((len(keep), self._codes[0].shape[1]), dtype=dtype)
+        for b in np.unique(block):
+            at = block == b
+            out[at] = self._codes[b][keep[at] - starts[b]]
+        return self._with_alignments(out)
+
     @property
     def codes(self) -> np.ndarray:
-        return np.concatenate(self._codes) if self._codes else np.empty((0, len(self.levels)), dtype=np.int32)
+        return self._rows()
 
     @property
     def weights(self) -> np.ndarray:
@@ -156,11 +173,13 @@ class Mixture:
         candidates = self._with_alignments(candidates)
         if not len(self):
             return np.full(len(candidates), math.log(uniform))
-        obs, weights = self.codes, self.weights
+        weights = self.weights
         total = 1.0 + weights.sum()
-        if len(obs) > MAX_COMPONENTS:  # a uniform subsample, reweighted to the same mass: the cost stays flat
-            keep = rng.choice(len(obs), size=MAX_COMPONENTS, replace=False)
-            obs, weights = obs[keep], weights[keep] * (weights.sum() / weights[keep].sum())
+        keep = None
+        if len(weights) > MAX_COMPONENTS:  # a uniform subsample, reweighted to the same mass: the cost stays flat
+            keep = rng.choice(len(weights), size=MAX_COMPONENTS, replace=False)
+            weights = weights[keep] * (weights.sum() / weights[keep].sum())
+        obs = self._rows(keep)
         # the bandwidth follows the observations' total weight, not their count: a prior of a whole
         # recording (thousands of configs, worth the random start-up in all) narrows the kernels as
         # that many trials would, not onto each of its configs
@@ -387,24 +406,27 @@ def _bases(obs: Observations, n_axes: int) -> list[int]:
 def _split(sources: Sequence[Observations], weights: Sequence[float], good: Mixture, bad: Mixture) -> list[np.ndarray]:
     """Add the best gamma(n) measured configs to ``good`` and the rest (and the slower and failed
     ones) to ``bad``; returns the good ones of the first source, best first. Values are ranked
-    relative to each source's best, so a related study's trials mix with this study's own."""
-    codes, ratios, sources_of, counts = [], [], [], []
+    relative to each source's best, so a related study's trials mix with this study's own (ties:
+    by source, then in trial order). The best of all sources are a prefix of each one's own
+    ranking, so only those prefixes are compared: a prior's ranking is read, never re-sorted."""
+    ranked = []  # per source with values: its index, measured configs, values relative to its best, counts; best first
     for index, (obs, weight) in enumerate(zip(sources, weights, strict=True)):
         bad.add(obs.array("slower"), weight)
         bad.add(obs.array("failed"), weight)
         if obs.values:
-            values = obs.array("values")
-            codes.append(obs.array("measured"))
-            ratios.append(values / values.min())
-            sources_of.append(np.full(len(values), index))
-            counts.append(weight * obs.array("weights"))
-    if not codes:
+            codes, values, counts = obs.by_value()
+            ranked.append((index, codes, values / values[0], weight * counts))
+    if not ranked:
         return []
-    source_of = np.concatenate(sources_of)
-    order = np.argsort(np.concatenate(ratios), kind="stable")  # ties: by source, then in trial order
-    ranked, count = np.concatenate(codes)[order], np.concatenate(counts)[order]
-    n_good = default_gamma(len(order))
-    good.add(ranked[:n_good], count[:n_good])
-    bad.add(ranked[n_good:], count[n_good:])
-    own_good = ranked[:n_good][source_of[order[:n_good]] == 0]
-    return list(own_good if len(own_good) else ranked[:n_good])
+    n_good = default_gamma(sum(len(ratios) for _, _, ratios, _ in ranked))
+    heads = [ratios[:n_good] for _, _, ratios, _ in ranked]
+    head_of = np.concatenate([np.full(len(head), i) for i, head in enumerate(heads)])
+    place = np.concatenate([np.arange(len(head)) for head in heads])
+    best = np.argsort(np.concatenate(heads), kind="stable")[:n_good]  # ties: by source, then in trial order
+    taken = np.bincount(head_of[best], minlength=len(ranked))
+    for (_, codes, _, counts), k in zip(ranked, taken, strict=True):
+        good.add(codes[:k], counts[:k])
+        bad.add(codes[k:], counts[k:])
+    if ranked[0][0] == 0 and taken[0]:  # this study's own good configs
+        return list(ranked[0][1][: taken[0]])
+    return [ranked[i][1][j] for i, j in zip(head_of[best], place[best], strict=True)]

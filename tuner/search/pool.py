@@ -76,6 +76,7 @@ class Observations:
     since_best: int = 0
     best: float = math.inf
     _stacked: dict[str, _Stacked] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _by_value: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.measured) + len(self.slower) + len(self.failed)
@@ -87,6 +88,16 @@ class Observations:
         if not items:
             return np.empty((0, 0) if name in ("measured", "slower", "failed") else 0)
         return self._stacked.setdefault(name, _Stacked()).of(items)
+
+    def by_value(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The measured configs, their values and weights, fastest first (ties in trial order); sorted
+        again only when a value arrived, so a warm start's prior of a whole recording (tens of
+        thousands of configs, none arriving) is sorted once, not on each proposal."""
+        if self._by_value is None or len(self._by_value[1]) != len(self.values):
+            values = self.array("values")
+            order = np.argsort(values, kind="stable")
+            self._by_value = (self.array("measured")[order], values[order], self.array("weights")[order])
+        return self._by_value
 
     def add(self, code: np.ndarray, value: float | None, failed: bool = False, weight: float = 1.0,
             stopped: bool = False) -> None:
