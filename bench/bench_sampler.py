@@ -534,23 +534,21 @@ def own_kernel_report(args: argparse.Namespace) -> None:
 
 
 def proposal_cost_table(emit) -> None:
-    emit("## Sampler time per proposal by finished trials (synthetic space of ~100k valid configs; ratio to 200 trials)")
+    _cost_table(emit, "by finished trials (synthetic space of ~100k valid configs; ratio to 200 trials)",
+                "finished trials", proposal_cost_by_history())
     emit()
-    emit("| finished trials | ms, density ratio | ms, plateau move | ratios |")
+    _cost_table(emit, "by the size of a warm start's prior (the same space, 50 trials finished; ratio to none)",
+                "configs in the prior", proposal_cost_by_prior())
+
+
+def _cost_table(emit, title: str, first: str, rows: list[tuple[int, float, float]]) -> None:
+    emit(f"## Sampler time per proposal {title}")
+    emit()
+    emit(f"| {first} | ms, density ratio | ms, plateau move | ratios |")
     emit("|---|---|---|---|")
-    rows = proposal_cost_by_history()
     _, ratio_base, move_base = rows[0]
     for n, ratio_ms, move_ms in rows:
         emit(f"| {n:,} | {ratio_ms:.2f} | {move_ms:.2f} | {ratio_ms / ratio_base:.2f} / {move_ms / move_base:.2f} |")
-    emit()
-    emit("## Sampler time per proposal by the size of a warm start's prior (the same space, 50 trials finished; ratio to none)")
-    emit()
-    emit("| configs in the prior | ms, density ratio | ms, plateau move | ratios |")
-    emit("|---|---|---|---|")
-    rows = proposal_cost_by_prior()
-    _, ratio_base, move_base = rows[0]
-    for size, ratio_ms, move_ms in rows:
-        emit(f"| {size:,} | {ratio_ms:.2f} | {move_ms:.2f} | {ratio_ms / ratio_base:.2f} / {move_ms / move_base:.2f} |")
 
 
 def main() -> None:
