@@ -45,12 +45,12 @@ class Space:
     known: Enumeration | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        known = set(self.spec.params)
+        defines = set(self.spec.params)
         for name in [*self.axes, *self.fixed]:
-            if name not in known:
+            if name not in defines:
                 raise UserError(
                     f"define {name} is not a parameter of kernel spec {self.spec.path.name}; "
-                    f"known: {', '.join(sorted(known))}"
+                    f"known: {', '.join(sorted(defines))}"
                 )
         missing = [k for k in self.spec.problem_keys if k not in self.problem]
         if missing:
