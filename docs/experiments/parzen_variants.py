@@ -1232,3 +1232,62 @@ class MovesIgnorePriorFailures(PriorNoFailures):
         if prior is not None and own.measured and own.since_best % 2 == 0 and self.patience is None:
             return PriorNoFailures.propose(self, pool, ordered, prior)
         return P.ParzenSearch.propose(self, pool, ordered, prior)
+
+
+class NeglectedSlice(P.ParzenSearch):
+    """On a stall, one plateau proposal in four is the density ratio's choice within the least explored
+    value of a low-cardinality axis (2 .. ``max_levels`` levels: a code path such as ``use_shmem``),
+    while that value holds under ``ratio`` of its share of the valid configs in trials. What the model
+    learnt of the other axes (tile shapes, block sizes) is carried into a code path the search starved."""
+
+    max_levels = 4
+    ratio = 0.5
+    every = 4
+
+    def neglected(self, pool):
+        own = pool.observations
+        tried = [a for a in (own.array("measured"), own.array("slower"), own.array("failed")) if len(a)]
+        codes = np.concatenate(tried)
+        found, lowest = None, self.ratio
+        for axis, n in enumerate(pool.levels):
+            if not 2 <= n <= self.max_levels:
+                continue
+            space_share = np.bincount(pool.codes[:, axis], minlength=n) / pool.size
+            trial_share = np.bincount(codes[:, axis], minlength=n) / len(codes)
+            for level in range(n):
+                if space_share[level] > 0 and trial_share[level] / space_share[level] < lowest:
+                    lowest, found = trial_share[level] / space_share[level], (axis, level)
+        return found
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        n_axes = sum(1 for n in pool.levels if n > 1)
+        if own.measured and own.since_best >= n_axes and (own.since_best - n_axes) % self.every == 1:
+            found = self.neglected(pool)
+            if found is not None:
+                axis, level = found
+                inside = np.flatnonzero((pool.codes[:, axis] == level) & (pool.tried == 0))
+                if len(inside):
+                    one_step = pool.neighbours
+
+                    def random_untried(k, rng):
+                        return rng.choice(inside, size=min(k, len(inside)), replace=False)
+
+                    def neighbours(code):
+                        rows = one_step(code)
+                        return rows[pool.codes[rows, axis] == level]
+
+                    pool.random_untried, pool.neighbours = random_untried, neighbours
+                    try:
+                        return super().propose(pool, ordered, prior)
+                    finally:
+                        del pool.random_untried, pool.neighbours
+        return super().propose(pool, ordered, prior)
+
+
+class NeglectedSliceBinary(NeglectedSlice):
+    max_levels = 2
+
+
+class NeglectedSliceRare(NeglectedSlice):
+    ratio = 0.3
