@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import PNPOLY, ROOT
 from tests.test_bad_input import GOOD, assert_one_line_exit_2, tuner_here
 from tuner.errors import UserError
 from tuner.evaluate.replay import load_recording, make_replay_spec, recorded_valid, recording_space
@@ -75,6 +75,21 @@ def _t4(**changes):
     return {"schema_version": "1.0.0", "results": [entry]}
 
 
+def _ktt(*results, unit="Microseconds"):
+    """A KTT output file: ``results`` as (a, b, status, duration in ``unit``)."""
+    return {"Metadata": {"Device": "GPU", "TimeUnit": unit, "KttVersion": "2.1.0"},
+            "Results": [{"KernelName": "k", "Status": status, "TotalDuration": duration,
+                         "Configuration": [{"Name": "A", "Value": a, "ValueType": "UnsignedInt"},
+                                           {"Name": "B", "Value": b, "ValueType": "UnsignedInt"}]}
+                        for a, b, status, duration in (results or [(1, 2, "Ok", 1500.0)])]}
+
+
+def _ktt_edit(edit):
+    data = _ktt()
+    edit(data, data["Results"][0])
+    return data
+
+
 WRONG_TYPES = [
     ("kt objective", _kt_edit(lambda d, e: d.update(objective=["time"])), "'objective'"),
     ("kt device_name", _kt_edit(lambda d, e: d.update(device_name=["GPU"])), "'device_name'"),
@@ -97,6 +112,23 @@ WRONG_TYPES = [
     ("t4 times a list", _t4(times=[1.0]), "'times'"),
     ("t4 runtimes an object", _t4(times={"runtimes": {"a": 1.0}}), "'runtimes'"),
     ("t4 runtimes of lists", _t4(times={"runtimes": [[1.0]]}), "runtimes"),
+    ("ktt Metadata a list", _ktt_edit(lambda d, e: d.update(Metadata=[1])), "'Metadata'"),
+    ("ktt Results an object", _ktt_edit(lambda d, e: d.update(Results={"a": 1})), "'Results'"),
+    ("ktt no results", _ktt_edit(lambda d, e: d.update(Results=[])), "no results"),
+    ("ktt TimeUnit unknown", _ktt_edit(lambda d, e: d["Metadata"].update(TimeUnit="Ticks")), "'TimeUnit' must be one of"),
+    ("ktt TimeUnit missing", _ktt_edit(lambda d, e: d["Metadata"].pop("TimeUnit")), "'TimeUnit' must be one of"),
+    ("ktt result a list", _ktt_edit(lambda d, e: d["Results"].append([1])), "result 1"),
+    ("ktt Configuration an object", _ktt_edit(lambda d, e: e.update(Configuration={"A": 1})), "'Configuration'"),
+    ("ktt Configuration entry a list", _ktt_edit(lambda d, e: e["Configuration"].append(["C", 1])), "'Configuration'"),
+    ("ktt Configuration entry without a value", _ktt_edit(lambda d, e: e["Configuration"][0].pop("Value")), "'Value'"),
+    ("ktt Name a list", _ktt_edit(lambda d, e: e["Configuration"][0].update(Name=["A"])), "'Name'"),
+    ("ktt Value a list", _ktt_edit(lambda d, e: e["Configuration"][0].update(Value=[1])), "'A'"),
+    ("ktt Status a list", _ktt_edit(lambda d, e: e.update(Status=["Ok"])), "'Status'"),
+    ("ktt Status missing", _ktt_edit(lambda d, e: e.pop("Status")), "'Status'"),
+    ("ktt TotalDuration text", _ktt_edit(lambda d, e: e.update(TotalDuration="fast")), "'TotalDuration'"),
+    ("ktt TotalDuration zero", _ktt_edit(lambda d, e: e.update(TotalDuration=0.0)), "finite and positive"),
+    ("ktt later result missing a name", _ktt_edit(lambda d, e: d["Results"].append(
+        {"Status": "Ok", "TotalDuration": 1.0, "Configuration": [{"Name": "A", "Value": 2}]})), "result 1: Configuration has no B"),
 ]
 
 
@@ -227,3 +259,46 @@ def test_the_recorded_valid_set_is_what_checking_the_product_finds(name, tmp_pat
     assert known.valid == checked.valid and len(known.valid) > 0
     assert known.invalid == checked.invalid and known.invalid_examples == checked.invalid_examples
     assert len(known.valid) + sum(known.invalid.values()) == total
+
+
+# -- KTT (Kernel Tuning Toolkit) output -----------------------------------------------------------------------------
+
+KTT_PNPOLY = ROOT / "tests/data/ktt/KTPnpolyOutput_3090.json.gz"  # benchmark_hub, MIT (LICENSE there)
+
+
+@pytest.mark.parametrize("unit,scale", [("Nanoseconds", 1e-6), ("Microseconds", 1e-3), ("Milliseconds", 1.0),
+                                        ("Seconds", 1e3)])
+def test_a_ktt_output_replays_in_milliseconds_with_its_failures_as_ours(unit, scale, tmp_path, capsys, monkeypatch):
+    """Each KTT status is one of ours: a launch beyond the device's limits is no config of the space (not a
+    trial), the other failures are trials that failed; the fastest config wins, its time in milliseconds."""
+    data = _ktt((1, 1, "Ok", 4000.0), (1, 2, "Ok", 2500.0), (2, 1, "CompilationFailed", 0.0),
+                (2, 2, "ValidationFailed", 900.0), (3, 1, "ComputationFailed", 0.0), (3, 2, "DeviceLimitsExceeded", 0.0),
+                (4, 1, "Ok", 3000.0), unit=unit)
+    path, result = _replay(tmp_path, capsys, monkeypatch, data)
+    recording = load_recording(path)
+    assert recording.format == "ktt" and recording.device == "GPU" and recording.kernel == "k"
+    assert recording.axes == {"A": [1, 2, 3, 4], "B": [1, 2]}
+    assert recording.optimum() == pytest.approx(2500.0 * scale)
+    assert len(recording_space(recording).valid) == 6  # 8 in the product: (4, 2) not recorded, (3, 2) beyond limits
+    result = tuner_here(capsys, monkeypatch, "run", "--replay", path, "--storage", "memory", "--trials", 10,
+                        "--sampler", "grid", "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["statuses"] == {"ok": 3, "compile_error": 1, "mismatch": 1, "launch_error": 1}
+    assert summary["best"]["params"] == {"A": 1, "B": 2} and summary["best"]["ms"] == pytest.approx(2500.0 * scale)
+
+
+def test_ktt_and_kernel_tuner_recordings_of_one_kernel_and_gpu_hold_one_space():
+    """KTT's pnpoly on an RTX 3090 is Kernel Tuner's pnpoly space (its defines in capitals, plus the fixed
+    VERTICES): the same configs, and the failures of one are mostly those of the other."""
+    ktt, kt = load_recording(KTT_PNPOLY), load_recording(PNPOLY)
+    assert ktt.format == "ktt" and ktt.device == "NVIDIA GeForce RTX 3090"
+    assert {name.lower(): values for name, values in ktt.axes.items() if name != "VERTICES"} == kt.axes
+    assert ktt.axes["VERTICES"] == [600]
+    order = [list(ktt.axes).index(name.upper()) for name in kt.axes]
+    by_kt_key = {tuple(key[i] for i in order): record for key, record in ktt.records.items()}
+    assert by_kt_key.keys() == kt.records.keys()
+    failed_in_both = sum(r.status != "ok" and kt.records[k].status != "ok" for k, r in by_kt_key.items())
+    failed_in_either = sum(r.status != "ok" or kt.records[k].status != "ok" for k, r in by_kt_key.items())
+    assert failed_in_both > 0.75 * failed_in_either  # 262 of 330
+    assert len(recording_space(ktt).valid) == len(recording_space(kt).valid) == 4092

@@ -91,7 +91,7 @@ def test_t4_and_broken_files(tmp_path):
     assert sum(r.status == "compile_error" for r in recording.records.values()) == 6
     bad = tmp_path / "bad.json"
     bad.write_text('{"something": 1}')
-    with pytest.raises(UserError, match="neither a Kernel Tuner cache"):
+    with pytest.raises(UserError, match="not a Kernel Tuner cache"):
         load_recording(bad)
     truncated = tmp_path / "cut.json.gz"
     truncated.write_bytes(gzip.compress(b'{"cache": {')[:-6])

@@ -6,7 +6,8 @@ Formats read:
   also in the ``params_`` / ``user_attrs_`` columns of older Optuna exports;
 - a Kernel Tuner cache file (JSON, optionally gzipped), which carries its own space
   (``tune_params``) in its header, so it needs no study file;
-- a Kernel Tuner T4 results file (JSON, optionally gzipped).
+- a Kernel Tuner T4 results file (JSON, optionally gzipped);
+- a KTT (Kernel Tuning Toolkit) JSON output file (``Metadata`` + ``Results``, optionally gzipped).
 
 A recorded space becomes a :class:`ReplaySpec`, so the same :class:`~tuner.search.space.Space`,
 sampler and objective run unchanged; configurations absent from the recording are
@@ -45,6 +46,12 @@ KT_FAILURES = {
     "RuntimeFailedConfig": "launch_error",
 }
 T4_INVALIDITY = {"compile": "compile_error", "runtime": "launch_error", "constraints": "invalid", "correctness": "mismatch"}
+# KTT's result statuses (ktt::ResultStatus), in ours. A launch beyond the device's limits is not a
+# config of that GPU at all, as Kernel Tuner leaves such configs out of its space.
+KTT_STATUSES = {"Ok": "ok", "ComputationFailed": "launch_error", "ValidationFailed": "mismatch",
+                "CompilationFailed": "compile_error", "DeviceLimitsExceeded": "invalid"}
+# KTT's time units (ktt::TimeUnit), in milliseconds
+KTT_TIME_UNITS = {"Nanoseconds": 1e-6, "Microseconds": 1e-3, "Milliseconds": 1.0, "Seconds": 1e3}
 
 
 @dataclass
@@ -58,7 +65,7 @@ class Record:
 @dataclass
 class Recording:
     path: Path
-    format: str  # "csv" | "kernel_tuner" | "t4"
+    format: str  # "csv" | "kernel_tuner" | "t4" | "ktt"
     axes: dict[str, list[Value]]
     records: dict[tuple, Record]
     device: str = ""
@@ -153,8 +160,11 @@ def load_recording(path: str | Path) -> Recording:
             return _from_kernel_tuner(path, data)
         if isinstance(data, dict) and "results" in data and "schema_version" in data:
             return _from_t4(path, data)
+        if isinstance(data, dict) and "Results" in data and "Metadata" in data:
+            return _from_ktt(path, data)
         raise UserError(
-            f"replay file {path}: JSON but neither a Kernel Tuner cache (cache + tune_params) nor T4 (results + schema_version)"
+            f"replay file {path}: JSON but not a Kernel Tuner cache (cache + tune_params), T4 (results + schema_version) "
+            "or KTT output (Metadata + Results)"
         )
     return _from_csv(path, text)
 
@@ -350,6 +360,60 @@ def _from_t4(path: Path, data: dict) -> Recording:
     for k in axes:
         axes[k] = sorted(axes[k], key=lambda v: (isinstance(v, str), v))
     return Recording(path, "t4", axes, records)
+
+
+def _from_ktt(path: Path, data: dict) -> Recording:
+    """KTT's JSON output: each result a configuration (a list of name / value pairs), a status and
+    the kernel's duration in the file's time unit. The space is the configurations it holds."""
+    where = f"replay file {path}"
+    metadata = _field(data, "Metadata", dict, where)
+    results = _field(data, "Results", list, where)
+    unit = _field(metadata, "TimeUnit", str, f"{where}: Metadata")
+    if unit not in KTT_TIME_UNITS:
+        raise UserError(f"{where}: Metadata 'TimeUnit' must be one of {', '.join(KTT_TIME_UNITS)}, got {_short(unit)}")
+    if not results:
+        raise UserError(f"{where}: KTT output with no results")
+    keys: list[str] = []
+    axes: dict[str, list[Value]] = {}
+    records: dict[tuple, Record] = {}
+    kernel = ""
+    for i, entry in enumerate(results):
+        at = f"{where}: result {i}"
+        if not isinstance(entry, dict):
+            raise UserError(f"{at} is not an object")
+        pairs = _field(entry, "Configuration", list, at)
+        if pairs is None:
+            raise UserError(f"{at} has no 'Configuration'")
+        config = {}
+        for pair in pairs:
+            if not isinstance(pair, dict):
+                raise UserError(f"{at}: 'Configuration' must hold objects, got {_short(pair)}")
+            name = _field(pair, "Name", str, f"{at}: Configuration")
+            if name is None or "Value" not in pair:
+                raise UserError(f"{at}: a Configuration entry needs a 'Name' and a 'Value', got {_short(pair)}")
+            config[name] = pair["Value"]
+        if not keys:
+            keys, axes = list(config), {k: [] for k in config}
+            kernel = _field(entry, "KernelName", str, at, "")
+        key = _config_key(config, keys, f"{at}: Configuration")
+        for k, v in zip(keys, key, strict=True):
+            if v not in axes[k]:
+                axes[k].append(v)
+        status = _field(entry, "Status", str, at)
+        if status is None:
+            raise UserError(f"{at} has no 'Status'")
+        if status == "Ok":
+            duration = _field(entry, "TotalDuration", (int, float), at)
+            if duration is None:
+                raise UserError(f"{at}: status Ok with no 'TotalDuration'")
+            record = Record("ok", _time(duration * KTT_TIME_UNITS[unit], f"{at}: 'TotalDuration'"))
+        else:
+            record = Record(KTT_STATUSES.get(status, "launch_error"), attrs={"reason": status})
+        if key not in records or _rank(record) < _rank(records[key]):
+            records[key] = record
+    for k in axes:
+        axes[k] = sorted(axes[k], key=lambda v: (isinstance(v, str), v))
+    return Recording(path, "ktt", axes, records, _field(metadata, "Device", str, f"{where}: Metadata", ""), kernel)
 
 
 #: why a config of the recording's product is not in its valid set (the replay spec's check)

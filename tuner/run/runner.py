@@ -41,6 +41,7 @@ from tuner.search.space import Space
 from tuner.search.start import start_params
 from tuner.search.warm_start import (
     Source,
+    check_shares_axes,
     prior_sources,
     prior_trials,
     queue_start_configs,
@@ -257,6 +258,8 @@ class Runner:
                   else optuna.pruners.NopPruner())
         self.slower_test = SlowerTest() if prunes and settings.prune_by == "sign" else None
         sources = [warm_source(self.storage, name) for name in settings.warm_start]  # a bad one: before a study exists
+        for source in sources:
+            check_shares_axes(space, source)
         self.study = optuna.create_study(
             study_name=settings.study_name,
             storage=self.storage,

@@ -105,7 +105,7 @@ class Session:
         recording = load_recording(replay) if replay else None
         if not self.study_file:
             if recording is None:
-                raise UserError("give a study file (studies/NAME.toml), or --replay FILE with a Kernel Tuner cache")
+                raise UserError("give a study file (studies/NAME.toml), or --replay FILE with a Kernel Tuner cache, T4 file or KTT output")
             if recording.format == "csv":
                 raise UserError(f"replay file {recording.path} is our CSV: give the study file it was recorded from too")
             return Loaded(None, recording_space(recording), recording)

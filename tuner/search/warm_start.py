@@ -167,6 +167,24 @@ def _untuned_values(params: dict, space: Space, index: int) -> list[dict]:
     return [spread[index % len(spread)]]
 
 
+def check_shares_axes(space: Space, source: Source) -> None:
+    """A source that tunes none of this study's defines says nothing of its configs (each would stand for
+    one default config of this space): one line naming both sets of defines."""
+    tuned = set().union(*(trial.params for trial in source.trials))
+    if not tuned or tuned & set(space.axis_names):
+        return
+    hint = ""
+    if {a.lower() for a in tuned} & {a.lower() for a in space.axis_names}:
+        hint = " (the names differ in case: defines are case-sensitive)"
+    raise UserError(f"--warm-start: {source.name} tunes none of this study's defines{hint}: it tunes "
+                    f"{_names(sorted(tuned))}, this study {_names(space.axis_names)}; start from a study or "
+                    "recording of this kernel")
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names) if len(names) <= 8 else ", ".join(names[:8]) + f", ... ({len(names)})"
+
+
 def study_source(storage: optuna.storages.BaseStorage, name: str) -> Source:
     """The finished trials of the study ``name`` in ``storage``."""
     try:

@@ -198,12 +198,12 @@ class RunOptions:
 
     study_name: str | None = option(None, "store under this name instead of the study file's",
                                     commands=(*SEARCH_COMMANDS, "grid", "confirm"))
-    replay: Path | None = option(None, "evaluate against a recorded table (our CSV, Kernel Tuner cache or T4) instead of a GPU",
+    replay: Path | None = option(None, "evaluate against a recorded table (our CSV, a Kernel Tuner cache or T4 file, KTT output) instead of a GPU",
                                  commands=(*SEARCH_COMMANDS, "grid"), metavar="FILE")
     workers: int = option(1, "worker processes, one per GPU (needs a journal or Postgres storage)",
                           minimum=1, commands=("run",), to_workers=False)
     warm_start: list[str] = option([], "start from an earlier study in the same storage, or a recording of another GPU "
-                                       "(Kernel Tuner cache, our CSV export): its best configs first, its whole history "
+                                       "(Kernel Tuner cache, KTT output, our CSV export): its best configs first, its whole history "
                                        "as the prior (repeatable)", commands=SEARCH_COMMANDS, metavar="STUDY|FILE")
     warm_start_top: int = option(5, "configs a warm start queues, shared among its sources", minimum=1, commands=SEARCH_COMMANDS,
                                  metavar="N")
