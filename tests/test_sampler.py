@@ -562,3 +562,29 @@ def test_a_whole_recording_as_prior_is_ranked_once_not_on_each_proposal(monkeypa
         pool.observations.add(code, target.lookup(pool.decode(code)).ms)
     assert sum(n >= prior_size for n in sorted_lengths) == 1
     assert max(n for n in sorted_lengths if n < prior_size) < 100
+
+
+def test_a_configs_neighbours_are_looked_up_once_and_follow_what_is_tried():
+    """The good configs' neighbours are candidates of every proposal: a config's valid neighbours are looked
+    up once (they never change), the untried ones read off them on each call, so a config tried since is gone."""
+    _, space = replay_space(KERNEL_TUNER_CACHES / "pnpoly_RTX_3090.json.gz")
+    pool = Pool(space, space.valid)
+    code = pool.codes[len(space.valid) // 2]
+
+    def untried_one_axis_away():
+        return [row for row in pool.one_axis_away(code) if pool.tried[row] == 0]
+
+    first = pool.neighbours(code)
+    assert list(first) == untried_one_axis_away() and len(first) > 20
+    pool.tried[first[::3]] = 1
+    lookups = []
+
+    class Counted(dict):
+        def get(self, key, default=None):
+            lookups.append(key)
+            return super().get(key, default)
+
+    pool._row_of = Counted(pool._row_of)
+    again = pool.neighbours(code)
+    assert lookups == []  # the kept rows answer
+    assert list(again) == untried_one_axis_away() == [r for r in first if r not in set(first[::3])]

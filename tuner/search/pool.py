@@ -30,6 +30,8 @@ Code = Sequence[int] | np.ndarray
 TRIED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 #: how many tried valid levels a one-axis move on an ordered axis may pass to reach an untried one
 REACH = 2
+#: configs whose valid neighbours a pool keeps (the good set drifts slowly; cleared when full)
+NEIGHBOURS_KEPT = 4096
 IN_FLIGHT = (TrialState.RUNNING, TrialState.WAITING)
 #: PRUNED statuses that say "slower", not "broken" (the rest are failures: compile, launch, run, check)
 SLOWER_STATUSES = ("pruned_slow",)
@@ -130,6 +132,7 @@ class Pool:
         for j, (axis, level) in enumerate(zip(self.axes, self._level_of, strict=True)):
             self.codes[:, j] = np.fromiter((level[c[axis]] for c in candidates), dtype=np.int32, count=len(candidates))
         self._row_of = {tuple(code): row for row, code in enumerate(self.codes.tolist())}
+        self._neighbour_rows: dict[tuple[int, ...], np.ndarray] = {}  # a config's valid neighbours (they never change)
         self.size = len(candidates)
         self.tried = np.zeros(self.size, dtype=np.int32)  # trials holding each config (a repeat holds it twice)
         self.n_tried = 0  # rows with tried > 0
@@ -217,9 +220,20 @@ class Pool:
         return rng.choice(rows, size=min(k, len(rows)), replace=False)
 
     def neighbours(self, code: Code) -> np.ndarray:
-        """Untried rows that differ from ``code`` in one axis, by any value."""
-        base = [int(i) for i in code]
-        return np.array([row for axis in range(len(self.levels)) for row in self._untried_along(base, axis)], dtype=np.int64)
+        """Untried rows that differ from ``code`` in one axis, by any value (in axis, then level order)."""
+        rows = self._valid_neighbours(tuple(int(i) for i in code))
+        return rows[self.tried[rows] == 0]
+
+    def _valid_neighbours(self, key: tuple[int, ...]) -> np.ndarray:
+        """:meth:`one_axis_away` as an array, kept: each proposal asks for the neighbours of the good configs,
+        which change by a config or two a trial, and the lookups are most of a proposal's candidates' cost."""
+        rows = self._neighbour_rows.get(key)
+        if rows is None:
+            if len(self._neighbour_rows) >= NEIGHBOURS_KEPT:
+                self._neighbour_rows.clear()
+            rows = self._neighbour_rows[key] = np.array(self.one_axis_away(key), dtype=np.int64)
+            rows.setflags(write=False)
+        return rows
 
     def _untried_along(self, base: list[int], axis: int) -> list[int]:
         """Untried rows that differ from ``base`` in ``axis`` only, in level order."""
