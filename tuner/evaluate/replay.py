@@ -23,7 +23,7 @@ import json
 import math
 import statistics
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,16 +191,12 @@ def _from_csv(path: Path, text: str) -> Recording:
         raise UserError(f"replay file {path}: {' '.join(str(exc).split())[:200]}") from None
     if frame.empty:
         raise UserError(f"replay file {path}: a results table needs a header with the define columns, 'ms' and 'status' and rows")
-    axes: dict[str, list[Value]] = {a: [] for a in axis_names}
     records: dict[tuple, Record] = {}
     for line, row in enumerate(frame.to_dict("records"), start=2):
         where = f"replay file {path}, line {line}"
         if any(row.get(a) in (None, "") for a in axis_names):  # a short (ragged) row
             raise UserError(f"{where}: no value for {', '.join(a for a in axis_names if row.get(a) in (None, ''))}")
         key = tuple(_coerce(row[a], f"{where}: {a}") for a in axis_names)
-        for a, v in zip(axis_names, key, strict=True):
-            if v not in axes[a]:
-                axes[a].append(v)
         status = row["status"] or "ok"
         if status not in RECORDED_STATUSES:
             raise UserError(f"{where}: status {status!r} is unknown; expected one of {', '.join(RECORDED_STATUSES)}")
@@ -219,10 +215,8 @@ def _from_csv(path: Path, text: str) -> Recording:
         record = Record(status, ms, [], attrs)
         if key not in records or _rank(record) < _rank(records[key]):
             records[key] = record
-    for a in axes:
-        axes[a] = sorted(axes[a], key=lambda v: (isinstance(v, str), v))
     device = str(frame["device"].iloc[0]) if "device" in frame.columns else ""
-    return Recording(path, "csv", axes, records, device=device)
+    return Recording(path, "csv", _recorded_axes(list(axis_names), records), records, device=device)
 
 
 #: the statuses a results table holds: a trial record's, and those of trials without one
@@ -326,23 +320,11 @@ def _from_t4(path: Path, data: dict) -> Recording:
     results = _field(data, "results", list, where)
     if not results:
         raise UserError(f"{where}: T4 file with no results")
-    first = results[0].get("configuration") if isinstance(results[0], dict) else None
-    if not isinstance(first, dict) or not first:
-        raise UserError(f"{where}: result 0 has no 'configuration'")
-    keys = list(first)
-    axes: dict[str, list[Value]] = {k: [] for k in keys}
+    keys: list[str] = []
     records: dict[tuple, Record] = {}
-    for i, entry in enumerate(results):
-        at = f"{where}: result {i}"
-        if not isinstance(entry, dict):
-            raise UserError(f"{at} is not an object")
-        config = _field(entry, "configuration", dict, at)
-        if config is None:
-            raise UserError(f"{at} has no 'configuration'")
+    for at, entry, config in _results(results, where, "configuration", dict):
+        keys = keys or list(config)
         key = _config_key(config, keys, f"{at}: configuration")
-        for k, v in zip(keys, key, strict=True):
-            if v not in axes[k]:
-                axes[k].append(v)
         invalidity = _field(entry, "invalidity", str, at, "correct")
         measurements = _field(entry, "measurements", list, at, [])
         for m in measurements:
@@ -357,9 +339,7 @@ def _from_t4(path: Path, data: dict) -> Recording:
         else:
             times = _field(_field(entry, "times", dict, at, {}), "runtimes", list, f"{at}: 'times'", [])
             records[key] = Record("ok", _time(value, at), [_time(t, f"{at}: 'times.runtimes'") for t in times])
-    for k in axes:
-        axes[k] = sorted(axes[k], key=lambda v: (isinstance(v, str), v))
-    return Recording(path, "t4", axes, records)
+    return Recording(path, "t4", _recorded_axes(keys, records), records)
 
 
 def _from_ktt(path: Path, data: dict) -> Recording:
@@ -374,16 +354,8 @@ def _from_ktt(path: Path, data: dict) -> Recording:
     if not results:
         raise UserError(f"{where}: KTT output with no results")
     keys: list[str] = []
-    axes: dict[str, list[Value]] = {}
     records: dict[tuple, Record] = {}
-    kernel = ""
-    for i, entry in enumerate(results):
-        at = f"{where}: result {i}"
-        if not isinstance(entry, dict):
-            raise UserError(f"{at} is not an object")
-        pairs = _field(entry, "Configuration", list, at)
-        if pairs is None:
-            raise UserError(f"{at} has no 'Configuration'")
+    for at, entry, pairs in _results(results, where, "Configuration", list):
         config = {}
         for pair in pairs:
             if not isinstance(pair, dict):
@@ -392,13 +364,8 @@ def _from_ktt(path: Path, data: dict) -> Recording:
             if name is None or "Value" not in pair:
                 raise UserError(f"{at}: a Configuration entry needs a 'Name' and a 'Value', got {_short(pair)}")
             config[name] = pair["Value"]
-        if not keys:
-            keys, axes = list(config), {k: [] for k in config}
-            kernel = _field(entry, "KernelName", str, at, "")
+        keys = keys or list(config)
         key = _config_key(config, keys, f"{at}: Configuration")
-        for k, v in zip(keys, key, strict=True):
-            if v not in axes[k]:
-                axes[k].append(v)
         status = _field(entry, "Status", str, at)
         if status is None:
             raise UserError(f"{at} has no 'Status'")
@@ -411,9 +378,27 @@ def _from_ktt(path: Path, data: dict) -> Recording:
             record = Record(KTT_STATUSES.get(status, "launch_error"), attrs={"reason": status})
         if key not in records or _rank(record) < _rank(records[key]):
             records[key] = record
-    for k in axes:
-        axes[k] = sorted(axes[k], key=lambda v: (isinstance(v, str), v))
-    return Recording(path, "ktt", axes, records, _field(metadata, "Device", str, f"{where}: Metadata", ""), kernel)
+    kernel = _field(results[0], "KernelName", str, f"{where}: result 0", "")
+    device = _field(metadata, "Device", str, f"{where}: Metadata", "")
+    return Recording(path, "ktt", _recorded_axes(keys, records), records, device, kernel)
+
+
+def _results(results: list, where: str, config_field: str, kind: type) -> Iterator[tuple[str, dict, Any]]:
+    """Each result of a T4 or KTT file as (where it is, the result, its configuration): one line for a
+    result that is not an object or has no configuration."""
+    for i, entry in enumerate(results):
+        at = f"{where}: result {i}"
+        if not isinstance(entry, dict):
+            raise UserError(f"{at} is not an object")
+        config = _field(entry, config_field, kind, at)
+        if not config:
+            raise UserError(f"{at} has no {config_field!r}")
+        yield at, entry, config
+
+
+def _recorded_axes(keys: list[str], records: dict[tuple, Record]) -> dict[str, list[Value]]:
+    """Each define's values as the recorded configs hold them, in order (numbers, then names)."""
+    return {k: sorted({key[i] for key in records}, key=lambda v: (isinstance(v, str), v)) for i, k in enumerate(keys)}
 
 
 #: why a config of the recording's product is not in its valid set (the replay spec's check)
