@@ -588,3 +588,28 @@ def test_a_configs_neighbours_are_looked_up_once_and_follow_what_is_tried():
     again = pool.neighbours(code)
     assert lookups == []  # the kept rows answer
     assert list(again) == untried_one_axis_away() == [r for r in first if r not in set(first[::3])]
+
+
+def test_with_a_prior_the_feasibility_model_weighs_only_the_candidates_l_favours_most_at_once(monkeypatch):
+    """A warm start's prior fills the feasibility model from the first proposal (a whole cache of another GPU:
+    thousands of configs), so the rule of a long study holds from there: its observations count, a prior's too."""
+    recording, space = replay_space(KERNEL_TUNER_CACHES / "pnpoly_RTX_3090.json.gz")
+    _, target_space = replay_space(KERNEL_TUNER_CACHES / "pnpoly_RTX_2080_Ti.json.gz")
+    prior = Pool(space, space.valid)
+    for code in prior.codes:
+        record = recording.lookup(prior.decode(code))
+        prior.observations.add(code, record.ms if record.status == "ok" else None, failed=record.status != "ok")
+    weighed: list[int] = []
+    log_density = parzen.Mixture.log_density
+
+    def counted(self, candidates, rng):
+        if self.sharp:
+            weighed.append(len(candidates))
+        return log_density(self, candidates, rng)
+
+    monkeypatch.setattr(parzen.Mixture, "log_density", counted)
+    pool = Pool(target_space, target_space.valid)
+    pool.observations.since_best = 1  # not on a plateau: a density-ratio turn
+    row = ParzenSearch(seed=0).propose(pool, [True] * len(pool.levels), prior.observations)
+    assert row is not None and len(pool.observations) == 0
+    assert weighed and max(weighed) == parzen.FEASIBILITY_TOP  # of about 1,000 candidates

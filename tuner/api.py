@@ -123,7 +123,7 @@ def tune(study: str | Path | None, *, trials: int | None = None, storage: str | 
          replay: str | Path | None = None, progress: bool = False, **settings: Any) -> Result:
     """Run (or resume) a study as ``tuner run`` does; its result.
 
-    ``study``: a study file (None with a Kernel Tuner ``replay`` file alone); ``trials``: the
+    ``study``: a study file (None with a Kernel Tuner, T4 or KTT ``replay`` file alone); ``trials``: the
     study's total to reach (default: the file's); ``storage``: as ``--storage`` (default
     ``sqlite:///tuner.db``); ``replay``: a recorded table instead of the GPU (stored as
     ``NAME.replay``); ``settings``: any [search] / [measure] key or run option by name

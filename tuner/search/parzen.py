@@ -22,8 +22,9 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   a block size whose good values alternate (multiples of a wavefront) is not smooth in its index;
 * feasibility: ``p_ok`` is the successes' share of a narrow-kernel density of successes and
   failures (compile, launch, run-time errors, mismatches), learnt online, so a region that
-  fails is proposed less without being ruled out; from ``FEASIBILITY_TOP_AFTER`` observations on it
-  weighs only the candidates ``l`` favours most (its cost would otherwise dominate a long study's);
+  fails is proposed less without being ruled out; from ``FEASIBILITY_TOP_AFTER`` observations on (a
+  prior's too) it weighs only the candidates ``l`` favours most (its cost would otherwise dominate a long
+  study's, or a warm one's);
 * plateaus: after as many trials without a new best as there are axes, every other proposal
   is a one-axis move from the best config (or else the top of another basin) that is likely
   to work (on an ordered axis the nearest untried level, or any once those near it are spent, or
@@ -60,8 +61,9 @@ N_EI_CANDIDATES = 24
 #: observations a mixture keeps (a uniform subsample beyond): bounds the cost in the number of trials
 MAX_COMPONENTS = 128
 
-#: from this many own observations on, the draw looks only at the FEASIBILITY_TOP candidates ``l`` favours
-#: most (the feasibility model's cost then stays flat; the first 200 proposals are as before)
+#: from this many observations in the feasibility model on (a warm start's prior counted), the draw looks only
+#: at the FEASIBILITY_TOP candidates ``l`` favours most (its cost then stays flat; a cold study's first 200
+#: proposals are as before)
 FEASIBILITY_TOP_AFTER = 200
 FEASIBILITY_TOP = 256
 
@@ -291,9 +293,9 @@ class ParzenSearch:
             return None
         codes = pool.codes[rows]
         log_l = good.log_density(codes, self.rng)
-        if len(own) >= FEASIBILITY_TOP_AFTER and len(failed) and len(rows) > FEASIBILITY_TOP:
-            # late in a study the feasibility model (two mixtures of MAX_COMPONENTS sharp kernels over every
-            # candidate) is most of a proposal's cost: it weighs only the candidates l favours most
+        if len(ok) + len(failed) >= FEASIBILITY_TOP_AFTER and len(failed) and len(rows) > FEASIBILITY_TOP:
+            # late in a study, or with a prior, the feasibility model (two mixtures of MAX_COMPONENTS sharp
+            # kernels over every candidate) is most of a proposal's cost: it weighs only the candidates l favours most
             keep = np.sort(np.argpartition(-log_l, FEASIBILITY_TOP)[:FEASIBILITY_TOP])
             rows, codes, log_l = rows[keep], codes[keep], log_l[keep]
         log_l = log_l + log_feasible(codes)
