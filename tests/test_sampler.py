@@ -532,17 +532,23 @@ def test_the_margin_pruner_sees_the_trials_that_finish_while_it_measures():
     assert all(recording.lookup(t.params).ms > 1.05 * best for t in stopped)
 
 
-def test_a_whole_recording_as_prior_is_ranked_once_not_on_each_proposal(monkeypatch):
-    """A warm start from another GPU's Kernel Tuner cache gives a prior of every config it holds (82,984 for
-    Kernel Tuner's hotspot). Its ranking does not change during a run, so it is sorted once; a proposal reads
-    it and sorts only this study's values and the best few of each source (counted here, not timed)."""
-    recording, space = replay_space(KERNEL_TUNER_CACHES / "pnpoly_RTX_3090.json.gz")
-    target, target_space = replay_space(KERNEL_TUNER_CACHES / "pnpoly_RTX_2080_Ti.json.gz")
+def _whole_recording_as_prior(name: str) -> Observations:
+    """Every config of a practice recording as a warm start's prior (``--warm-start FILE``)."""
+    recording, space = replay_space(KERNEL_TUNER_CACHES / name)
     prior = Pool(space, space.valid)
     for code in prior.codes:
         record = recording.lookup(prior.decode(code))
         prior.observations.add(code, record.ms if record.status == "ok" else None, failed=record.status != "ok")
-    prior_size = len(prior.observations.values)
+    return prior.observations
+
+
+def test_a_whole_recording_as_prior_is_ranked_once_not_on_each_proposal(monkeypatch):
+    """A warm start from another GPU's Kernel Tuner cache gives a prior of every config it holds (82,984 for
+    Kernel Tuner's hotspot). Its ranking does not change during a run, so it is sorted once; a proposal reads
+    it and sorts only this study's values and the best few of each source (counted here, not timed)."""
+    prior = _whole_recording_as_prior("pnpoly_RTX_3090.json.gz")
+    target, target_space = replay_space(KERNEL_TUNER_CACHES / "pnpoly_RTX_2080_Ti.json.gz")
+    prior_size = len(prior.values)
     assert prior_size > 3000
 
     sorted_lengths = []
@@ -556,7 +562,7 @@ def test_a_whole_recording_as_prior_is_ranked_once_not_on_each_proposal(monkeypa
     pool = Pool(target_space, target_space.valid)
     search = ParzenSearch(seed=0)
     for _ in range(30):
-        row = search.propose(pool, [True] * len(pool.levels), prior.observations)
+        row = search.propose(pool, [True] * len(pool.levels), prior)
         code = pool.codes[row]
         pool.tried[row] = 1
         pool.observations.add(code, target.lookup(pool.decode(code)).ms)
@@ -593,12 +599,8 @@ def test_a_configs_neighbours_are_looked_up_once_and_follow_what_is_tried():
 def test_with_a_prior_the_feasibility_model_weighs_only_the_candidates_l_favours_most_at_once(monkeypatch):
     """A warm start's prior fills the feasibility model from the first proposal (a whole cache of another GPU:
     thousands of configs), so the rule of a long study holds from there: its observations count, a prior's too."""
-    recording, space = replay_space(KERNEL_TUNER_CACHES / "pnpoly_RTX_3090.json.gz")
+    prior = _whole_recording_as_prior("pnpoly_RTX_3090.json.gz")
     _, target_space = replay_space(KERNEL_TUNER_CACHES / "pnpoly_RTX_2080_Ti.json.gz")
-    prior = Pool(space, space.valid)
-    for code in prior.codes:
-        record = recording.lookup(prior.decode(code))
-        prior.observations.add(code, record.ms if record.status == "ok" else None, failed=record.status != "ok")
     weighed: list[int] = []
     log_density = parzen.Mixture.log_density
 
@@ -610,6 +612,6 @@ def test_with_a_prior_the_feasibility_model_weighs_only_the_candidates_l_favours
     monkeypatch.setattr(parzen.Mixture, "log_density", counted)
     pool = Pool(target_space, target_space.valid)
     pool.observations.since_best = 1  # not on a plateau: a density-ratio turn
-    row = ParzenSearch(seed=0).propose(pool, [True] * len(pool.levels), prior.observations)
+    row = ParzenSearch(seed=0).propose(pool, [True] * len(pool.levels), prior)
     assert row is not None and len(pool.observations) == 0
     assert weighed and max(weighed) == parzen.FEASIBILITY_TOP  # of about 1,000 candidates
