@@ -415,12 +415,16 @@ def _median_proposal_ms(pool: Pool, ordered: list[bool], prior: Observations | N
     patience = 0 if prior is not None else sum(1 for levels in pool.levels if levels > 1)
     n = len(pool.observations)
     plateau = 10 * n + (10 * n - patience) % 2  # a plateau moves on every other turn from there
+    untried = iter(pool.random_untried(2 * proposals, np.random.default_rng(n)))
     for since_best in (1, plateau):
-        pool.observations.since_best = since_best
         search = ParzenSearch(seed=0)
         seconds = []
         for _ in range(proposals):
-            pool.observations._by_value = None  # in a run a new value arrives before each proposal: ranked again
+            # as in a run, a value arrives before each proposal (slower than the best: the plateau goes on)
+            row = next(untried)
+            pool.tried[row], pool.n_tried = 1, pool.n_tried + 1
+            pool.observations.add(pool.codes[row], 2 * pool.observations.best)
+            pool.observations.since_best = since_best
             started = time.perf_counter()
             search.propose(pool, ordered, prior)
             seconds.append(time.perf_counter() - started)

@@ -389,8 +389,7 @@ def _bases(obs: Observations, n_axes: int) -> list[int]:
     climb may lead past the incumbent, then the rest of those configs. A config that a measured one
     axis away beats sits on the slope of a basin whose top is already a base: the best at each
     value of a long axis (31 block sizes) is mostly the incumbent's basin again, one axis over."""
-    codes, values = obs.array("measured"), obs.array("values")
-    order = np.argsort(values, kind="stable")
+    codes, values, order = obs.array("measured"), obs.array("values"), obs.order()
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     best_ranks = []

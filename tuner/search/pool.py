@@ -78,6 +78,7 @@ class Observations:
     since_best: int = 0
     best: float = math.inf
     _stacked: dict[str, _Stacked] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _order: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64), init=False, repr=False, compare=False)
     _by_value: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
@@ -91,14 +92,26 @@ class Observations:
             return np.empty((0, 0) if name in ("measured", "slower", "failed") else 0)
         return self._stacked.setdefault(name, _Stacked()).of(items)
 
-    def by_value(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The measured configs, their values and weights, fastest first (ties in trial order); sorted
-        again only when a value arrived, so a warm start's prior of a whole recording (tens of
-        thousands of configs, none arriving) is sorted once, not on each proposal."""
-        if self._by_value is None or len(self._by_value[1]) != len(self.values):
+    def order(self) -> np.ndarray:
+        """Indices of the measured configs, fastest first (ties in trial order). Values that arrived
+        since the last call are merged into the order kept, not sorted again with the rest: a
+        proposal late in a long study costs no sort of its whole history."""
+        known = len(self._order)
+        if known < len(self.values):
             values = self.array("values")
-            order = np.argsort(values, kind="stable")
-            self._by_value = (self.array("measured")[order], values[order], self.array("weights")[order])
+            new = known + np.argsort(values[known:], kind="stable")
+            # after the equal values already ranked: ties stay in trial order
+            at = np.searchsorted(values[self._order], values[new], side="right")
+            self._order = np.insert(self._order, at, new)
+        return self._order
+
+    def by_value(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The measured configs, their values and weights, fastest first (ties in trial order);
+        gathered again only when a value arrived, so a warm start's prior of a whole recording
+        (tens of thousands of configs, none arriving) is ranked once, not on each proposal."""
+        if self._by_value is None or len(self._by_value[1]) != len(self.values):
+            order = self.order()
+            self._by_value = (self.array("measured")[order], self.array("values")[order], self.array("weights")[order])
         return self._by_value
 
     def add(self, code: np.ndarray, value: float | None, failed: bool = False, weight: float = 1.0,
