@@ -1291,3 +1291,22 @@ class NeglectedSliceBinary(NeglectedSlice):
 
 class NeglectedSliceRare(NeglectedSlice):
     ratio = 0.3
+
+
+class WarmFlatUniform(WarmUniform):
+    """(Not kept.) With a prior, every other proposal is uniform while the study's own measured
+    configs all run within ``FLAT`` of each other: on a flat target the source's favoured region is
+    no better than any other, and a uniform trial there risks little (the best found stays), while
+    the cold start-up's spread finds the target's own best region."""
+
+    FLAT = 0.10
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        started = len(own) + len(pool.in_flight_codes())
+        values = own.values
+        flat = len(values) >= 4 and not own.failed and max(values) <= (1 + self.FLAT) * min(values)
+        if prior is not None and len(prior) and flat and started % 2 == 1:
+            rows = pool.random_untried(1, self.rng)
+            return int(rows[0]) if len(rows) else None
+        return P.ParzenSearch.propose(self, pool, ordered, prior)
