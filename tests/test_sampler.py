@@ -2,6 +2,7 @@
 
 import itertools
 import statistics
+import types
 from pathlib import Path
 
 import numpy as np
@@ -295,7 +296,6 @@ def test_an_ordered_axis_is_counted_same_or_different_where_its_good_values_alte
     assert choose_kernels(observed(40), [8, 6], [True, True]) == [True, True]  # 4 good of 40: too few to choose
 
 
-@pytest.mark.slow  # sampler quality: 40 runs of 100 trials
 def wavefront_space() -> tuple[Recording, Space]:
     """block_size_x in steps of 16, 10 % faster at multiples of 64 (an AMD wavefront), and four other axes."""
     axes = {"block_size_x": list(range(16, 257, 16)), "block_size_y": [1, 2, 4, 8], "tile_x": list(range(1, 7)),
@@ -310,6 +310,7 @@ def wavefront_space() -> tuple[Recording, Space]:
     return recorded_space(axes, outcome)
 
 
+@pytest.mark.slow  # sampler quality: 40 runs of 120 trials
 def test_a_block_size_fast_at_multiples_of_a_wavefront_is_found(monkeypatch):
     """block_size_x in steps of 16 runs 10 % faster at multiples of 64 (an AMD wavefront): its good
     values alternate with slower ones, and the ordinal kernel spreads their weight onto the slower
@@ -334,6 +335,65 @@ def test_a_block_size_fast_at_multiples_of_a_wavefront_is_found(monkeypatch):
     ordinal = found(range(20))
     print(f"optimum found in 120 trials: {chosen} of 20 seeds with the kernel choice, {ordinal} kept ordinal")
     assert chosen == 20 and ordinal == 20
+
+
+def code_path_space() -> tuple[Recording, Space]:
+    """Three flags select code paths. With ``shmem`` and ``cached`` both on, every shape runs at 1.25 or
+    more, slowly worse away from one shape; with both off, that shape runs at 1.0 (the optimum) and the
+    others many times slower (a path poor on average); with one of the two on, every shape is slower
+    than 1.9. The best config's single flips are all slower: the optimum is two flags away."""
+    axes = {"block": [16, 32, 48, 64, 80, 96, 112, 128], "tile": [1, 2, 3, 4, 5, 6], "unroll": [1, 2, 4, 8],
+            "shmem": [0, 1], "cached": [0, 1], "pad": [0, 1]}
+
+    def outcome(c):
+        far = abs(c["block"] - 96) / 112 + abs(c["tile"] - 3) / 5 + abs(c["unroll"] - 2) / 7
+        path = {(1, 1): (1.25, 0.3), (0, 0): (1.0, 6.0), (1, 0): (1.9, 0.3), (0, 1): (2.2, 0.3)}
+        scale, slope = path[(c["shmem"], c["cached"])]
+        return Record("ok", scale * (1 + slope * far) * (1 + 0.02 * c["pad"]), [1.0])
+
+    return recorded_space(axes, outcome)
+
+
+@pytest.mark.slow  # sampler quality: 20 runs of 100 trials
+def test_the_best_shape_is_tried_on_a_code_path_two_flags_away():
+    """On :func:`code_path_space` a plateau's moves try the best config's shape with two flags flipped
+    once both single flips are spent (``Pool.other_code_paths``): every seed finds the optimum within 100
+    trials. With one-axis moves and the density ratio alone, no seed of 20 did (the path is poor on
+    average and each single flip slower)."""
+    recording, space = code_path_space()
+    found = 0
+    for seed in range(20):
+        settings = RunSettings(study_name=f"p{seed}", sampler="tpe", trials=100, seed=seed, pruner=False, progress=False)
+        runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
+        runner.run()
+        found += runner.study.best_value <= recording.optimum() * (1 + 1e-9)
+    assert found == 20
+
+
+def test_a_configs_other_code_paths_are_two_flag_flips_once_both_single_flips_are_spent():
+    axes = {"block": [16, 32, 64], "shmem": [0, 1], "cached": [0, 1], "pad": [0, 1], "tile": [1, 2, 3]}
+    space = types.SimpleNamespace(axis_names=list(axes), axes=axes)
+    configs = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())
+               if not (values[3] == 1 and values[1] == 0)]  # padding only with shared memory
+    pool = Pool(space, configs)
+    best = {"block": 16, "shmem": 1, "cached": 1, "pad": 1, "tile": 2}
+
+    def paths() -> list[dict]:
+        return [pool.decode(pool.codes[row]) for row in pool.other_code_paths(pool.encode(best))]
+
+    def tried(**flips) -> None:
+        pool.tried[pool.row(pool.encode({**best, **flips}))] = 1
+
+    assert paths() == []  # the single flips of cached and pad are left (shmem's alone is not valid)
+    tried(cached=0)
+    assert paths() == []  # shmem and cached both flipped: padding without shared memory
+    tried(pad=0)
+    assert paths() == [{"block": 16, "shmem": 0, "cached": 1, "pad": 0, "tile": 2},
+                       {"block": 16, "shmem": 1, "cached": 0, "pad": 0, "tile": 2}]
+    tried(shmem=0, pad=0)
+    assert paths() == [{"block": 16, "shmem": 1, "cached": 0, "pad": 0, "tile": 2}]
+    one_flag = types.SimpleNamespace(axis_names=["block", "flag"], axes={"block": [16, 32, 48], "flag": [0, 1]})
+    assert len(Pool(one_flag, [{"block": 16, "flag": 0}, {"block": 16, "flag": 1}]).other_code_paths([0, 0])) == 0
 
 
 def test_an_axis_counted_in_steps_is_also_read_by_how_many_times_two_divides_it():

@@ -7,6 +7,7 @@ Each patches one step of ``tuner.search.parzen`` for the duration of a proposal;
 Results: results_sampler.md, "fourth session".
 """
 import contextlib
+import itertools
 import math
 
 import numpy as np
@@ -1310,3 +1311,128 @@ class WarmFlatUniform(WarmUniform):
             rows = pool.random_untried(1, self.rng)
             return int(rows[0]) if len(rows) else None
         return P.ParzenSearch.propose(self, pool, ordered, prior)
+
+
+class SharpCategories(P.ParzenSearch):
+    """(Not kept.) An axis counted as same / different (a code path's flag, a method) gets the narrowest kernel in
+    every density, as the feasibility model's: a config on another code path counts little towards this one's
+    density, so the densities model each code path's shapes apart instead of pooling them."""
+
+    def propose(self, pool, ordered, prior=None):
+        original = P._kernel
+
+        def kernel(levels, is_ordered, shrink):
+            return original(levels, is_ordered, shrink if is_ordered else 0.0)
+
+        P._kernel = kernel
+        try:
+            return super().propose(pool, ordered, prior)
+        finally:
+            P._kernel = original
+
+
+class CodePaths(P.ParzenSearch):
+    """(Not kept as is: the product's rule is ``Pool.other_code_paths``.) On a plateau's move turn, first the incumbent's shape on another code path: the configs equal to
+    the best one on every axis of three or more levels and differing from it in two or more two-level axes (flags
+    such as use_shmem and read_only), untried and valid, one at random. The one-axis moves flip one flag at a time,
+    and a code path two flags away whose other neighbours are slow is never reached by them, though the shape the
+    search learnt is often good there too (convolution A4000, sixteenth session)."""
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        patience = 0 if prior is not None and len(prior) else sum(1 for n in pool.levels if n > 1)
+        if own.measured and own.since_best >= patience and (own.since_best - patience) % 2 == 0:
+            rows = self._other_paths(pool, own)
+            if rows:
+                return rows[self.rng.integers(len(rows))]
+        return super().propose(pool, ordered, prior)
+
+    @staticmethod
+    def _other_paths(pool, own):
+        flags = [axis for axis, n in enumerate(pool.levels) if n == 2]
+        if len(flags) < 2:
+            return []
+        best = own.by_value()[0][0]
+        rows = []
+        for combination in itertools.product((0, 1), repeat=len(flags)):
+            code = best.copy()
+            code[flags] = combination
+            if int((code != best).sum()) >= 2:
+                row = pool.row(code)
+                if row is not None and not pool.tried[row]:
+                    rows.append(row)
+        return rows
+
+
+class CodePathsTwo(CodePaths):
+    """(Not kept.) :class:`CodePaths` with exactly two flags changed (fewer trials where there are four flags)."""
+
+    @staticmethod
+    def _other_paths(pool, own):
+        return [row for row in CodePaths._other_paths(pool, own)
+                if int((pool.codes[row] != own.by_value()[0][0]).sum()) == 2]
+
+
+class CodePathsOnce(CodePaths):
+    """(Not kept.) :class:`CodePaths`, a code path visited again only once the incumbent is 5 % faster than at
+    its last visit (a basin of near-equal configs, each a hair faster, would send its shape to every path each time)."""
+
+    IMPROVEMENT = 0.05
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._visited = {}  # code path -> the incumbent's value when the incumbent's shape was last tried there
+
+    def _other_paths(self, pool, own):
+        flags = [axis for axis, n in enumerate(pool.levels) if n == 2]
+        rows = CodePaths._other_paths(pool, own)
+        best = own.best
+        kept = [row for row in rows
+                if best < (1 - self.IMPROVEMENT) * self._visited.get(tuple(pool.codes[row][flags]), math.inf)]
+        if not kept:
+            return []
+        row = kept[self.rng.integers(len(kept))]
+        self._visited[tuple(pool.codes[row][flags])] = best
+        return [row]
+
+
+class CodePathsStarved(CodePathsTwo):
+    """(Not kept.) :class:`CodePathsTwo`, only into a code path whose share of the tried configs is below half its
+    share of the valid ones (a path the search has starved; one it measured as much as its size is known)."""
+
+    def _other_paths(self, pool, own):
+        rows = CodePathsTwo._other_paths(pool, own)
+        if not rows:
+            return rows
+        flags = [axis for axis, n in enumerate(pool.levels) if n == 2]
+        weights = 1 << np.arange(len(flags))
+        path_of = pool.codes[:, flags] @ weights
+        valid = np.bincount(path_of, minlength=1 << len(flags)) / pool.size
+        tried = np.bincount(path_of[pool.tried > 0], minlength=1 << len(flags)) / max(1, pool.n_tried)
+        return [row for row in rows if tried[path_of[row]] < 0.5 * valid[path_of[row]]]
+
+
+def two_flag_flips(pool, code) -> list[int]:
+    """Untried valid rows equal to ``code`` but in exactly two of its two-level axes: its shape on another code path."""
+    flags = [axis for axis, n in enumerate(pool.levels) if n == 2]
+    rows = []
+    for first, second in itertools.combinations(flags, 2):
+        other = np.array(code, copy=True)
+        other[[first, second]] = 1 - other[[first, second]]
+        row = pool.row(other)
+        if row is not None and not pool.tried[row]:
+            rows.append(row)
+    return rows
+
+
+class CodePathsAxis(P.ParzenSearch):
+    """(Not kept.) A plateau move may also flip two two-level axes of its base at once (the base's shape on another
+    code path): one more option beside the axes, drawn as often as any axis, feasibility-checked as the others."""
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        steps = pool.steps
+        pool.steps = lambda code, ordered_: steps(code, ordered_) + [two_flag_flips(pool, code)]
+        try:
+            return super()._local_move(pool, own, ordered, log_feasible)
+        finally:
+            del pool.steps

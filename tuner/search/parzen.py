@@ -26,10 +26,14 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   prior's too) it weighs only the candidates ``l`` favours most (its cost would otherwise dominate a long
   study's, or a warm one's);
 * plateaus: after as many trials without a new best as there are axes, every other proposal
-  is a one-axis move from the best config (or else the top of another basin) that is likely
-  to work (on an ordered axis the nearest untried level, or any once those near it are spent, or
-  across a constraint with one other axis changed: :meth:`~tuner.search.pool.Pool.steps`); the others stay with the density ratio, which can leap
-  to a basin that no chain of one-axis moves from the incumbent reaches through better configs.
+  is the best config's shape on another code path (two of its 0 / 1 flags flipped, such as
+  ``use_shmem`` and ``read_only``, once each flip alone is tried; not in a warm run, whose prior
+  has measured the paths), or else a one-axis move from
+  the best config (or else the top of another basin) that is likely to work (on an ordered axis
+  the nearest untried level, or any once those near it are spent, or across a constraint with
+  one other axis changed: :meth:`~tuner.search.pool.Pool.steps`); the others stay with the
+  density ratio, which can leap to a basin that no chain of one-axis moves from the incumbent
+  reaches through better configs.
   With a prior the moves start at once: the warm start's queue is where the source's search
   ended, and another GPU or shape moves an optimum by an axis or two, not to another basin;
 * a prior: observations of a related study or recording (the same kernel on another GPU,
@@ -282,7 +286,10 @@ class ParzenSearch:
         else:
             patience = sum(1 for n in pool.levels if n > 1)  # the axes
         if own.measured and own.since_best >= patience and (own.since_best - patience) % 2 == 0:
-            row = self._local_move(pool, own, ordered, log_feasible)
+            # with a prior, the source's whole history has measured the other code paths already
+            row = self._other_code_path(pool, own) if prior is None else None
+            if row is None:
+                row = self._local_move(pool, own, ordered, log_feasible)
             if row is not None:
                 return row
 
@@ -307,6 +314,13 @@ class ParzenSearch:
         score = log_l - bad.log_density(codes, self.rng)
         top = np.flatnonzero(score >= score.max() - 1e-12)
         return int(rows[top[self.rng.integers(len(top))]])
+
+    def _other_code_path(self, pool: Pool, own: Observations) -> int | None:
+        """The best config's shape on another code path (:meth:`~tuner.search.pool.Pool.other_code_paths`),
+        one at random, or None. Not weighed by the feasibility model: a path without evidence is
+        what this move is for."""
+        paths = pool.other_code_paths(own.measured[int(own.order()[0])])
+        return int(paths[self.rng.integers(len(paths))]) if len(paths) else None
 
     def _local_move(self, pool: Pool, own: Observations, ordered: Sequence[bool], log_feasible) -> int | None:
         """One-axis move that is untried and likely to work (a plateau's way out), from the best

@@ -11,6 +11,7 @@ read by the search as arrays that convert only the observations new since its la
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -319,6 +320,30 @@ class Pool:
             if best is None or distance < best_distance:
                 best, best_distance = row, distance
         return best
+
+    def other_code_paths(self, code: Code) -> np.ndarray:
+        """Untried valid rows equal to ``code`` but in two of its flags (axes of values 0 and 1),
+        each of whose single flips is tried or not valid: its shape on another code path, once the
+        one-axis moves to the paths between are spent. Flags such as ``use_shmem`` and
+        ``read_only`` select code paths, and a path two flags away is where one-axis moves never
+        lead when each single flip is slower, though the tile and block shape learnt on one path
+        is often good on the others. Two sizes (``BLOCK_M`` 128 or 256) are not a flag."""
+        base = [int(i) for i in code]
+        flags = [axis for axis, values in enumerate(self.values) if len(values) == 2 and set(values) == {0, 1}]
+
+        def flipped(*axes: int) -> int | None:
+            other = list(base)
+            for axis in axes:
+                other[axis] = 1 - other[axis]
+            return self._row_of.get(tuple(other))
+
+        spent = [axis for axis in flags if (row := flipped(axis)) is None or self.tried[row]]
+        rows = []
+        for first, second in itertools.combinations(spent, 2):
+            row = flipped(first, second)
+            if row is not None and not self.tried[row]:
+                rows.append(row)
+        return np.array(rows, dtype=np.int64)
 
     def one_axis_away(self, code: Code) -> list[int]:
         """Valid rows (tried or not) that differ from ``code`` in exactly one axis, in axis then level order."""
