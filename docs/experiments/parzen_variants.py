@@ -1332,8 +1332,9 @@ class SharpCategories(P.ParzenSearch):
 
 
 class CodePaths(P.ParzenSearch):
-    """(Not kept as is: the product's rule is ``Pool.other_code_paths``.) On a plateau's move turn, first the incumbent's shape on another code path: the configs equal to
-    the best one on every axis of three or more levels and differing from it in two or more two-level axes (flags
+    """(Not kept as is: the product's rule is ``Pool.other_code_paths``.) On a plateau's move turn, first the
+    incumbent's shape on another code path: the configs equal to the best one on every axis of three or more levels
+    and differing from it in two or more two-level axes (flags
     such as use_shmem and read_only), untried and valid, one at random. The one-axis moves flip one flag at a time,
     and a code path two flags away whose other neighbours are slow is never reached by them, though the shape the
     search learnt is often good there too (convolution A4000, sixteenth session)."""
