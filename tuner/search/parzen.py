@@ -28,12 +28,11 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
 * plateaus: after as many trials without a new best as there are axes, every other proposal
   is the best config's shape on another code path (two of its 0 / 1 flags flipped, such as
   ``use_shmem`` and ``read_only``, once each flip alone is tried; not in a warm run, whose prior
-  has measured the paths), or else a one-axis move from
-  the best config (or else the top of another basin) that is likely to work (on an ordered axis
-  the nearest untried level, or any once those near it are spent, or across a constraint with
-  one other axis changed: :meth:`~tuner.search.pool.Pool.steps`); the others stay with the
-  density ratio, which can leap to a basin that no chain of one-axis moves from the incumbent
-  reaches through better configs.
+  has measured the paths), or else a one-axis move from the best config (or else the top of
+  another basin) that is likely to work (on an ordered axis the nearest untried level, or any
+  once those near it are spent, or across a constraint with one other axis changed:
+  :meth:`~tuner.search.pool.Pool.steps`); the others stay with the density ratio, which can leap
+  to a basin that no chain of one-axis moves from the incumbent reaches through better configs.
   With a prior the moves start at once: the warm start's queue is where the source's search
   ended, and another GPU or shape moves an optimum by an axis or two, not to another basin;
 * a prior: observations of a related study or recording (the same kernel on another GPU,
