@@ -141,6 +141,8 @@ class Pool:
         self.levels = [len(v) for v in space.axes.values()]
         self._level_of = [{value: i for i, value in enumerate(values)} for values in space.axes.values()]
         self.values = [list(values) for values in space.axes.values()]  # per axis, in level order
+        #: axes of values 0 and 1 (a code path's switch; :meth:`other_code_paths`)
+        self.flags = [axis for axis, values in enumerate(self.values) if len(values) == 2 and set(values) == {0, 1}]
         # one column per axis: a million candidates encode in a second, not one encode() call each
         self.codes = np.empty((len(candidates), len(self.axes)), dtype=np.int32)
         for j, (axis, level) in enumerate(zip(self.axes, self._level_of, strict=True)):
@@ -329,7 +331,6 @@ class Pool:
         lead when each single flip is slower, though the tile and block shape learnt on one path
         is often good on the others. Two sizes (``BLOCK_M`` 128 or 256) are not a flag."""
         base = [int(i) for i in code]
-        flags = [axis for axis, values in enumerate(self.values) if len(values) == 2 and set(values) == {0, 1}]
 
         def flipped(*axes: int) -> int | None:
             other = list(base)
@@ -337,7 +338,7 @@ class Pool:
                 other[axis] = 1 - other[axis]
             return self._row_of.get(tuple(other))
 
-        spent = [axis for axis in flags if (row := flipped(axis)) is None or self.tried[row]]
+        spent = [axis for axis in self.flags if (row := flipped(axis)) is None or self.tried[row]]
         rows = []
         for first, second in itertools.combinations(spent, 2):
             row = flipped(first, second)
