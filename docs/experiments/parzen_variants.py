@@ -1437,11 +1437,3 @@ class CodePathsAxis(P.ParzenSearch):
             return super()._local_move(pool, own, ordered, log_feasible)
         finally:
             del pool.steps
-
-
-class NoPinned(P.ParzenSearch):
-    """The search before pinned values were left out of the densities."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.flatten_pinned = False

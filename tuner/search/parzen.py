@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,19 +114,13 @@ def alignments(values: tuple[tuple[Any, ...], ...]) -> tuple[Alignment, ...]:
     return tuple(found)
 
 
-MATCH = True
-
-
 class Mixture:
     """Observations (level-index rows) with weights, as a kernel density over the candidates; each
     of ``aligned`` adds its column to the rows (:func:`alignments`)."""
 
     def __init__(self, levels: Sequence[int], ordered: Sequence[bool], sharp: bool = False,
-                 aligned: Sequence[Alignment] = (), pinned: Callable[[np.ndarray], np.ndarray] | None = None):
+                 aligned: Sequence[Alignment] = ()):
         self.aligned = list(aligned)
-        # codes -> per axis, whether the value is the only valid one with the others (Pool.pinned_of)
-        self.pinned = pinned
-        self.n_axes = len(levels)
         self.levels = list(levels) + [a.levels for a in self.aligned]
         self.ordered = list(ordered) + [True] * len(self.aligned)
         self.sharp = sharp  # the narrowest kernel (half a level): a classifier's boundary, not a trend
@@ -181,7 +175,6 @@ class Mixture:
     def log_density(self, candidates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """log of (uniform + sum_k w_k prod_axis K(x_axis | o_k,axis)) / (1 + sum_k w_k)."""
         uniform = float(np.exp(-np.sum(np.log(self.levels))))
-        pinned_candidates = self.pinned(candidates) if self.pinned is not None else None
         candidates = self._with_alignments(candidates)
         if not len(self):
             return np.full(len(candidates), math.log(uniform))
@@ -192,7 +185,6 @@ class Mixture:
             keep = rng.choice(len(weights), size=MAX_COMPONENTS, replace=False)
             weights = weights[keep] * (weights.sum() / weights[keep].sum())
         obs = self._rows(keep)
-        pinned_obs = self.pinned(obs[:, : self.n_axes]) if self.pinned is not None else None
         # the bandwidth follows the observations' total weight, not their count: a prior of a whole
         # recording (thousands of configs, worth the random start-up in all) narrows the kernels as
         # that many trials would, not onto each of its configs
@@ -203,18 +195,7 @@ class Mixture:
                 continue
             # the observations' columns first (levels x components), then whole rows per candidate:
             # the same numbers as kernel[candidates][:, obs], without a gather per element
-            kernel = _kernel(n, self.ordered[axis], shrink)
-            factor = kernel[:, obs[:, axis]].take(candidates[:, axis], axis=0)
-            if pinned_obs is not None and pinned_candidates is not None:
-                # a value the constraints fixed is no evidence about the axis: such a pair counts as a match
-                base = axis if axis < self.n_axes else self.aligned[axis - self.n_axes].axis
-                if MATCH:
-                    diagonal = np.diagonal(kernel)
-                    factor[:, pinned_obs[:, base]] = diagonal[candidates[:, axis]][:, None]
-                    factor[pinned_candidates[:, base], :] = diagonal[obs[:, axis]][None, :]
-                else:
-                    factor[:, pinned_obs[:, base]] = 1.0 / n
-                    factor[pinned_candidates[:, base], :] = 1.0 / n
+            factor = _kernel(n, self.ordered[axis], shrink)[:, obs[:, axis]].take(candidates[:, axis], axis=0)
             if product is None:
                 product = factor
             else:
@@ -256,7 +237,6 @@ class ParzenSearch:
         self.n_startup_trials = n_startup_trials
         self.patience = patience
         self.sample_size = sample_size
-        self.flatten_pinned = True
         self.rng = np.random.default_rng(seed)
 
     def reseed_rng(self) -> None:
@@ -273,9 +253,7 @@ class ParzenSearch:
 
         ordered = choose_kernels(own, pool.levels, ordered)
         aligned = alignments(tuple(tuple(values) for values in pool.values))
-        pinned = pool.pinned_of if self.flatten_pinned else None
-        good = Mixture(pool.levels, ordered, aligned=aligned, pinned=pinned)
-        bad = Mixture(pool.levels, ordered, aligned=aligned, pinned=pinned)
+        good, bad = Mixture(pool.levels, ordered, aligned=aligned), Mixture(pool.levels, ordered, aligned=aligned)
         ok = Mixture(pool.levels, ordered, sharp=True, aligned=aligned)
         failed = Mixture(pool.levels, ordered, sharp=True, aligned=aligned)
         bad.add(pool.in_flight_codes())  # constant liar: what others measure now is no reason to go there

@@ -149,8 +149,6 @@ class Pool:
             self.codes[:, j] = np.fromiter((level[c[axis]] for c in candidates), dtype=np.int32, count=len(candidates))
         self._row_of = {tuple(code): row for row, code in enumerate(self.codes.tolist())}
         self._neighbour_rows: dict[tuple[int, ...], np.ndarray] = {}  # a config's valid neighbours (they never change)
-        self._pinned: np.ndarray | None = None
-        self._sorted_keys: tuple[np.ndarray, np.ndarray] | None = None
         self.size = len(candidates)
         self.tried = np.zeros(self.size, dtype=np.int32)  # trials holding each config (a repeat holds it twice)
         self.n_tried = 0  # rows with tried > 0
@@ -167,53 +165,6 @@ class Pool:
 
     def row(self, code: Code) -> int | None:
         return self._row_of.get(tuple(int(i) for i in code))
-
-    def rows_of(self, codes: np.ndarray) -> np.ndarray:
-        """The row of each code (-1 where it is not a candidate), vectorised: a mixed-radix key per
-        code, looked up among the candidates' sorted keys."""
-        if self._sorted_keys is None:
-            keys = self._keys(self.codes)
-            order = np.argsort(keys, kind="stable")
-            self._sorted_keys = (keys[order], order)
-        sorted_keys, order = self._sorted_keys
-        codes = np.asarray(codes).reshape(-1, len(self.levels))
-        if not len(sorted_keys) or not len(codes):
-            return np.full(len(codes), -1, dtype=np.int64)
-        keys = self._keys(codes)
-        at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-        return np.where(sorted_keys[at] == keys, order[at], -1)
-
-    def _keys(self, codes: np.ndarray) -> np.ndarray:
-        """One integer per code; an object array of Python ints where the product of the levels
-        overflows 64 bits (a Kernel Tuner space of millions of products still fits)."""
-        radix = [int(np.prod(self.levels[j + 1:], dtype=object)) for j in range(len(self.levels))]
-        if math.prod(self.levels) < 2**62:
-            return np.asarray(codes, dtype=np.int64) @ np.array(radix, dtype=np.int64)
-        return np.asarray(codes, dtype=object) @ np.array(radix, dtype=object)
-
-    @property
-    def pinned(self) -> np.ndarray:
-        """Per candidate and axis: True where no other value of that axis is valid with the config's
-        other values (a tile of 1 runs only with a stride of 0, padding only with shared memory). Such
-        a value is the constraint's, not a choice: it says nothing about which value of the axis is
-        good. Found once, by grouping the candidates on all the other axes."""
-        if self._pinned is None:
-            pinned = np.zeros(self.codes.shape, dtype=bool)
-            for axis in range(len(self.levels)):
-                others = np.delete(self.codes, axis, axis=1)
-                _, inverse, counts = np.unique(others, axis=0, return_inverse=True, return_counts=True)
-                pinned[:, axis] = counts[inverse.reshape(-1)] == 1
-            pinned.setflags(write=False)
-            self._pinned = pinned
-        return self._pinned
-
-    def pinned_of(self, codes: np.ndarray) -> np.ndarray:
-        """:attr:`pinned` for any codes (False for a config outside the candidates)."""
-        rows = self.rows_of(codes)
-        out = np.zeros((len(rows), len(self.levels)), dtype=bool)
-        found = rows >= 0
-        out[found] = self.pinned[rows[found]]
-        return out
 
     # -- what the study did -----------------------------------------------------------------
     def update(self, study: optuna.Study, exclude: int | None = None) -> None:
