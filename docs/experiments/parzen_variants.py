@@ -1437,3 +1437,94 @@ class CodePathsAxis(P.ParzenSearch):
             return super()._local_move(pool, own, ordered, log_feasible)
         finally:
             del pool.steps
+
+
+def neutral_bases(tolerance):
+    """``parzen._bases`` where a base is on a slope only if a config one axis away is faster by more than
+    ``tolerance`` (a neighbour within the measurements' noise is a step along a ridge, not down a slope)."""
+
+    def bases(obs, n_axes):
+        codes, values, order = obs.array("measured"), obs.array("values"), obs.order()
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        best_ranks = []
+        for axis in range(n_axes):
+            best = np.full(int(codes[:, axis].max()) + 1, len(order))
+            np.minimum.at(best, codes[:, axis], rank)
+            best_ranks.append(best[best < len(order)])
+        found = order[np.unique(np.concatenate(best_ranks))]
+        better = order[: P.BASIN_TOPS]
+        one_axis_away = (codes[found][:, None, :] != codes[better][None, :, :]).sum(axis=2) == 1
+        on_a_slope = (one_axis_away & (values[better][None, :] * (1 + tolerance) < values[found][:, None])).any(axis=1)
+        return [int(i) for i in found[~on_a_slope]] + [int(i) for i in found[on_a_slope]]
+
+    return bases
+
+
+class NeutralSlope(P.ParzenSearch):
+    """A base one axis from a faster config by 2 % or less is not on a slope (``neutral_bases``)."""
+
+    tolerance = 0.02
+
+    def propose(self, pool, ordered, prior=None):
+        with patched("_bases", neutral_bases(self.tolerance)):
+            return super().propose(pool, ordered, prior)
+
+
+class NeutralSlopeFive(NeutralSlope):
+    tolerance = 0.05
+
+
+class StarvedHalf(P.ParzenSearch):
+    """On a plateau, every other density-ratio turn searches the half of the space (one flag at one
+    value) that the study has tried least for its size, by a density ratio fitted on that half's own
+    observations: a code path whose good shapes differ from the others' (``use_shmem 0``: one-row
+    blocks, tall tiles) is searched by its own best configs, not by the shapes the other paths favour."""
+
+    starved_below = 0.5
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        patience = sum(1 for n in pool.levels if n > 1)
+        if (prior is None and own.measured and own.since_best >= patience
+                and (own.since_best - patience) % 4 == 3):
+            row = self._half_search(pool, own, ordered)
+            if row is not None:
+                return row
+        return super().propose(pool, ordered, prior)
+
+    def _half_search(self, pool, own, ordered):
+        if not pool.flags:
+            return None
+        tried = [a for a in (own.array("measured"), own.array("slower"), own.array("failed")) if len(a)]
+        tried = np.concatenate(tried)
+        found = None
+        for f in pool.flags:
+            for level in (0, 1):
+                ratio = (tried[:, f] == level).mean() / max((pool.codes[:, f] == level).mean(), 1e-12)
+                if ratio < self.starved_below and (found is None or ratio < found[0]):
+                    found = (ratio, f, level)
+        if found is None:
+            return None
+        _, f, level = found
+        sample = pool.random_untried(4 * self.sample_size, self.rng)
+        sample = sample[pool.codes[sample, f] == level]
+        if not len(sample):
+            return None
+        codes, values, _ = own.by_value()
+        inside = codes[:, f] == level
+        if inside.sum() < 4:
+            return int(sample[self.rng.integers(len(sample))])
+        sub = P.Observations()
+        for code, value in zip(codes[inside], values[inside]):
+            sub.add(code, float(value))
+        aligned = P.alignments(tuple(tuple(v) for v in pool.values))
+        good, bad = P.Mixture(pool.levels, ordered, aligned=aligned), P.Mixture(pool.levels, ordered, aligned=aligned)
+        best = P._split([sub], [1.0], good, bad)
+        candidates = [sample] + [pool.neighbours(code) for code in best]
+        rows = np.unique(np.concatenate(candidates)).astype(np.int64)
+        rows = rows[pool.codes[rows, f] == level]
+        codes_ = pool.codes[rows]
+        score = good.log_density(codes_, self.rng) - bad.log_density(codes_, self.rng)
+        top = np.flatnonzero(score >= score.max() - 1e-12)
+        return int(rows[top[self.rng.integers(len(top))]])
