@@ -1538,37 +1538,14 @@ class SharpFlags(P.ParzenSearch):
     flag_width = 0.3
 
     def propose(self, pool, ordered, prior=None):
-        flags, width = set(pool.flags), self.flag_width
+        flags, other = set(pool.flags), math.exp(-0.5 / self.flag_width ** 2)
+        narrow = np.array([[1.0, other], [other, 1.0]]) / (1.0 + other)
 
         class FlagMixture(ORIG_MIXTURE):
-            def log_density(self, candidates, rng):
-                if self.sharp or not flags:
-                    return super().log_density(candidates, rng)
-                original = P._kernel
-                uniform = float(np.exp(-np.sum(np.log(self.levels))))
-                candidates = self._with_alignments(candidates)
-                if not len(self):
-                    return np.full(len(candidates), math.log(uniform))
-                weights = self.weights
-                total = 1.0 + weights.sum()
-                keep = None
-                if len(weights) > P.MAX_COMPONENTS:
-                    keep = rng.choice(len(weights), size=P.MAX_COMPONENTS, replace=False)
-                    weights = weights[keep] * (weights.sum() / weights[keep].sum())
-                obs = self._rows(keep)
-                shrink = P.scott_shrink(max(1, round(self.mass)), self.levels)
-                product = np.ones((len(candidates), len(obs)))
-                for axis, n in enumerate(self.levels):
-                    if n == 1:
-                        continue
-                    if axis in flags:
-                        same = np.exp(0.0)
-                        other = np.exp(-0.5 / width ** 2)
-                        k = np.array([[same, other], [other, same]]) / (same + other)
-                    else:
-                        k = original(n, self.ordered[axis], shrink)
-                    product *= k[:, obs[:, axis]].take(candidates[:, axis], axis=0)
-                return np.log((uniform + product @ weights) / total)
+            def axis_kernel(self, axis, shrink):
+                if self.sharp or axis not in flags:
+                    return super().axis_kernel(axis, shrink)
+                return narrow
 
         with patched("Mixture", FlagMixture):
             return super().propose(pool, ordered, prior)

@@ -195,7 +195,7 @@ class Mixture:
                 continue
             # the observations' columns first (levels x components), then whole rows per candidate:
             # the same numbers as kernel[candidates][:, obs], without a gather per element
-            factor = _kernel(n, self.ordered[axis], shrink)[:, obs[:, axis]].take(candidates[:, axis], axis=0)
+            factor = self.axis_kernel(axis, shrink)[:, obs[:, axis]].take(candidates[:, axis], axis=0)
             if product is None:
                 product = factor
             else:
@@ -203,6 +203,11 @@ class Mixture:
         if product is None:
             product = np.ones((len(candidates), len(obs)))
         return np.log((uniform + product @ weights) / total)
+
+
+    def axis_kernel(self, axis: int, shrink: float) -> np.ndarray:
+        """K[i, j] of one axis (:func:`_kernel`): the weight of its level i for an observation at level j."""
+        return _kernel(self.levels[axis], self.ordered[axis], shrink)
 
 
 def scott_shrink(n: int, levels: Sequence[int]) -> float:
