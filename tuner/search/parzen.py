@@ -204,7 +204,6 @@ class Mixture:
             product = np.ones((len(candidates), len(obs)))
         return np.log((uniform + product @ weights) / total)
 
-
     def axis_kernel(self, axis: int, shrink: float) -> np.ndarray:
         """K[i, j] of one axis (:func:`_kernel`): the weight of its level i for an observation at level j."""
         return _kernel(self.levels[axis], self.ordered[axis], shrink)
