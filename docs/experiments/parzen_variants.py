@@ -1439,35 +1439,15 @@ class CodePathsAxis(P.ParzenSearch):
             del pool.steps
 
 
-def neutral_bases(tolerance):
-    """``parzen._bases`` where a base is on a slope only if a config one axis away is faster by more than
-    ``tolerance`` (a neighbour within the measurements' noise is a step along a ridge, not down a slope)."""
-
-    def bases(obs, n_axes):
-        codes, values, order = obs.array("measured"), obs.array("values"), obs.order()
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order))
-        best_ranks = []
-        for axis in range(n_axes):
-            best = np.full(int(codes[:, axis].max()) + 1, len(order))
-            np.minimum.at(best, codes[:, axis], rank)
-            best_ranks.append(best[best < len(order)])
-        found = order[np.unique(np.concatenate(best_ranks))]
-        better = order[: P.BASIN_TOPS]
-        one_axis_away = (codes[found][:, None, :] != codes[better][None, :, :]).sum(axis=2) == 1
-        on_a_slope = (one_axis_away & (values[better][None, :] * (1 + tolerance) < values[found][:, None])).any(axis=1)
-        return [int(i) for i in found[~on_a_slope]] + [int(i) for i in found[on_a_slope]]
-
-    return bases
-
-
 class NeutralSlope(P.ParzenSearch):
-    """A base one axis from a faster config by 2 % or less is not on a slope (``neutral_bases``)."""
+    """A base one axis from a faster config by 2 % or less is not on a slope (a neighbour within the
+    measurements' noise is a step along a ridge, not down a slope)."""
 
     tolerance = 0.02
 
     def propose(self, pool, ordered, prior=None):
-        with patched("_bases", neutral_bases(self.tolerance)):
+        original = P._bases
+        with patched("_bases", lambda obs, n_axes: original(obs, n_axes, level_within=self.tolerance)):
             return super().propose(pool, ordered, prior)
 
 

@@ -400,12 +400,13 @@ def _held_out_fit(kernel: np.ndarray, good_counts: np.ndarray, rest_counts: np.n
     return float(good_counts[seen_good] @ np.log(as_good) + rest_counts[seen_rest] @ np.log1p(-as_rest))
 
 
-def _bases(obs: Observations, n_axes: int) -> list[int]:
+def _bases(obs: Observations, n_axes: int, level_within: float = 0.0) -> list[int]:
     """Where local moves start: the overall best config, then the best of each other basin (the
     best config measured with some value of some axis, another method or tile size) from which a
     climb may lead past the incumbent, then the rest of those configs. A config that a measured one
     axis away beats sits on the slope of a basin whose top is already a base: the best at each
-    value of a long axis (31 block sizes) is mostly the incumbent's basin again, one axis over."""
+    value of a long axis (31 block sizes) is mostly the incumbent's basin again, one axis over.
+    A neighbour faster by at most ``level_within`` (a share) counts as level, not above."""
     codes, values, order = obs.array("measured"), obs.array("values"), obs.order()
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
@@ -417,7 +418,7 @@ def _bases(obs: Observations, n_axes: int) -> list[int]:
     bases = order[np.unique(np.concatenate(best_ranks))]  # best first; ties in trial order
     better = order[:BASIN_TOPS]  # only the best: a long study's proposal costs no more
     one_axis_away = (codes[bases][:, None, :] != codes[better][None, :, :]).sum(axis=2) == 1
-    on_a_slope = (one_axis_away & (values[better][None, :] < values[bases][:, None])).any(axis=1)
+    on_a_slope = (one_axis_away & (values[better][None, :] * (1 + level_within) < values[bases][:, None])).any(axis=1)
     return [int(i) for i in bases[~on_a_slope]] + [int(i) for i in bases[on_a_slope]]
 
 
