@@ -1533,3 +1533,61 @@ class SharpFlags(P.ParzenSearch):
 
 class SharpFlagsHalf(SharpFlags):
     flag_width = 0.5
+
+
+def reshapes(pool, code):
+    """Untried valid rows that change two numeric axes of ``code`` and keep their product (a thread
+    block of 16 x 32 reshaped to 4 x 128, a tile of 1 x 4 to 2 x 2): the moves that keep the work
+    per block or per thread while changing its shape, which no one-axis move makes."""
+    numeric = [a for a, values in enumerate(pool.values)
+               if len(values) >= 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values)]
+    base = [int(i) for i in code]
+    rows = []
+    for a, b in itertools.combinations(numeric, 2):
+        product = pool.values[a][base[a]] * pool.values[b][base[b]]
+        level_b = {v: i for i, v in enumerate(pool.values[b])}
+        for level_a, va in enumerate(pool.values[a]):
+            if level_a == base[a]:
+                continue
+            other = level_b.get(product / va)  # 128 / 4 == 32.0 finds the level of 32
+            if other is None or other == base[b]:
+                continue
+            moved = list(base)
+            moved[a], moved[b] = level_a, other
+            row = pool._row_of.get(tuple(moved))
+            if row is not None and not pool.tried[row]:
+                rows.append(row)
+    return rows
+
+
+class ReshapeMoves(_StepsVariant):
+    """A plateau's moves also hold the base's reshapes (:func:`reshapes`), as one more axis of moves."""
+
+    def moves(self, pool, steps):
+
+        def with_reshapes(code, ordered_axes):
+            return steps(code, ordered_axes) + [reshapes(pool, code)]
+
+        return with_reshapes
+
+
+class ReshapeCandidates(P.ParzenSearch):
+    """The density ratio's candidates also hold the reshapes of the good configs (beside their one-axis
+    neighbours)."""
+
+    def propose(self, pool, ordered, prior=None):
+        plain = pool.neighbours
+
+        def neighbours(code):
+            extra = np.array(reshapes(pool, code), dtype=np.int64)
+            return np.concatenate([plain(code), extra]) if len(extra) else plain(code)
+
+        pool.neighbours = neighbours
+        try:
+            return super().propose(pool, ordered, prior)
+        finally:
+            del pool.neighbours
+
+
+class ReshapeBoth(ReshapeMoves, ReshapeCandidates):
+    """Both of the above."""
