@@ -1591,3 +1591,46 @@ class ReshapeCandidates(P.ParzenSearch):
 
 class ReshapeBoth(ReshapeMoves, ReshapeCandidates):
     """Both of the above."""
+
+
+class DirectionalSteps(_StepsVariant):
+    """On an ordered axis, the move on the side where it passes a tried level slower than the base is
+    dropped while the other side's move passes no tried level: a climb goes on the way the values
+    rise (a tile of 3 beat the tile of 4 above it; the next move is to 2, not past 4 to 5)."""
+
+    def moves(self, pool, steps):
+        own = pool.observations
+        value = {tuple(int(i) for i in c): v for c, v in zip(own.measured, own.values, strict=True)}
+        value.update((tuple(int(i) for i in c), math.inf) for c in own.slower + own.failed)
+
+        def directional(code, ordered_axes):
+            moves = steps(code, ordered_axes)
+            base = [int(i) for i in code]
+            at_base = value.get(tuple(base), math.inf)
+            for axis, rows in enumerate(moves):
+                if not ordered_axes[axis] or len(rows) < 2:
+                    continue
+                here, sides = base[axis], {-1: [], 1: []}
+                for row in rows:
+                    level = int(pool.codes[row][axis])
+                    sides[1 if level > here else -1].append((row, level))
+
+                def passes(level, worse_only):
+                    step = 1 if level > here else -1
+                    for between in range(here + step, level, step):
+                        probe = list(base)
+                        probe[axis] = between
+                        seen = value.get(tuple(probe))
+                        if seen is not None and (not worse_only or seen > at_base):
+                            return True
+                    return False
+
+                for side in (-1, 1):
+                    mine, other = sides[side], sides[-side]
+                    if mine and other and all(passes(level, True) for _, level in mine) \
+                            and any(not passes(level, False) for _, level in other):
+                        moves[axis] = [row for row, _ in other]
+                        break
+            return moves
+
+        return directional
