@@ -17,6 +17,7 @@ sharing one model of the shapes across paths is worth more than sampling each pa
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from pathlib import Path
@@ -28,10 +29,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_sampler import space_for  # noqa: E402
-from sampler_sim import recorded_times  # noqa: E402
+from sampler_sim import recorded_times, simulate  # noqa: E402
 
 from tuner.evaluate.replay import load_recording  # noqa: E402
-from tuner.search.parzen import ParzenSearch  # noqa: E402
 from tuner.search.pool import Pool  # noqa: E402
 from tuner.search.sampler import ordered_axis  # noqa: E402
 
@@ -41,15 +41,8 @@ REPORTED = (25, 50, 100)
 
 def best_so_far(space, valid, times, ordered, seed: int, startup: int, optimum: float) -> np.ndarray:
     """The fraction of the optimum the default search over ``valid`` holds after each of BUDGET trials."""
-    pool, search, measured = Pool(space, valid), ParzenSearch(seed=seed, n_startup_trials=startup), []
-    for _ in range(min(BUDGET, len(valid))):
-        row = search.propose(pool, ordered)
-        if row is None:
-            break
-        code, time = pool.codes[row], times[row]
-        pool._take(code, +1)
-        pool.observations.add(code.copy(), float(time) if math.isfinite(time) else None, failed=not math.isfinite(time))
-        measured.append(time)
+    measured = simulate(functools.partial(Pool, space, valid), times, ordered, seed, min(BUDGET, len(valid)),
+                        knobs=[("n_startup_trials", str(startup))])
     curve = optimum / np.minimum.accumulate(np.array(measured))
     return np.concatenate([curve, np.full(BUDGET - len(curve), curve[-1])])
 
