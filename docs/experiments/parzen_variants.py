@@ -1634,3 +1634,201 @@ class DirectionalSteps(_StepsVariant):
             return moves
 
         return directional
+
+
+def forced_axes(pool, codes):
+    """Per row of ``codes`` and axis: whether the constraints leave that axis no other valid level with
+    the row's other values (a tile of 1 runs only with a stride of 0). Kept per config on the pool."""
+    cache = pool.__dict__.setdefault("_forced", {})
+    out = np.zeros(codes.shape, dtype=bool)
+    for i, code in enumerate(codes):
+        key = tuple(int(c) for c in code)
+        mask = cache.get(key)
+        if mask is None:
+            base, mask = list(key), np.ones(len(key), dtype=bool)
+            for axis, levels in enumerate(pool.levels):
+                here = base[axis]
+                for level in range(levels):
+                    if level != here:
+                        base[axis] = level
+                        if tuple(base) in pool._row_of:
+                            mask[axis] = False
+                            break
+                base[axis] = here
+            cache[key] = mask
+        out[i] = mask
+    return out
+
+
+def _log_density_forced_uniform(pool):
+    """Mixture.log_density where an observation's forced axes (:func:`forced_axes`) weigh every level
+    alike: the value there was the constraint's choice, not the speed's."""
+
+    def log_density(self, candidates, rng):
+        if self.sharp or not len(self):
+            return ORIG_LOG_DENSITY(self, candidates, rng)
+        n_axes = len(pool.levels)
+        uniform = float(np.exp(-np.sum(np.log(self.levels))))
+        candidates = self._with_alignments(candidates)
+        weights = self.weights
+        total = 1.0 + weights.sum()
+        keep = None
+        if len(weights) > P.MAX_COMPONENTS:
+            keep = rng.choice(len(weights), size=P.MAX_COMPONENTS, replace=False)
+            weights = weights[keep] * (weights.sum() / weights[keep].sum())
+        obs = self._rows(keep)
+        forced = forced_axes(pool, obs[:, :n_axes])
+        forced = np.column_stack([forced, *(forced[:, a.axis] for a in self.aligned)]) if self.aligned else forced
+        shrink = P.scott_shrink(max(1, round(self.mass)), self.levels)
+        product = None
+        for axis, n in enumerate(self.levels):
+            if n == 1:
+                continue
+            factor = self.axis_kernel(axis, shrink)[:, obs[:, axis]].take(candidates[:, axis], axis=0)
+            if forced[:, axis].any():
+                factor[:, forced[:, axis]] = 1.0 / n
+            product = factor if product is None else product * factor
+        if product is None:
+            product = np.ones((len(candidates), len(obs)))
+        return np.log((uniform + product @ weights) / total)
+
+    return log_density
+
+
+ORIG_LOG_DENSITY = P.Mixture.log_density
+
+
+class ForcedAxes(P.ParzenSearch):
+    """An observation says nothing of an axis whose value the constraints forced (no other level is
+    valid with its other values): l and g weigh every level of that axis alike for it. Aimed at the
+    transfer pair below cold (dedispersion MI250X -> A6000: the source's winners have tiles of 1, so
+    ``tile_stride_y`` 0, and the prior favoured stride 0 where the target's optimum has 1)."""
+
+    only_with_prior = False
+
+    def propose(self, pool, ordered, prior=None):
+        if self.only_with_prior and (prior is None or not len(prior)):
+            return super().propose(pool, ordered, prior)
+        P.Mixture.log_density = _log_density_forced_uniform(pool)
+        try:
+            return super().propose(pool, ordered, prior)
+        finally:
+            P.Mixture.log_density = ORIG_LOG_DENSITY
+
+
+class ForcedAxesWarm(ForcedAxes):
+    """:class:`ForcedAxes` in warm runs only (a cold run is the default's)."""
+
+    only_with_prior = True
+
+
+class WarmCodePaths(P.ParzenSearch):
+    """A warm run's plateau moves try the best config's shape on a code path two flags away, as a cold
+    run's do (the default leaves them out with a prior: the source measured the paths, but on its GPU)."""
+
+    def propose(self, pool, ordered, prior=None):
+        if prior is None or not len(prior):
+            return super().propose(pool, ordered, prior)
+        own = pool.observations
+        if own.measured and own.since_best >= 0 and own.since_best % 2 == 0:
+            row = self._other_code_path(pool, own)
+            if row is not None:
+                return row
+        return super().propose(pool, ordered, prior)
+
+
+def axis_agreement(prior, own, levels, ordered, shrink_to=5):
+    """Per axis: how well the prior's one-axis density ratio (its good configs' levels against its
+    rest's) ranks the study's own measured configs, Spearman's correlation clipped at 0 and shrunk
+    towards 1 as if ``shrink_to`` configs agreed fully; 1 where the study has too little to judge."""
+    weights = np.ones(len(levels))
+    codes, values = own.array("measured"), own.array("values")
+    if len(values) < 5:
+        return weights
+    prior_codes, prior_values, prior_counts = prior.by_value()
+    n_good = P.default_gamma(len(prior_values))
+    shrink = P.scott_shrink(max(1, round(float(prior_counts.sum()))), levels)
+    for axis, n in enumerate(levels):
+        if n < 2 or len(np.unique(codes[:, axis])) < 2:
+            continue
+        kernel = P._kernel(n, bool(ordered[axis]), shrink)
+        good = np.bincount(prior_codes[:n_good, axis], prior_counts[:n_good], minlength=n)
+        rest = np.bincount(prior_codes[n_good:, axis], prior_counts[n_good:], minlength=n)
+        score = np.log((1 / n + kernel @ good) / (1 + good.sum())) - np.log((1 / n + kernel @ rest) / (1 + rest.sum()))
+        a, b = _ranks(score[codes[:, axis]]), _ranks(-values)
+        a, b = a - a.mean(), b - b.mean()
+        spread = float(np.sqrt((a * a).sum() * (b * b).sum()))
+        rho = float((a * b).sum() / spread) if spread else 0.0
+        weights[axis] = (len(values) * max(rho, 0.0) + shrink_to) / (len(values) + shrink_to)
+    return weights
+
+
+class _AxisWeightedMixture(P.Mixture):
+    """A Mixture whose prior rows (``PRIOR_ARRAYS``) weigh each axis's kernel by ``AXIS_WEIGHTS``: a
+    weight of w keeps w of the kernel and spreads the rest evenly over the axis's levels."""
+
+    PRIOR_ARRAYS = ()
+    AXIS_WEIGHTS = None
+
+    def add(self, codes, weight=1.0):
+        super().add(codes, weight)
+        if len(codes):
+            self.__dict__.setdefault("_is_prior", []).append(
+                any(np.shares_memory(np.asarray(codes), p) for p in self.PRIOR_ARRAYS if p.size))
+
+    def log_density(self, candidates, rng):
+        flags = self.__dict__.get("_is_prior", [])
+        if self.sharp or self.AXIS_WEIGHTS is None or not any(flags) or not len(self):
+            return super().log_density(candidates, rng)
+        uniform = float(np.exp(-np.sum(np.log(self.levels))))
+        candidates = self._with_alignments(candidates)
+        weights = self.weights
+        is_prior = np.concatenate([np.full(len(c), f) for c, f in zip(self._codes, flags, strict=True)])
+        total = 1.0 + weights.sum()
+        keep = None
+        if len(weights) > P.MAX_COMPONENTS:
+            keep = rng.choice(len(weights), size=P.MAX_COMPONENTS, replace=False)
+            weights = weights[keep] * (weights.sum() / weights[keep].sum())
+            is_prior = is_prior[keep]
+        obs = self._rows(keep)
+        axis_weights = np.concatenate([self.AXIS_WEIGHTS, [self.AXIS_WEIGHTS[a.axis] for a in self.aligned]])
+        shrink = P.scott_shrink(max(1, round(self.mass)), self.levels)
+        product = None
+        for axis, n in enumerate(self.levels):
+            if n == 1:
+                continue
+            factor = self.axis_kernel(axis, shrink)[:, obs[:, axis]].take(candidates[:, axis], axis=0)
+            w = axis_weights[axis]
+            if w < 1:
+                factor[:, is_prior] = w * factor[:, is_prior] + (1 - w) / n
+            product = factor if product is None else product * factor
+        if product is None:
+            product = np.ones((len(candidates), len(obs)))
+        return np.log((uniform + product @ weights) / total)
+
+
+class AxisAgreement(P.ParzenSearch):
+    """The prior down-weighted per axis: on an axis where its one-axis density ratio ranks the study's
+    own configs no better than chance (:func:`axis_agreement`), its kernels flatten towards uniform."""
+
+    def propose(self, pool, ordered, prior=None):
+        if prior is None or not len(prior):
+            return super().propose(pool, ordered, prior)
+        _AxisWeightedMixture.AXIS_WEIGHTS = axis_agreement(prior, pool.observations, pool.levels, list(ordered))
+        _AxisWeightedMixture.PRIOR_ARRAYS = tuple(
+            a for a in (prior.by_value()[0], prior.array("slower"), prior.array("failed"), prior.array("measured")) if a.ndim == 2)
+        with patched("Mixture", _AxisWeightedMixture):
+            try:
+                return super().propose(pool, ordered, prior)
+            finally:
+                _AxisWeightedMixture.AXIS_WEIGHTS, _AxisWeightedMixture.PRIOR_ARRAYS = None, ()
+
+
+class Gamma15(P.ParzenSearch):
+    """The good set is the best 15 % of the measured configs (Optuna's default: 10 %), at most 25."""
+
+    share = 0.15
+
+    def propose(self, pool, ordered, prior=None):
+        with patched("default_gamma", lambda n: min(int(math.ceil(self.share * n)), 25)):
+            return super().propose(pool, ordered, prior)

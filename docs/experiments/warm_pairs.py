@@ -115,7 +115,7 @@ def main() -> None:
             paths = [with_launch_times(p, folder) for p in paths]
         rs, rt = load_recording(paths[0]), load_recording(paths[-1])
         ss, st = space_for(None, rs), space_for(None, rt)
-        warm, cold = [], []
+        warm, cold, reached = [], [], []  # reached: the source study's best, as a fraction of the source's optimum
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             with tempfile.TemporaryDirectory() as tmp:
                 url = str(Path(tmp) / "warm.log")
@@ -123,13 +123,16 @@ def main() -> None:
                     source_names = [str(p) for p in paths[:-1]]
                 else:
                     source_names = ["source0"]
-                    run_tuner(ss, rs, "tpe", seed, 100, storage=url, study_name=source_names[0], pruner=args.pruner)
+                    ran = run_tuner(ss, rs, "tpe", seed, 100, storage=url, study_name=source_names[0], pruner=args.pruner)
+                    reached.append(rs.optimum() / min(ran))
                 values = run_tuner(st, rt, "tpe", seed, args.budget, storage=url, warm_start=source_names, study_name="target",
                                    pruner=args.pruner, ahead=args.ahead)
             warm.append(rt.optimum() / min(values))
             cold.append(rt.optimum() / min(run_tuner(st, rt, "tpe", seed, args.budget, pruner=args.pruner, ahead=args.ahead)))
         print(f"{pair}: warm {statistics.mean(warm):.3f} worst {min(warm):.3f} cold {statistics.mean(cold):.3f} "
-              f"({time.time() - started:.0f} s)\n  warm {[round(w, 3) for w in warm]}\n  cold {[round(c, 3) for c in cold]}", flush=True)
+              f"({time.time() - started:.0f} s)"
+              + (f" source study {statistics.mean(reached):.3f}" if reached else "") + "\n"
+              f"  warm {[round(w, 3) for w in warm]}\n  cold {[round(c, 3) for c in cold]}", flush=True)
         means.append((statistics.mean(warm), statistics.mean(cold)))
         differences = [w - c for w, c in zip(warm, cold, strict=True)]
         error = statistics.stdev(differences) / math.sqrt(len(differences)) if len(differences) > 1 else 0.0
