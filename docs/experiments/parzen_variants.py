@@ -1660,6 +1660,31 @@ def forced_axes(pool, codes):
     return out
 
 
+def log_density_adjusted(mix, candidates, rng, adjust):
+    """Mixture.log_density with each axis's factor (candidates x kept observations) passed through
+    ``adjust(axis, levels, factor, keep)`` first (``keep``: the observations kept, None for all)."""
+    uniform = float(np.exp(-np.sum(np.log(mix.levels))))
+    candidates = mix._with_alignments(candidates)
+    weights = mix.weights
+    total = 1.0 + weights.sum()
+    keep = None
+    if len(weights) > P.MAX_COMPONENTS:
+        keep = rng.choice(len(weights), size=P.MAX_COMPONENTS, replace=False)
+        weights = weights[keep] * (weights.sum() / weights[keep].sum())
+    obs = mix._rows(keep)
+    shrink = P.scott_shrink(max(1, round(mix.mass)), mix.levels)
+    product = None
+    for axis, n in enumerate(mix.levels):
+        if n == 1:
+            continue
+        factor = mix.axis_kernel(axis, shrink)[:, obs[:, axis]].take(candidates[:, axis], axis=0)
+        adjust(axis, n, factor, obs, keep)
+        product = factor if product is None else product * factor
+    if product is None:
+        product = np.ones((len(candidates), len(obs)))
+    return np.log((uniform + product @ weights) / total)
+
+
 def _log_density_forced_uniform(pool):
     """Mixture.log_density where an observation's forced axes (:func:`forced_axes`) weigh every level
     alike: the value there was the constraint's choice, not the speed's."""
@@ -1668,29 +1693,14 @@ def _log_density_forced_uniform(pool):
         if self.sharp or not len(self):
             return ORIG_LOG_DENSITY(self, candidates, rng)
         n_axes = len(pool.levels)
-        uniform = float(np.exp(-np.sum(np.log(self.levels))))
-        candidates = self._with_alignments(candidates)
-        weights = self.weights
-        total = 1.0 + weights.sum()
-        keep = None
-        if len(weights) > P.MAX_COMPONENTS:
-            keep = rng.choice(len(weights), size=P.MAX_COMPONENTS, replace=False)
-            weights = weights[keep] * (weights.sum() / weights[keep].sum())
-        obs = self._rows(keep)
-        forced = forced_axes(pool, obs[:, :n_axes])
-        forced = np.column_stack([forced, *(forced[:, a.axis] for a in self.aligned)]) if self.aligned else forced
-        shrink = P.scott_shrink(max(1, round(self.mass)), self.levels)
-        product = None
-        for axis, n in enumerate(self.levels):
-            if n == 1:
-                continue
-            factor = self.axis_kernel(axis, shrink)[:, obs[:, axis]].take(candidates[:, axis], axis=0)
-            if forced[:, axis].any():
-                factor[:, forced[:, axis]] = 1.0 / n
-            product = factor if product is None else product * factor
-        if product is None:
-            product = np.ones((len(candidates), len(obs)))
-        return np.log((uniform + product @ weights) / total)
+
+        def flatten_forced(axis, n, factor, obs, keep):
+            column = axis if axis < n_axes else self.aligned[axis - n_axes].axis
+            forced = forced_axes(pool, obs[:, :n_axes])[:, column]
+            if forced.any():
+                factor[:, forced] = 1.0 / n
+
+        return log_density_adjusted(self, candidates, rng, flatten_forced)
 
     return log_density
 
@@ -1780,31 +1790,16 @@ class _AxisWeightedMixture(P.Mixture):
         flags = self.__dict__.get("_is_prior", [])
         if self.sharp or self.AXIS_WEIGHTS is None or not any(flags) or not len(self):
             return super().log_density(candidates, rng)
-        uniform = float(np.exp(-np.sum(np.log(self.levels))))
-        candidates = self._with_alignments(candidates)
-        weights = self.weights
         is_prior = np.concatenate([np.full(len(c), f) for c, f in zip(self._codes, flags, strict=True)])
-        total = 1.0 + weights.sum()
-        keep = None
-        if len(weights) > P.MAX_COMPONENTS:
-            keep = rng.choice(len(weights), size=P.MAX_COMPONENTS, replace=False)
-            weights = weights[keep] * (weights.sum() / weights[keep].sum())
-            is_prior = is_prior[keep]
-        obs = self._rows(keep)
         axis_weights = np.concatenate([self.AXIS_WEIGHTS, [self.AXIS_WEIGHTS[a.axis] for a in self.aligned]])
-        shrink = P.scott_shrink(max(1, round(self.mass)), self.levels)
-        product = None
-        for axis, n in enumerate(self.levels):
-            if n == 1:
-                continue
-            factor = self.axis_kernel(axis, shrink)[:, obs[:, axis]].take(candidates[:, axis], axis=0)
+
+        def flatten_prior(axis, n, factor, obs, keep):
             w = axis_weights[axis]
             if w < 1:
-                factor[:, is_prior] = w * factor[:, is_prior] + (1 - w) / n
-            product = factor if product is None else product * factor
-        if product is None:
-            product = np.ones((len(candidates), len(obs)))
-        return np.log((uniform + product @ weights) / total)
+                prior = is_prior if keep is None else is_prior[keep]
+                factor[:, prior] = w * factor[:, prior] + (1 - w) / n
+
+        return log_density_adjusted(self, candidates, rng, flatten_prior)
 
 
 class AxisAgreement(P.ParzenSearch):
