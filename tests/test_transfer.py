@@ -264,7 +264,7 @@ def test_the_prior_joins_the_good_bad_split_weighted_below_one_and_fading(monkey
     sampler.set_prior(prior_trials(space, [study_source(storage, "src")]))
     weights = []
     split = parzen._split
-    monkeypatch.setattr(parzen, "_split", lambda sources, w, good, bad: weights.append(list(w)) or split(sources, w, good, bad))
+    monkeypatch.setattr(parzen, "_split", lambda sources, w, good, bad, *share: weights.append(list(w)) or split(sources, w, good, bad, *share))
     pool = Pool(space, space.valid)
     for row in range(8):
         search.propose(pool, sampler._ordered, sampler.prior_observations())

@@ -62,10 +62,10 @@ class Restart(P.ParzenSearch):
             return super().propose(pool, ordered, prior)
         old_good = full.measured[: self.mark[0]] + full.slower[: self.mark[1]]
 
-        def split(sources, weights, good, bad):
+        def split(sources, weights, good, bad, *share):
             if self.OLD_WEIGHT is not None:
                 bad.add(old_good, self.OLD_WEIGHT)
-            return ORIG_SPLIT(sources, weights, good, bad)
+            return ORIG_SPLIT(sources, weights, good, bad, *share)
 
         with patched(pool, "observations", sub), patched(P, "_split", split), \
                 patched(self, "n_startup_trials", len(sub.failed) + self.RESTART_STARTUP):

@@ -33,6 +33,10 @@ distant lookalikes. Here the densities score configs drawn from the valid untrie
   once those near it are spent, or across a constraint with one other axis changed:
   :meth:`~tuner.search.pool.Pool.steps`); the others stay with the density ratio, which can leap
   to a basin that no chain of one-axis moves from the incumbent reaches through better configs.
+  After three times as many trials without a new best, the good set is the best fifth of the
+  measured configs, not the best tenth (``WIDE_GOOD_SHARE``): the runners-up's regions weigh in,
+  where an optimum one axis from a runner-up but several from the incumbent is held down by ``g``
+  (not in a warm run, whose wider good set would be more of the source's runners-up than its own).
   With a prior the moves start at once: the warm start's queue is where the source's search
   ended, and another GPU or shape moves an optimum by an axis or two, not to another basin;
 * a prior: observations of a related study or recording (the same kernel on another GPU,
@@ -78,9 +82,14 @@ BASIN_TOPS = 512
 MIN_GOOD_TO_CHOOSE_KERNEL = 5
 
 
-def default_gamma(n: int) -> int:
-    """How many of ``n`` measured trials are 'good' (Optuna's TPESampler default)."""
-    return min(int(math.ceil(0.1 * n)), 25)
+#: a plateau this many times as long as the axes widens the good set to WIDE_GOOD_SHARE of the measured configs
+WIDEN_AFTER = 3
+WIDE_GOOD_SHARE = 0.2
+
+
+def default_gamma(n: int, share: float = 0.1) -> int:
+    """How many of ``n`` measured trials are 'good' (Optuna's TPESampler default: a tenth, at most 25)."""
+    return min(int(math.ceil(share * n)), 25)
 
 
 @dataclass(frozen=True)
@@ -256,17 +265,22 @@ class ParzenSearch:
             return int(rows[0]) if len(rows) else None
 
         ordered = choose_kernels(own, pool.levels, ordered)
+        n_axes = sum(1 for n in pool.levels if n > 1)
+        # a long plateau: the runners-up's regions weigh in too, not only the incumbent's basin (with a
+        # prior, a wider good set would hold more of the source's runners-up than of this study's)
+        stalled = prior is None and own.measured and own.since_best >= WIDEN_AFTER * n_axes
+        share = WIDE_GOOD_SHARE if stalled else 0.1
         aligned = alignments(tuple(tuple(values) for values in pool.values))
         good, bad = Mixture(pool.levels, ordered, aligned=aligned), Mixture(pool.levels, ordered, aligned=aligned)
         ok = Mixture(pool.levels, ordered, sharp=True, aligned=aligned)
         failed = Mixture(pool.levels, ordered, sharp=True, aligned=aligned)
         bad.add(pool.in_flight_codes())  # constant liar: what others measure now is no reason to go there
         if prior is None:
-            best = _split([own], [1.0], good, bad)
+            best = _split([own], [1.0], good, bad, share)
         else:
             scale = self.n_startup_trials / max(self.n_startup_trials, len(prior))
             weight = scale * self.n_startup_trials / (self.n_startup_trials + len(own))
-            best = _split([own, prior], [1.0, weight], good, bad)
+            best = _split([own, prior], [1.0, weight], good, bad, share)
             ok.add(prior.array("measured"), weight)
             ok.add(prior.array("slower"), weight)
             failed.add(prior.array("failed"), weight)
@@ -287,7 +301,7 @@ class ParzenSearch:
         elif prior is not None:
             patience = 0  # the queued configs were the source's search: climb from the best of them at once
         else:
-            patience = sum(1 for n in pool.levels if n > 1)  # the axes
+            patience = n_axes
         if own.measured and own.since_best >= patience and (own.since_best - patience) % 2 == 0:
             # with a prior, the source's whole history has measured the other code paths already
             row = self._other_code_path(pool, own) if prior is None else None
@@ -422,9 +436,10 @@ def _bases(obs: Observations, n_axes: int, level_within: float = 0.0) -> list[in
     return [int(i) for i in bases[~on_a_slope]] + [int(i) for i in bases[on_a_slope]]
 
 
-def _split(sources: Sequence[Observations], weights: Sequence[float], good: Mixture, bad: Mixture) -> list[np.ndarray]:
-    """Add the best gamma(n) measured configs to ``good`` and the rest (and the slower and failed
-    ones) to ``bad``; returns the good ones of the first source, best first. Values are ranked
+def _split(sources: Sequence[Observations], weights: Sequence[float], good: Mixture, bad: Mixture,
+           share: float = 0.1) -> list[np.ndarray]:
+    """Add the best gamma(n) measured configs (:func:`default_gamma` at ``share``) to ``good`` and the
+    rest (and the slower and failed ones) to ``bad``; returns the good ones of the first source, best first. Values are ranked
     relative to each source's best, so a related study's trials mix with this study's own (ties:
     by source, then in trial order). The best of all sources are a prefix of each one's own
     ranking, so only those prefixes are compared: a prior's ranking is read, never re-sorted."""
@@ -437,7 +452,7 @@ def _split(sources: Sequence[Observations], weights: Sequence[float], good: Mixt
             ranked.append((index, codes, values / values[0], weight * counts))
     if not ranked:
         return []
-    n_good = default_gamma(sum(len(ratios) for _, _, ratios, _ in ranked))
+    n_good = default_gamma(sum(len(ratios) for _, _, ratios, _ in ranked), share)
     heads = [ratios[:n_good] for _, _, ratios, _ in ranked]
     head_of = np.concatenate([np.full(len(head), i) for i, head in enumerate(heads)])
     place = np.concatenate([np.arange(len(head)) for head in heads])
