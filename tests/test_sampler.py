@@ -296,6 +296,17 @@ def test_an_ordered_axis_is_counted_same_or_different_where_its_good_values_alte
     assert choose_kernels(observed(40), [8, 6], [True, True]) == [True, True]  # 4 good of 40: too few to choose
 
 
+def seeds_finding_the_optimum(recording: Recording, space: Space, seeds: range, trials: int) -> int:
+    """How many of ``seeds`` find the recording's optimum within ``trials`` (cold runs, no pruner)."""
+    hits = 0
+    for seed in seeds:
+        settings = RunSettings(study_name=f"s{seed}", sampler="tpe", trials=trials, seed=seed, pruner=False, progress=False)
+        runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
+        runner.run()
+        hits += runner.study.best_value <= recording.optimum() * (1 + 1e-9)
+    return hits
+
+
 def wavefront_space() -> tuple[Recording, Space]:
     """block_size_x in steps of 16, 10 % faster at multiples of 64 (an AMD wavefront), and four other axes."""
     axes = {"block_size_x": list(range(16, 257, 16)), "block_size_y": [1, 2, 4, 8], "tile_x": list(range(1, 7)),
@@ -321,18 +332,9 @@ def test_a_block_size_fast_at_multiples_of_a_wavefront_is_found(monkeypatch):
     recording, space = wavefront_space()
     monkeypatch.setattr(parzen, "alignments", lambda values: ())  # the axis read by its order (or not) alone
 
-    def found(seeds: range) -> int:
-        hits = 0
-        for seed in seeds:
-            settings = RunSettings(study_name=f"w{seed}", sampler="tpe", trials=120, seed=seed, pruner=False, progress=False)
-            runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
-            runner.run()
-            hits += runner.study.best_value <= recording.optimum() * (1 + 1e-9)
-        return hits
-
-    chosen = found(range(20))
+    chosen = seeds_finding_the_optimum(recording, space, range(20), trials=120)
     monkeypatch.setattr(parzen, "MIN_GOOD_TO_CHOOSE_KERNEL", 10**9)  # never choose: ordinal throughout
-    ordinal = found(range(20))
+    ordinal = seeds_finding_the_optimum(recording, space, range(20), trials=120)
     print(f"optimum found in 120 trials: {chosen} of 20 seeds with the kernel choice, {ordinal} kept ordinal")
     assert chosen == 20 and ordinal == 20
 
@@ -361,13 +363,7 @@ def test_the_best_shape_is_tried_on_a_code_path_two_flags_away():
     trials. With one-axis moves and the density ratio alone, no seed of 20 did (the path is poor on
     average and each single flip slower)."""
     recording, space = code_path_space()
-    found = 0
-    for seed in range(20):
-        settings = RunSettings(study_name=f"p{seed}", sampler="tpe", trials=100, seed=seed, pruner=False, progress=False)
-        runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
-        runner.run()
-        found += runner.study.best_value <= recording.optimum() * (1 + 1e-9)
-    assert found == 20
+    assert seeds_finding_the_optimum(recording, space, range(20), trials=100) == 20
 
 
 @pytest.mark.slow  # sampler quality: 20 runs of 100 trials
@@ -380,18 +376,9 @@ def test_a_long_plateau_widens_the_good_set_to_the_runners_up(monkeypatch):
     against 1 of 10 with the best tenth throughout."""
     recording, space = replay_space(ROOT / "studies" / "recorded" / "fc1_sm90a_hopper_grid_h200.json")
 
-    def found() -> int:
-        hits = 0
-        for seed in range(10):
-            settings = RunSettings(study_name=f"f{seed}", sampler="tpe", trials=100, seed=seed, pruner=False, progress=False)
-            runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
-            runner.run()
-            hits += runner.study.best_value <= recording.optimum() * (1 + 1e-9)
-        return hits
-
-    widened = found()
+    widened = seeds_finding_the_optimum(recording, space, range(10), trials=100)
     monkeypatch.setattr(parzen, "WIDE_GOOD_SHARE", 0.1)
-    narrow = found()
+    narrow = seeds_finding_the_optimum(recording, space, range(10), trials=100)
     print(f"optimum found in 100 trials: {widened} of 10 seeds widening on a long plateau, {narrow} without")
     assert widened >= 6 and narrow <= 2
 
