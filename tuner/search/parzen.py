@@ -82,13 +82,15 @@ BASIN_TOPS = 512
 MIN_GOOD_TO_CHOOSE_KERNEL = 5
 
 
+#: the share of the measured configs that is 'good' (Optuna's TPESampler default), at most 25 configs
+GOOD_SHARE = 0.1
 #: a plateau this many times as long as the axes widens the good set to WIDE_GOOD_SHARE of the measured configs
 WIDEN_AFTER = 3
 WIDE_GOOD_SHARE = 0.2
 
 
-def default_gamma(n: int, share: float = 0.1) -> int:
-    """How many of ``n`` measured trials are 'good' (Optuna's TPESampler default: a tenth, at most 25)."""
+def default_gamma(n: int, share: float = GOOD_SHARE) -> int:
+    """How many of ``n`` measured trials are 'good'."""
     return min(int(math.ceil(share * n)), 25)
 
 
@@ -269,7 +271,7 @@ class ParzenSearch:
         # a long plateau: the runners-up's regions weigh in too, not only the incumbent's basin (with a
         # prior, a wider good set would hold more of the source's runners-up than of this study's)
         stalled = prior is None and own.measured and own.since_best >= WIDEN_AFTER * n_axes
-        share = WIDE_GOOD_SHARE if stalled else 0.1
+        share = WIDE_GOOD_SHARE if stalled else GOOD_SHARE
         aligned = alignments(tuple(tuple(values) for values in pool.values))
         good, bad = Mixture(pool.levels, ordered, aligned=aligned), Mixture(pool.levels, ordered, aligned=aligned)
         ok = Mixture(pool.levels, ordered, sharp=True, aligned=aligned)
@@ -437,7 +439,7 @@ def _bases(obs: Observations, n_axes: int, level_within: float = 0.0) -> list[in
 
 
 def _split(sources: Sequence[Observations], weights: Sequence[float], good: Mixture, bad: Mixture,
-           share: float = 0.1) -> list[np.ndarray]:
+           share: float = GOOD_SHARE) -> list[np.ndarray]:
     """Add the best gamma(n) measured configs (:func:`default_gamma` at ``share``) to ``good`` and the
     rest (and the slower and failed ones) to ``bad``; returns the good ones of the first source, best first. Values are ranked
     relative to each source's best, so a related study's trials mix with this study's own (ties:
