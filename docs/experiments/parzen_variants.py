@@ -466,7 +466,12 @@ def prior_agreement(prior, own, levels, ordered, rng) -> float:
     P._split([prior], [1.0], good, bad)
     codes, values = own.array("measured"), own.array("values")
     score = good.log_density(codes, rng) - bad.log_density(codes, rng)
-    a, b = _ranks(score), _ranks(-values)
+    return spearman(score, -values)
+
+
+def spearman(x, y) -> float:
+    """Spearman's rank correlation of ``x`` and ``y`` (0 where either is constant)."""
+    a, b = _ranks(x), _ranks(y)
     a, b = a - a.mean(), b - b.mean()
     spread = float(np.sqrt((a * a).sum() * (b * b).sum()))
     return float((a * b).sum() / spread) if spread else 0.0
@@ -1765,10 +1770,7 @@ def axis_agreement(prior, own, levels, ordered, shrink_to=5):
         good = np.bincount(prior_codes[:n_good, axis], prior_counts[:n_good], minlength=n)
         rest = np.bincount(prior_codes[n_good:, axis], prior_counts[n_good:], minlength=n)
         score = np.log((1 / n + kernel @ good) / (1 + good.sum())) - np.log((1 / n + kernel @ rest) / (1 + rest.sum()))
-        a, b = _ranks(score[codes[:, axis]]), _ranks(-values)
-        a, b = a - a.mean(), b - b.mean()
-        spread = float(np.sqrt((a * a).sum() * (b * b).sum()))
-        rho = float((a * b).sum() / spread) if spread else 0.0
+        rho = spearman(score[codes[:, axis]], -values)
         weights[axis] = (len(values) * max(rho, 0.0) + shrink_to) / (len(values) + shrink_to)
     return weights
 
