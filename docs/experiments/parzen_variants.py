@@ -1866,3 +1866,86 @@ class NarrowGood(P.ParzenSearch):
     def propose(self, pool, ordered, prior=None):
         with patched("WIDE_GOOD_SHARE", 0.1):
             return super().propose(pool, ordered, prior)
+
+
+def _split_own_wider(own_share):
+    """``_split`` whose first source (the study's own trials) contributes at least its best ``own_share``
+    (at most 25) to the good set, the other sources as ranked together as before."""
+
+    def split(sources, weights, good, bad, share=P.GOOD_SHARE):
+        ranked = []
+        for index, (obs, weight) in enumerate(zip(sources, weights, strict=True)):
+            bad.add(obs.array("slower"), weight)
+            bad.add(obs.array("failed"), weight)
+            if obs.values:
+                codes, values, counts = obs.by_value()
+                ranked.append((index, codes, values / values[0], weight * counts))
+        if not ranked:
+            return []
+        n_good = P.default_gamma(sum(len(r) for _, _, r, _ in ranked), share)
+        heads = [r[:n_good] for _, _, r, _ in ranked]
+        head_of = np.concatenate([np.full(len(h), i) for i, h in enumerate(heads)])
+        best = np.argsort(np.concatenate(heads), kind="stable")[:n_good]
+        taken = np.bincount(head_of[best], minlength=len(ranked))
+        if ranked[0][0] == 0:
+            taken[0] = max(taken[0], min(P.default_gamma(len(ranked[0][2]), own_share), len(ranked[0][2])))
+        for (_, codes, _, counts), k in zip(ranked, taken, strict=True):
+            good.add(codes[:k], counts[:k])
+            bad.add(codes[k:], counts[k:])
+        if ranked[0][0] == 0 and taken[0]:
+            return list(ranked[0][1][: taken[0]])
+        return []
+
+    return split
+
+
+class WarmWidenOwn(P.ParzenSearch):
+    """A warm run on a long plateau (``WIDEN_AFTER`` times the axes without a new best) widens its good set
+    with its own runners-up only: its own best fifth joins the good set whatever the source's configs rank
+    (the cold rule, without the source's runners-up that cost FC2 transferred when widened with them)."""
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        n_axes = sum(1 for n in pool.levels if n > 1)
+        if prior is not None and len(prior) and own.measured and own.since_best >= P.WIDEN_AFTER * n_axes:
+            with patched("_split", _split_own_wider(P.WIDE_GOOD_SHARE)):
+                return super().propose(pool, ordered, prior)
+        return super().propose(pool, ordered, prior)
+
+
+class WarmStallCold(P.ParzenSearch):
+    """A warm run on a long plateau (``after`` times the axes without a new best) proposes as a cold run
+    does: without the prior, so with the cold run's plateau rules (code-path moves, a wider good set)."""
+
+    after = P.WIDEN_AFTER
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        n_axes = sum(1 for n in pool.levels if n > 1)
+        if prior is not None and own.measured and own.since_best >= self.after * n_axes:
+            prior = None
+        return super().propose(pool, ordered, prior)
+
+
+class WarmStallColdOne(WarmStallCold):
+    after = 1
+
+
+class WarmStallRestart(WarmStallCold):
+    """:class:`WarmStallCold`, and the first ``uniform`` proposals of the stall uniform over the untried set:
+    the random start-up the warm run skipped, spent once the source's region has stopped paying."""
+
+    uniform = 5
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        after = self.after * sum(1 for n in pool.levels if n > 1)
+        if prior is not None and len(prior) and own.measured and after <= own.since_best < after + self.uniform:
+            rows = pool.random_untried(1, self.rng)
+            if len(rows):
+                return int(rows[0])
+        return super().propose(pool, ordered, prior)
+
+
+class WarmStallColdTwo(WarmStallCold):
+    after = 2

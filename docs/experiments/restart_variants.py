@@ -93,3 +93,42 @@ class RestartMix(Restart):
         if self.mark != (0, 0) and self.turn % 2:
             return P.ParzenSearch.propose(self, pool, ordered, prior)
         return super().propose(pool, ordered, prior)
+
+
+class WarmRestart(Restart):
+    """A warm run (with a prior) that has gone ``WIDEN_AFTER`` times its axes without a new best restarts
+    as a cold search: no prior, ``RESTART_STARTUP`` uniform trials, the good / rest split over the trials
+    since (the earlier ones in the rest at ``OLD_WEIGHT``); later stalls restart as :class:`Restart` does.
+    A run without a prior is the default's."""
+
+    def propose(self, pool, ordered, prior=None):
+        if prior is None or not len(prior):
+            return P.ParzenSearch.propose(self, pool, ordered, prior)
+        full = pool.observations
+        if self.mark == (0, 0):
+            dims = sum(1 for n in pool.levels if n > 1)
+            if not (full.measured and full.since_best >= P.WIDEN_AFTER * dims):
+                return P.ParzenSearch.propose(self, pool, ordered, prior)
+            self.mark = (len(full.measured), len(full.slower))
+            self.restarts += 1
+        return super().propose(pool, ordered, None)
+
+
+class WarmRestartForget(WarmRestart):
+    OLD_WEIGHT = None
+
+
+class WarmRestartMix(WarmRestartForget):
+    """:class:`WarmRestartForget`, its proposals after the restart in turn with the continuation over the
+    whole history without the prior (the climb a restart gives up where it still pays)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.turn = 0
+
+    def propose(self, pool, ordered, prior=None):
+        if self.mark != (0, 0) and prior is not None:
+            self.turn += 1
+            if self.turn % 2:
+                return P.ParzenSearch.propose(self, pool, ordered, None)
+        return super().propose(pool, ordered, prior)
