@@ -96,10 +96,12 @@ class RestartMix(Restart):
 
 
 class WarmRestart(Restart):
-    """A warm run (with a prior) that has gone ``WIDEN_AFTER`` times its axes without a new best restarts
-    as a cold search: no prior, ``RESTART_STARTUP`` uniform trials, the good / rest split over the trials
-    since (the earlier ones in the rest at ``OLD_WEIGHT``); later stalls restart as :class:`Restart` does.
-    A run without a prior is the default's."""
+    """A warm run (with a prior) that has gone ``AFTER`` times its axes without a new best (``WIDEN_AFTER``)
+    restarts as a cold search: no prior, ``RESTART_STARTUP`` uniform trials, the good / rest split over the
+    trials since (the earlier ones in the rest at ``OLD_WEIGHT``); later stalls restart as :class:`Restart`
+    does. A run without a prior is the default's."""
+
+    AFTER = P.WIDEN_AFTER
 
     def propose(self, pool, ordered, prior=None):
         if prior is None or not len(prior):
@@ -107,7 +109,7 @@ class WarmRestart(Restart):
         full = pool.observations
         if self.mark == (0, 0):
             dims = sum(1 for n in pool.levels if n > 1)
-            if not (full.measured and full.since_best >= P.WIDEN_AFTER * dims):
+            if not (full.measured and full.since_best >= self.AFTER * dims):
                 return P.ParzenSearch.propose(self, pool, ordered, prior)
             self.mark = (len(full.measured), len(full.slower))
             self.restarts += 1
@@ -132,3 +134,10 @@ class WarmRestartMix(WarmRestartForget):
             if self.turn % 2:
                 return P.ParzenSearch.propose(self, pool, ordered, None)
         return super().propose(pool, ordered, prior)
+
+
+class WarmRestartLate(WarmRestartForget):
+    """:class:`WarmRestartForget` after a plateau of five times the axes: a climb that still pays has more
+    time to show it."""
+
+    AFTER = 5
