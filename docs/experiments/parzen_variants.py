@@ -1868,33 +1868,41 @@ class NarrowGood(P.ParzenSearch):
             return super().propose(pool, ordered, prior)
 
 
+_ORIG_SPLIT = P._split
+
+
+class _Blocks:
+    """Records the blocks a split adds to a mixture, to be moved and then added as they were."""
+
+    def __init__(self):
+        self.blocks = []
+
+    def add(self, codes, weight=1.0):
+        self.blocks.append([codes, weight])
+
+
 def _split_own_wider(own_share):
     """``_split`` whose first source (the study's own trials) contributes at least its best ``own_share``
-    (at most 25) to the good set, the other sources as ranked together as before."""
+    (at most 25) to the good set, the other sources as ranked together as before: the default split,
+    then the own rest block's best rows moved to the own good block."""
 
     def split(sources, weights, good, bad, share=P.GOOD_SHARE):
-        ranked = []
-        for index, (obs, weight) in enumerate(zip(sources, weights, strict=True)):
-            bad.add(obs.array("slower"), weight)
-            bad.add(obs.array("failed"), weight)
-            if obs.values:
-                codes, values, counts = obs.by_value()
-                ranked.append((index, codes, values / values[0], weight * counts))
-        if not ranked:
-            return []
-        n_good = P.default_gamma(sum(len(r) for _, _, r, _ in ranked), share)
-        heads = [r[:n_good] for _, _, r, _ in ranked]
-        head_of = np.concatenate([np.full(len(h), i) for i, h in enumerate(heads)])
-        best = np.argsort(np.concatenate(heads), kind="stable")[:n_good]
-        taken = np.bincount(head_of[best], minlength=len(ranked))
-        if ranked[0][0] == 0:
-            taken[0] = max(taken[0], min(P.default_gamma(len(ranked[0][2]), own_share), len(ranked[0][2])))
-        for (_, codes, _, counts), k in zip(ranked, taken, strict=True):
-            good.add(codes[:k], counts[:k])
-            bad.add(codes[k:], counts[k:])
-        if ranked[0][0] == 0 and taken[0]:
-            return list(ranked[0][1][: taken[0]])
-        return []
+        good_blocks, bad_blocks = _Blocks(), _Blocks()
+        own_good = _ORIG_SPLIT(sources, weights, good_blocks, bad_blocks, share)
+        own = sources[0]
+        if own.values:  # the split adds each source's slower and failed to bad, then per source good / rest
+            good_block, rest_block = good_blocks.blocks[0], bad_blocks.blocks[2 * len(sources)]
+            wide = min(P.default_gamma(len(own.values), own_share), len(own.values))
+            codes, _, counts = own.by_value()
+            counts = weights[0] * counts
+            if wide > len(own_good):
+                good_block[:] = codes[:wide], counts[:wide]
+                rest_block[:] = codes[wide:], counts[wide:]
+                own_good = list(codes[:wide])
+        for mixture, recorded in ((good, good_blocks), (bad, bad_blocks)):
+            for codes, weight in recorded.blocks:
+                mixture.add(codes, weight)
+        return own_good
 
     return split
 
