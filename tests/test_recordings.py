@@ -302,3 +302,53 @@ def test_ktt_and_kernel_tuner_recordings_of_one_kernel_and_gpu_hold_one_space():
     failed_in_either = sum(r.status != "ok" or kt.records[k].status != "ok" for k, r in by_kt_key.items())
     assert failed_in_both > 0.75 * failed_in_either  # 262 of 330
     assert len(recording_space(ktt).valid) == len(recording_space(kt).valid) == 4092
+
+
+# -- a Kernel Tuner cache whose run was cut short ----------------------------------------------------------------
+
+def _cut_short(path, keep: int, half_of_next: bool = False):
+    """PNPOLY's cache as Kernel Tuner leaves it when its run stops after ``keep`` configs: the header and one
+    line per config, each ending in a comma, and no closing braces (``half_of_next``: stopped while writing
+    the next config's line)."""
+    import gzip
+
+    lines = gzip.open(PNPOLY, "rt").read().splitlines()
+    start = lines.index('"cache": {') + 1
+    kept = lines[: start + keep]
+    if half_of_next:
+        kept.append(lines[start + keep][:40])
+    path.write_text("\n".join(kept))
+    return path
+
+
+@pytest.mark.parametrize("half_of_next", [False, True])
+def test_a_kernel_tuner_cache_cut_short_replays_the_configs_it_holds(half_of_next, tmp_path, capsys, monkeypatch):
+    """Kernel Tuner appends each config to its cache as it goes and closes the file at the end, so a run that
+    was stopped (a job's time ran out) leaves a file that is not JSON. It reads as Kernel Tuner reads it to
+    resume: the configs written in full, the run told so."""
+    full = load_recording(PNPOLY)
+    path = _cut_short(tmp_path / "cut.json", 120, half_of_next)
+    recording = load_recording(path)
+    assert recording.unfinished and not full.unfinished
+    assert list(recording.records) == list(full.records)[:120]
+    assert recording.axes == full.axes
+    result = tuner_here(capsys, monkeypatch, "run", "--replay", path, "--storage", "memory", "--trials", 3)
+    assert result.returncode == 0, result.stderr
+    assert f"replay file {path}: a Kernel Tuner cache cut short: the configs it holds (120)" in result.stderr
+
+
+def test_a_kernel_tuner_cache_cut_short_is_a_warm_start_source(tmp_path, capsys, monkeypatch):
+    path = _cut_short(tmp_path / "cut.json", 200)
+    recorded = sum(r.status != "invalid" for r in load_recording(path).records.values())
+    result = tuner_here(capsys, monkeypatch, "run", "--replay", PNPOLY, "--storage", "memory", "--trials", 3,
+                        "--warm-start", path, "--warm-start-top", 2)
+    assert result.returncode == 0, result.stderr
+    assert (f"warm start: 2 configs queued, prior from {recorded} trials of cut.json "
+            "(a Kernel Tuner cache cut short: the configs it holds)") in result.stderr
+
+
+def test_a_file_cut_inside_its_header_is_still_invalid_json(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "cut.json"
+    text = _cut_short(tmp_path / "whole.json", 5).read_text()
+    path.write_text(text[: text.index('"tune_params": {') + 30])
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "run", "--replay", path, "--storage", "memory"), "invalid JSON")

@@ -5,7 +5,8 @@ Formats read:
 - our results table (:mod:`tuner.store.results`; ``tuner grid`` and ``tuner export`` write it),
   also in the ``params_`` / ``user_attrs_`` columns of older Optuna exports;
 - a Kernel Tuner cache file (JSON, optionally gzipped), which carries its own space
-  (``tune_params``) in its header, so it needs no study file;
+  (``tune_params``) in its header, so it needs no study file; also one whose run was cut short
+  (Kernel Tuner appends each config as it goes and closes the file only at the end);
 - a Kernel Tuner T4 results file (JSON, optionally gzipped);
 - a KTT (Kernel Tuning Toolkit) JSON output file (``Metadata`` + ``Results``, optionally gzipped).
 
@@ -70,6 +71,7 @@ class Recording:
     records: dict[tuple, Record]
     device: str = ""
     kernel: str = ""
+    unfinished: bool = False  # a Kernel Tuner cache whose run was cut short: its configs so far
 
     def digest(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
@@ -85,6 +87,9 @@ def _coerce(text: str, where: str) -> Value:
     """A CSV cell as a define value: a number as the compiler reads it, else the name."""
     return as_define_value(text, where)
 
+
+#: how messages name a Kernel Tuner cache whose run was cut short
+UNFINISHED = "a Kernel Tuner cache cut short: the configs it holds"
 
 #: the most a replay file may hold, uncompressed (the largest recorded space, 1,184 configs
 #: with their samples, is a few MB; a gzip bomb of 1 MB expands to GBs)
@@ -152,12 +157,18 @@ def load_recording(path: str | Path) -> Recording:
     text = _open_text(path)
     stripped = text.lstrip()
     if stripped.startswith("{"):
+        unfinished = False
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise UserError(f"replay file {path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+            data = _closed_kernel_tuner_cache(text)
+            if data is None:
+                raise UserError(f"replay file {path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+            unfinished = True
         if isinstance(data, dict) and "cache" in data and "tune_params" in data:
-            return _from_kernel_tuner(path, data)
+            recording = _from_kernel_tuner(path, data)
+            recording.unfinished = unfinished
+            return recording
         if isinstance(data, dict) and "results" in data and "schema_version" in data:
             return _from_t4(path, data)
         if isinstance(data, dict) and "Results" in data and "Metadata" in data:
@@ -167,6 +178,23 @@ def load_recording(path: str | Path) -> Recording:
             "or KTT output (Metadata + Results)"
         )
     return _from_csv(path, text)
+
+
+def _closed_kernel_tuner_cache(text: str) -> dict | None:
+    """A Kernel Tuner cache whose run was cut short, closed as Kernel Tuner closes it to resume: the
+    file ends after its last config's comma (or inside a config being written, which is left out).
+    None where the text is not such a cache."""
+    if '"cache"' not in text or '"tune_params"' not in text:
+        return None
+    body = text.rstrip()
+    for cut in (body, body[: body.rfind("},") + 1]):  # as written; then without a config cut in half
+        try:
+            data = json.loads(cut.rstrip(",") + "}}")
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("cache"), dict):
+            return data
+    return None
 
 
 def _from_csv(path: Path, text: str) -> Recording:
@@ -506,4 +534,4 @@ def recording_source(path: str | Path) -> Source:
         trials.append(finished_trial(TrialState.COMPLETE if complete else TrialState.PRUNED, record.ms,
                                      dict(zip(recording.axes, key, strict=True)), distributions,
                                      {"status": record.status}, number=len(trials)))
-    return Source(recording.path.name, trials)
+    return Source(recording.path.name, trials, UNFINISHED if recording.unfinished else "")

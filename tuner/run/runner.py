@@ -292,7 +292,7 @@ class Runner:
         if sources:  # the sources' trials shape the sampler's model (each run: a resume too)
             prior = prior_trials(space, sources)
             self.sampler.set_prior(prior)
-            self.transfer = transfer_message(warm_queued, prior_sources(prior), [source.name for source in sources])
+            self.transfer = transfer_message(warm_queued, prior_sources(prior), [source.label for source in sources])
         if len(self.study.get_trials(deepcopy=False)) >= PLANNER_STATISTICS_FROM:  # a study file from before
             give_planner_statistics(self.storage)
         self._bar = None

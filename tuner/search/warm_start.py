@@ -46,11 +46,17 @@ START_MARK = "start_config"
 
 @dataclass(frozen=True)
 class Source:
-    """What a warm start learns from: a name for messages and marks, and its finished (complete or
-    pruned) trials."""
+    """What a warm start learns from: a name for messages and marks, its finished (complete or
+    pruned) trials, and what a user should know of it (e.g. a recording cut short)."""
 
     name: str
     trials: list[FrozenTrial]
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        """The name as messages show it, with the note."""
+        return f"{self.name} ({self.note})" if self.note else self.name
 
 
 def finished_trial(state: TrialState, value: float | None, params: dict, distributions: dict, user_attrs: dict,
