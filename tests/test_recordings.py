@@ -306,28 +306,30 @@ def test_ktt_and_kernel_tuner_recordings_of_one_kernel_and_gpu_hold_one_space():
 
 # -- a Kernel Tuner cache whose run was cut short ----------------------------------------------------------------
 
-def _cut_short(path, keep: int, half_of_next: bool = False):
+def _cut_short(path, keep: int, end: str = "comma"):
     """PNPOLY's cache as Kernel Tuner leaves it when its run stops after ``keep`` configs: the header and one
-    line per config, each ending in a comma, and no closing braces (``half_of_next``: stopped while writing
-    the next config's line)."""
+    line per config, each ending in a comma, and no closing braces. ``end``: "no comma" (the last line's comma
+    not written yet), "half" (stopped while writing the next config's line)."""
     import gzip
 
     lines = gzip.open(PNPOLY, "rt").read().splitlines()
     start = lines.index('"cache": {') + 1
     kept = lines[: start + keep]
-    if half_of_next:
+    if end == "no comma":
+        kept[-1] = kept[-1].rstrip(",")
+    elif end == "half":
         kept.append(lines[start + keep][:40])
-    path.write_text("\n".join(kept))
+    path.write_text("\n".join(kept) + "\n")
     return path
 
 
-@pytest.mark.parametrize("half_of_next", [False, True])
-def test_a_kernel_tuner_cache_cut_short_replays_the_configs_it_holds(half_of_next, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("end", ["comma", "no comma", "half"])
+def test_a_kernel_tuner_cache_cut_short_replays_the_configs_it_holds(end, tmp_path, capsys, monkeypatch):
     """Kernel Tuner appends each config to its cache as it goes and closes the file at the end, so a run that
     was stopped (a job's time ran out) leaves a file that is not JSON. It reads as Kernel Tuner reads it to
     resume: the configs written in full, the run told so."""
     full = load_recording(PNPOLY)
-    path = _cut_short(tmp_path / "cut.json", 120, half_of_next)
+    path = _cut_short(tmp_path / "cut.json", 120, end)
     recording = load_recording(path)
     assert recording.unfinished and not full.unfinished
     assert list(recording.records) == list(full.records)[:120]
