@@ -141,3 +141,65 @@ class WarmRestartLate(WarmRestartForget):
     time to show it."""
 
     AFTER = 5
+
+
+class WarmRestartSpent(WarmRestartForget):
+    """:class:`WarmRestartForget` only once the plateau is long (``AFTER`` times the axes) and the best
+    config's one-axis moves are spent (:meth:`~tuner.search.pool.Pool.steps` has none): the climb from
+    it has nowhere left to go, so a restart gives up nothing the continuation would still find."""
+
+    def propose(self, pool, ordered, prior=None):
+        if prior is not None and len(prior) and self.mark == (0, 0):
+            if pool.observations.measured and not spent(pool, ordered):
+                return P.ParzenSearch.propose(self, pool, ordered, prior)
+        return super().propose(pool, ordered, prior)
+
+
+def spent(pool, ordered, obs=None) -> bool:
+    """Whether the best config of ``obs`` (the pool's observations) has no one-axis move left
+    (:meth:`~tuner.search.pool.Pool.steps`)."""
+    obs = pool.observations if obs is None else obs
+    return bool(obs.measured) and not any(pool.steps(obs.measured[int(obs.order()[0])], ordered))
+
+
+class RestartSpent(Restart):
+    """:class:`Restart` (cold and warm runs alike) only when the plateau is ``WIDEN_AFTER`` times the axes long
+    and the best config's one-axis moves are spent: a search at the top of a basin it has climbed out, not one
+    still climbing. Each restart waits for the same of the search since it."""
+
+    def propose(self, pool, ordered, prior=None):
+        full = pool.observations
+        dims = sum(1 for n in pool.levels if n > 1)
+        sub = window(full, self.mark) if self.mark != (0, 0) else full
+        if sub.measured and sub.since_best >= P.WIDEN_AFTER * dims and spent(pool, ordered, sub):
+            self.mark = (len(full.measured), len(full.slower))
+            self.restarts += 1
+        if self.mark == (0, 0):
+            return P.ParzenSearch.propose(self, pool, ordered, prior)
+        sub = window(full, self.mark)
+        old_good = full.measured[: self.mark[0]] + full.slower[: self.mark[1]]
+
+        def split(sources, weights, good, bad, *share):
+            if self.OLD_WEIGHT is not None:
+                bad.add(old_good, self.OLD_WEIGHT)
+            return ORIG_SPLIT(sources, weights, good, bad, *share)
+
+        with patched(pool, "observations", sub), patched(P, "_split", split), \
+                patched(self, "n_startup_trials", len(sub.failed) + self.RESTART_STARTUP):
+            return P.ParzenSearch.propose(self, pool, ordered, None)
+
+
+class RestartSpentForget(RestartSpent):
+    OLD_WEIGHT = None
+
+
+class WarmStallColdSpent(P.ParzenSearch):
+    """A warm run on a long plateau (``WIDEN_AFTER`` times the axes) whose best config's one-axis moves are spent
+    proposes as a cold run does (without the prior: the cold run's plateau rules), its history kept."""
+
+    def propose(self, pool, ordered, prior=None):
+        own = pool.observations
+        n_axes = sum(1 for n in pool.levels if n > 1)
+        if prior is not None and own.measured and own.since_best >= P.WIDEN_AFTER * n_axes and spent(pool, ordered):
+            prior = None
+        return super().propose(pool, ordered, prior)
