@@ -42,24 +42,30 @@ def window(full: Observations, mark: tuple[int, int]) -> Observations:
 class Restart(P.ParzenSearch):
     OLD_WEIGHT: float | None = 0.3
     RESTART_STARTUP = 5
+    #: after a restart, the search runs without the prior too
+    DROP_PRIOR = False
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.mark = (0, 0)  # (measured, slower) observations before the last restart
         self.restarts = 0
 
+    def stalled(self, pool, ordered, full, sub, dims) -> bool:
+        """Whether to restart now (``sub``: the observations since the last restart)."""
+        since = len(sub.measured) + len(sub.slower)
+        return bool(full.measured) and full.since_best >= max(2 * dims, since // 2) \
+            and sub.since_best >= max(2 * dims, since // 2) and since >= 4 * dims
+
     def propose(self, pool, ordered, prior=None):
         full = pool.observations
         dims = sum(1 for n in pool.levels if n > 1)
         sub = window(full, self.mark) if self.mark != (0, 0) else full
-        since = len(sub.measured) + len(sub.slower)
-        if full.measured and full.since_best >= max(2 * dims, since // 2) and sub.since_best >= max(2 * dims, since // 2) \
-                and since >= 4 * dims:
+        if self.stalled(pool, ordered, full, sub, dims):
             self.mark = (len(full.measured), len(full.slower))
             self.restarts += 1
-            sub = window(full, self.mark)
         if self.mark == (0, 0):
             return super().propose(pool, ordered, prior)
+        sub = window(full, self.mark)
         old_good = full.measured[: self.mark[0]] + full.slower[: self.mark[1]]
 
         def split(sources, weights, good, bad, *share):
@@ -69,7 +75,7 @@ class Restart(P.ParzenSearch):
 
         with patched(pool, "observations", sub), patched(P, "_split", split), \
                 patched(self, "n_startup_trials", len(sub.failed) + self.RESTART_STARTUP):
-            return super().propose(pool, ordered, prior)
+            return super().propose(pool, ordered, None if self.DROP_PRIOR else prior)
 
 
 class RestartForget(Restart):
@@ -167,26 +173,10 @@ class RestartSpent(Restart):
     and the best config's one-axis moves are spent: a search at the top of a basin it has climbed out, not one
     still climbing. Each restart waits for the same of the search since it."""
 
-    def propose(self, pool, ordered, prior=None):
-        full = pool.observations
-        dims = sum(1 for n in pool.levels if n > 1)
-        sub = window(full, self.mark) if self.mark != (0, 0) else full
-        if sub.measured and sub.since_best >= P.WIDEN_AFTER * dims and spent(pool, ordered, sub):
-            self.mark = (len(full.measured), len(full.slower))
-            self.restarts += 1
-        if self.mark == (0, 0):
-            return P.ParzenSearch.propose(self, pool, ordered, prior)
-        sub = window(full, self.mark)
-        old_good = full.measured[: self.mark[0]] + full.slower[: self.mark[1]]
+    DROP_PRIOR = True
 
-        def split(sources, weights, good, bad, *share):
-            if self.OLD_WEIGHT is not None:
-                bad.add(old_good, self.OLD_WEIGHT)
-            return ORIG_SPLIT(sources, weights, good, bad, *share)
-
-        with patched(pool, "observations", sub), patched(P, "_split", split), \
-                patched(self, "n_startup_trials", len(sub.failed) + self.RESTART_STARTUP):
-            return P.ParzenSearch.propose(self, pool, ordered, None)
+    def stalled(self, pool, ordered, full, sub, dims) -> bool:
+        return bool(sub.measured) and sub.since_best >= P.WIDEN_AFTER * dims and spent(pool, ordered, sub)
 
 
 class RestartSpentForget(RestartSpent):
