@@ -89,7 +89,7 @@ def _coerce(text: str, where: str) -> Value:
 
 
 #: how messages name a Kernel Tuner cache whose run was cut short
-UNFINISHED = "a Kernel Tuner cache cut short: the configs it holds"
+UNFINISHED = "a Kernel Tuner cache cut short"
 
 #: the most a replay file may hold, uncompressed (the largest recorded space, 1,184 configs
 #: with their samples, is a few MB; a gzip bomb of 1 MB expands to GBs)

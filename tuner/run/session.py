@@ -104,7 +104,7 @@ class Session:
         replay = self.run_options.replay
         recording = load_recording(replay) if replay else None
         if recording is not None and recording.unfinished:
-            self._say(f"replay file {recording.path}: {UNFINISHED} ({len(recording.records)})")
+            self._say(f"replay file {recording.path}: {UNFINISHED}, replaying the {len(recording.records)} configs it holds")
         if not self.study_file:
             if recording is None:
                 raise UserError("give a study file (studies/NAME.toml), or --replay FILE with a Kernel Tuner cache, T4 file or KTT output")
