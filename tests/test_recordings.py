@@ -331,22 +331,23 @@ def test_a_kernel_tuner_cache_cut_short_replays_the_configs_it_holds(end, tmp_pa
     full = load_recording(PNPOLY)
     path = _cut_short(tmp_path / "cut.json", 120, end)
     recording = load_recording(path)
-    assert recording.unfinished and not full.unfinished
+    assert recording.notes == ["a Kernel Tuner cache cut short, 120 configs"] and not full.notes
     assert list(recording.records) == list(full.records)[:120]
     assert recording.axes == full.axes
     result = tuner_here(capsys, monkeypatch, "run", "--replay", path, "--storage", "memory", "--trials", 3)
     assert result.returncode == 0, result.stderr
-    assert f"replay file {path}: a Kernel Tuner cache cut short, replaying the 120 configs it holds" in result.stderr
+    assert f"replay file {path}: a Kernel Tuner cache cut short, 120 configs\n" in result.stderr
 
 
 def test_a_kernel_tuner_cache_cut_short_is_a_warm_start_source(tmp_path, capsys, monkeypatch):
     path = _cut_short(tmp_path / "cut.json", 200)
     recorded = sum(r.status != "invalid" for r in load_recording(path).records.values())
+    assert recorded > 100
     result = tuner_here(capsys, monkeypatch, "run", "--replay", PNPOLY, "--storage", "memory", "--trials", 3,
                         "--warm-start", path, "--warm-start-top", 2)
     assert result.returncode == 0, result.stderr
     assert (f"warm start: 2 configs queued, prior from {recorded} trials of cut.json "
-            "(a Kernel Tuner cache cut short)") in result.stderr
+            "(a Kernel Tuner cache cut short, 200 configs)") in result.stderr
 
 
 def test_a_file_cut_inside_its_header_is_still_invalid_json(tmp_path, capsys, monkeypatch):
@@ -354,3 +355,39 @@ def test_a_file_cut_inside_its_header_is_still_invalid_json(tmp_path, capsys, mo
     text = _cut_short(tmp_path / "whole.json", 5).read_text()
     path.write_text(text[: text.index('"tune_params": {') + 30])
     assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "run", "--replay", path, "--storage", "memory"), "invalid JSON")
+
+
+# -- Kernel Tuner 1.1-1.3 on HIP: each launch's time as a (status, ms) pair ----------------------------------------
+
+def _hip_cache(objective="time"):
+    """``_cache`` as Kernel Tuner's HIP backend wrote it before its issue #332 was fixed: ``times`` as HIP
+    Python's ``[hipSuccess, ms]`` pairs, ``time`` their mean with the zeros, half the true one."""
+    data = _cache(objective)
+    for entry in data["cache"].values():
+        launches = [entry["time"] * 0.98, entry["time"] * 1.02]
+        entry["times"] = [[0, ms] for ms in launches]
+        entry["time"] = sum(launches) / 4
+    return data
+
+
+@pytest.mark.parametrize("objective", ["time", "GFLOP/s"])
+def test_times_kernel_tuner_recorded_as_status_pairs_on_hip_read_as_their_ms(objective, tmp_path, capsys, monkeypatch):
+    path, result = _replay(tmp_path, capsys, monkeypatch, _hip_cache(objective))
+    assert result.returncode == 0, result.stderr
+    recording = load_recording(path)
+    for x, ms in TIMES.items():
+        record = recording.lookup({"x": x})
+        assert record.times == pytest.approx([ms * 0.98, ms * 1.02])
+        assert record.ms == pytest.approx(ms)  # the launches' mean, not the cache's halved "time"
+    assert any("(status, ms) pairs" in note and "#332" in note for note in recording.notes)
+    best = json.loads(result.stdout.strip().splitlines()[-1])["best"]
+    assert best["params"] == {"x": 2} and best["ms"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("pair", [[1, 2.0], [0, "fast"], [0, 2.0, 3.0]])
+def test_a_time_pair_other_than_hip_success_and_ms_is_one_line(pair, tmp_path, capsys, monkeypatch):
+    data = _hip_cache()
+    data["cache"]["1"]["times"][0] = pair
+    path, result = _replay(tmp_path, capsys, monkeypatch, data)
+    line = assert_one_line_exit_2(result, "'times'")
+    assert "cache entry '1'" in line

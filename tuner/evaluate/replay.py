@@ -71,7 +71,8 @@ class Recording:
     records: dict[tuple, Record]
     device: str = ""
     kernel: str = ""
-    unfinished: bool = False  # a Kernel Tuner cache whose run was cut short: its configs so far
+    #: what a user should know of how the file was read (a Kernel Tuner cache cut short, ...)
+    notes: list[str] = field(default_factory=list)
 
     def digest(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
@@ -88,8 +89,12 @@ def _coerce(text: str, where: str) -> Value:
     return as_define_value(text, where)
 
 
-#: how messages name a Kernel Tuner cache whose run was cut short
-UNFINISHED = "a Kernel Tuner cache cut short"
+#: a Kernel Tuner cache whose run was cut short (Kernel Tuner closes the file only at the end)
+CUT_SHORT = "a Kernel Tuner cache cut short, {n} configs"
+#: Kernel Tuner 1.1-1.3 on HIP stored each launch's time as HIP Python's (status, ms) pair and averaged
+#: the pairs, zeros and all, into "time" (its issue #332)
+HIP_PAIRS = ("times recorded as (status, ms) pairs by Kernel Tuner's HIP backend (its issue #332): each config's time "
+             "is the mean of the ms, twice the cache's 'time'")
 
 #: the most a replay file may hold, uncompressed (the largest recorded space, 1,184 configs
 #: with their samples, is a few MB; a gzip bomb of 1 MB expands to GBs)
@@ -157,17 +162,18 @@ def load_recording(path: str | Path) -> Recording:
     text = _open_text(path)
     stripped = text.lstrip()
     if stripped.startswith("{"):
-        unfinished = False
+        cut_short = False
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             data = _closed_kernel_tuner_cache(text)
             if data is None:
                 raise UserError(f"replay file {path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
-            unfinished = True
+            cut_short = True
         if isinstance(data, dict) and "cache" in data and "tune_params" in data:
             recording = _from_kernel_tuner(path, data)
-            recording.unfinished = unfinished
+            if cut_short:
+                recording.notes.insert(0, CUT_SHORT.format(n=len(recording.records)))
             return recording
         if isinstance(data, dict) and "results" in data and "schema_version" in data:
             return _from_t4(path, data)
@@ -327,6 +333,7 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
     device = _field(data, "device_name", str, where, "")
     kernel = _field(data, "kernel_name", str, where, "")
     records: dict[tuple, Record] = {}
+    hip_pairs = False
     for name, entry in cache.items():
         at = f"{where}: cache entry {name!r}"
         if not isinstance(entry, dict):
@@ -337,10 +344,21 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
         recorded = entry[objective]
         if isinstance(recorded, str):
             records[key] = Record(KT_FAILURES.get(recorded, "launch_error"), attrs={"reason": recorded})
-        else:
-            times = _field(entry, "times", list, at, [])
-            records[key] = Record("ok", _time(recorded, f"{at}: {objective!r}"), [_time(t, f"{at}: 'times'") for t in times])
-    return Recording(path, "kernel_tuner", axes, records, device, kernel)
+            continue
+        times = _field(entry, "times", list, at, [])
+        if times and all(_hip_pair(t) for t in times):
+            times = [t[1] for t in times]
+            hip_pairs = True
+            if objective == "time":  # the mean of the pairs, zeros and all, is half the time
+                recorded = statistics.fmean(times)
+        records[key] = Record("ok", _time(recorded, f"{at}: {objective!r}"), [_time(t, f"{at}: 'times'") for t in times])
+    return Recording(path, "kernel_tuner", axes, records, device, kernel, [HIP_PAIRS] if hip_pairs else [])
+
+
+def _hip_pair(time: Any) -> bool:
+    """A launch's time as Kernel Tuner 1.1-1.3 stored it on HIP: ``[0, ms]`` (hipSuccess, the time)."""
+    return (isinstance(time, list) and len(time) == 2 and time[0] == 0 and not isinstance(time[0], bool)
+            and isinstance(time[1], (int, float)) and not isinstance(time[1], bool))
 
 
 def _from_t4(path: Path, data: dict) -> Recording:
@@ -534,4 +552,4 @@ def recording_source(path: str | Path) -> Source:
         trials.append(finished_trial(TrialState.COMPLETE if complete else TrialState.PRUNED, record.ms,
                                      dict(zip(recording.axes, key, strict=True)), distributions,
                                      {"status": record.status}, number=len(trials)))
-    return Source(recording.path.name, trials, UNFINISHED if recording.unfinished else "")
+    return Source(recording.path.name, trials, "; ".join(recording.notes))

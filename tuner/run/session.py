@@ -97,14 +97,15 @@ class Session:
         """Study file (or a Kernel Tuner replay file alone) -> its space and the recording."""
         from tuner.compile.targets import check_supported
         from tuner.contract.kernel_spec import load_spec
-        from tuner.evaluate.replay import UNFINISHED, load_recording, recording_space
+        from tuner.evaluate.replay import load_recording, recording_space
         from tuner.search.space import Space
         from tuner.study.file import load_study
 
         replay = self.run_options.replay
         recording = load_recording(replay) if replay else None
-        if recording is not None and recording.unfinished:
-            self._say(f"replay file {recording.path}: {UNFINISHED}, replaying the {len(recording.records)} configs it holds")
+        if recording is not None:
+            for note in recording.notes:
+                self._say(f"replay file {recording.path}: {note}")
         if not self.study_file:
             if recording is None:
                 raise UserError("give a study file (studies/NAME.toml), or --replay FILE with a Kernel Tuner cache, T4 file or KTT output")
