@@ -2,6 +2,7 @@
 
     result = tuner.tune("studies/example_sgemm.toml", trials=40)
     result.best_flags, result.best_params, result.tied, result.trials  # a pandas DataFrame
+    result.notes                                                        # what the run said, e.g. its warm start
     result.to_header("best.h")
     tuner.load("studies/example_sgemm.toml").best_params                # a later session
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +39,16 @@ class Result:
     confirmation: dict[str, Any] | None
     #: what the run printed as ``--json`` (None for :func:`load`)
     summary: dict[str, Any] | None = None
+    #: the lines ``tuner run`` prints about the run besides its trials (how a recording was read, what a
+    #: warm start transferred, the confirmation); empty for :func:`load`
+    notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, study: optuna.Study, summary: dict[str, Any] | None = None) -> Result:
+    def of(cls, study: optuna.Study, summary: dict[str, Any] | None = None, notes: list[str] | None = None) -> Result:
         from tuner.evaluate.confirm import confirmed_best
 
         best, confirmation = confirmed_best(study)
-        return cls(study, best, confirmation, summary)
+        return cls(study, best, confirmation, summary, notes or [])
 
     @property
     def best_params(self) -> dict[str, Value]:
@@ -133,9 +137,11 @@ def tune(study: str | Path | None, *, trials: int | None = None, storage: str | 
 
     given = _given({**settings, **({"trials": trials} if trials is not None else {}),
                     **({"replay": replay} if replay is not None else {})})
+    notes: list[str] = []
     with _quiet_optuna():
-        summary, runner = Session(study, storage=storage, given=given, command="run", progress=progress).run()
-        return Result.of(runner.study, summary)
+        summary, runner = Session(study, storage=storage, given=given, command="run", progress=progress,
+                                  say=notes.append).run()
+        return Result.of(runner.study, summary, notes)
 
 
 def load(study: str | Path, *, storage: str | None = None) -> Result:
