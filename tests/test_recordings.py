@@ -350,6 +350,43 @@ def test_a_kernel_tuner_cache_cut_short_is_a_warm_start_source(tmp_path, capsys,
             "(a Kernel Tuner cache cut short, 200 configs)") in result.stderr
 
 
+def test_a_gzipped_cache_that_ends_early_reads_as_a_cache_cut_short(tmp_path, capsys, monkeypatch):
+    """A gzip copy cut short in transfer (a published benchmark file can be one) holds its text up to the cut:
+    a Kernel Tuner cache in it reads as a cache cut short, and the run says which."""
+    import gzip
+
+    full = load_recording(PNPOLY)
+    whole = gzip.compress(gzip.decompress(PNPOLY.read_bytes()))
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(whole[: len(whole) // 3])
+    recording = load_recording(path)
+    kept = len(recording.records)
+    assert 0 < kept < len(full.records)
+    assert recording.notes == [f"gzip data that ends early, read as a Kernel Tuner cache cut short, {kept} configs"]
+    assert list(recording.records) == list(full.records)[:kept]
+    assert all(recording.records[k] == full.records[k] for k in recording.records)
+    result = tuner_here(capsys, monkeypatch, "run", "--replay", path, "--storage", "memory", "--trials", 3)
+    assert result.returncode == 0, result.stderr
+    assert f"replay file {path}: gzip data that ends early, read as a Kernel Tuner cache cut short, {kept} configs" in result.stderr
+
+
+@pytest.mark.parametrize("text", [CSV + "64,4,0,1.5,ok\n" * 2000, '{"schema_version": "1", "results": [' + "{}, " * 2000 + "]}"],
+                         ids=["csv", "t4"])
+def test_gzip_data_that_ends_early_is_refused_unless_a_kernel_tuner_cache(text, tmp_path, capsys, monkeypatch):
+    """A CSV or T4 file cut anywhere would lose rows without a sign: one line, exit 2."""
+    import gzip
+
+    path = tmp_path / "cut.csv.gz"
+    whole = gzip.compress(text.encode())
+    path.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(UserError, match="ends early"):
+        load_recording(path)
+    study = tmp_path / "study.toml"
+    study.write_text(GOOD)
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "run", study, "--replay", path, "--storage", "memory"),
+                           "broken gzip data (it ends early")
+
+
 def test_a_file_cut_inside_its_header_is_still_invalid_json(tmp_path, capsys, monkeypatch):
     path = tmp_path / "cut.json"
     text = _cut_short(tmp_path / "whole.json", 5).read_text()

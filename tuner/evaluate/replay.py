@@ -91,6 +91,9 @@ def _coerce(text: str, where: str) -> Value:
 
 #: a Kernel Tuner cache whose run was cut short (Kernel Tuner closes the file only at the end)
 CUT_SHORT = "a Kernel Tuner cache cut short, {n} configs"
+#: gzip data that ends early (a copy cut short in transfer): a Kernel Tuner cache in it reads as one cut short
+GZIP_CUT_SHORT = "gzip data that ends early, read as a Kernel Tuner cache cut short, {n} configs"
+GZIP_ENDS_EARLY = "replay file {path}: broken gzip data (it ends early: the file was cut short; copy it again)"
 #: Kernel Tuner 1.1-1.3 on HIP stored each launch's time as HIP Python's (status, ms) pair and averaged
 #: the pairs, zeros and all, into "time" (its issue #332)
 HIP_PAIRS = ("times recorded as (status, ms) pairs by Kernel Tuner's HIP backend (its issue #332): each config's time "
@@ -101,15 +104,23 @@ HIP_PAIRS = ("times recorded as (status, ms) pairs by Kernel Tuner's HIP backend
 MAX_REPLAY_BYTES = 256 * 2**20
 
 
-def _open_text(path: Path) -> str:
+def _open_text(path: Path) -> tuple[str, bool]:
+    """The file's text, unzipped where it is gzip data, and whether that gzip data ends early (a copy
+    cut short in transfer: its text up to the cut is returned; its checksum, at the end, is lost)."""
+    ends_early = False
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_REPLAY_BYTES + 1)
             if raw[:2] == b"\x1f\x8b":
                 f.seek(0)
-                with gzip.GzipFile(fileobj=f) as unzipped:
-                    raw = unzipped.read(MAX_REPLAY_BYTES + 1)
-    except (OSError, EOFError, zlib.error) as exc:
+                try:
+                    with gzip.GzipFile(fileobj=f) as unzipped:
+                        raw = unzipped.read(MAX_REPLAY_BYTES + 1)
+                except EOFError:
+                    f.seek(0)
+                    raw = zlib.decompressobj(wbits=31).decompress(f.read(MAX_REPLAY_BYTES + 1), MAX_REPLAY_BYTES + 1)
+                    ends_early = True
+    except (OSError, zlib.error) as exc:
         if isinstance(exc, OSError) and exc.errno is not None:
             raise UserError(f"replay file {path}: {exc.strerror}") from None
         raise UserError(f"replay file {path}: broken gzip data ({exc})") from None
@@ -117,8 +128,10 @@ def _open_text(path: Path) -> str:
         raise UserError(f"replay file {path}: more than {MAX_REPLAY_BYTES // 2**20} MiB of data (uncompressed): "
                         "not a recording of a tuning space")
     try:
-        return raw.decode()
+        return raw.decode(), ends_early
     except UnicodeDecodeError:
+        if ends_early:  # the cut may fall inside a character
+            return raw.decode(errors="ignore"), ends_early
         raise UserError(f"replay file {path}: not text (expected CSV or Kernel Tuner JSON)") from None
 
 
@@ -159,22 +172,27 @@ def load_recording(path: str | Path) -> Recording:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"replay file {path} not found")
-    text = _open_text(path)
+    text, ends_early = _open_text(path)
     stripped = text.lstrip()
     if stripped.startswith("{"):
-        cut_short = False
+        cut_short = ends_early
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             data = _closed_kernel_tuner_cache(text)
             if data is None:
+                if ends_early:
+                    raise UserError(GZIP_ENDS_EARLY.format(path=path)) from None
                 raise UserError(f"replay file {path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
             cut_short = True
         if isinstance(data, dict) and "cache" in data and "tune_params" in data:
             recording = _from_kernel_tuner(path, data)
             if cut_short:
-                recording.notes.insert(0, CUT_SHORT.format(n=len(recording.records)))
+                note = GZIP_CUT_SHORT if ends_early else CUT_SHORT
+                recording.notes.insert(0, note.format(n=len(recording.records)))
             return recording
+        if ends_early:
+            raise UserError(GZIP_ENDS_EARLY.format(path=path))
         if isinstance(data, dict) and "results" in data and "schema_version" in data:
             return _from_t4(path, data)
         if isinstance(data, dict) and "Results" in data and "Metadata" in data:
@@ -183,6 +201,8 @@ def load_recording(path: str | Path) -> Recording:
             f"replay file {path}: JSON but not a Kernel Tuner cache (cache + tune_params), T4 (results + schema_version) "
             "or KTT output (Metadata + Results)"
         )
+    if ends_early:  # a CSV cut anywhere would lose rows without a sign
+        raise UserError(GZIP_ENDS_EARLY.format(path=path))
     return _from_csv(path, text)
 
 
