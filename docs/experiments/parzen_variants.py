@@ -1957,3 +1957,29 @@ class WarmStallRestart(WarmStallCold):
 
 class WarmStallColdTwo(WarmStallCold):
     after = 2
+
+
+class FlatFlags(AxisAgreement):
+    """(Twenty-third session.) The prior's kernels on the 0 / 1 flags (``Pool.flags``: code paths such as shared
+    memory for A or B) keep only ``FLAG_WEIGHT`` of their mass, the rest spread evenly: which code path is fastest
+    is what changes most between GPUs (and vendors), while a tile shape carries."""
+
+    FLAG_WEIGHT = 0.5
+
+    def propose(self, pool, ordered, prior=None):
+        if prior is None or not len(prior) or not pool.flags:
+            return P.ParzenSearch.propose(self, pool, ordered, prior)
+        weights = np.ones(len(pool.levels))
+        weights[pool.flags] = self.FLAG_WEIGHT
+        _AxisWeightedMixture.AXIS_WEIGHTS = weights
+        _AxisWeightedMixture.PRIOR_ARRAYS = tuple(
+            a for a in (prior.by_value()[0], prior.array("slower"), prior.array("failed"), prior.array("measured")) if a.ndim == 2)
+        with patched("Mixture", _AxisWeightedMixture):
+            try:
+                return P.ParzenSearch.propose(self, pool, ordered, prior)
+            finally:
+                _AxisWeightedMixture.AXIS_WEIGHTS, _AxisWeightedMixture.PRIOR_ARRAYS = None, ()
+
+
+class FlatFlagsZero(FlatFlags):
+    FLAG_WEIGHT = 0.0
