@@ -407,9 +407,19 @@ def _hip_cache(objective="time"):
     return data
 
 
-@pytest.mark.parametrize("objective", ["time", "GFLOP/s"])
+def _as_t4(data):
+    """A Kernel Tuner cache's configs as Kernel Tuner's T4 output holds them (``runtimes`` as the cache's ``times``)."""
+    return {"schema_version": "1.0.0", "metadata": {"timeunit": "miliseconds"}, "results": [
+        {"configuration": {"x": entry["x"]}, "times": {"runtimes": entry["times"]}, "invalidity": "correct",
+         "measurements": [{"name": "time", "value": entry["time"], "unit": ""}], "objectives": ["time"]}
+        for entry in data["cache"].values()]}
+
+
+@pytest.mark.parametrize("objective", ["time", "GFLOP/s", "T4"])
 def test_times_kernel_tuner_recorded_as_status_pairs_on_hip_read_as_their_ms(objective, tmp_path, capsys, monkeypatch):
-    path, result = _replay(tmp_path, capsys, monkeypatch, _hip_cache(objective))
+    """In a cache and in Kernel Tuner's T4 output of the same run (benchmark_hub's convolution_milo/W7800_T4.json.gz)."""
+    data = _as_t4(_hip_cache()) if objective == "T4" else _hip_cache(objective)
+    path, result = _replay(tmp_path, capsys, monkeypatch, data)
     assert result.returncode == 0, result.stderr
     recording = load_recording(path)
     for x, ms in TIMES.items():
@@ -419,6 +429,15 @@ def test_times_kernel_tuner_recorded_as_status_pairs_on_hip_read_as_their_ms(obj
     assert any("(status, ms) pairs" in note and "#332" in note for note in recording.notes)
     best = json.loads(result.stdout.strip().splitlines()[-1])["best"]
     assert best["params"] == {"x": 2} and best["ms"] == pytest.approx(1.0)
+
+
+def test_a_t4_result_without_a_time_says_what_it_measures(tmp_path, capsys, monkeypatch):
+    """Kernel Tuner's T4 output of a search over a strategy's hyperparameters measures a score, not a time."""
+    data = _as_t4(_cache("time"))
+    for result in data["results"]:
+        result["measurements"] = [{"name": "score", "value": -1.3, "unit": ""}]
+    _, result = _replay(tmp_path, capsys, monkeypatch, data)
+    assert_one_line_exit_2(result, "a correct result with no 'time' measurement (it measures: score)")
 
 
 @pytest.mark.parametrize("pair", [[1, 2.0], [0, "fast"], [0, 2.0, 3.0]])

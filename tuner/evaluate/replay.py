@@ -97,7 +97,7 @@ GZIP_ENDS_EARLY = "replay file {path}: broken gzip data (it ends early: the file
 #: Kernel Tuner 1.1-1.3 on HIP stored each launch's time as HIP Python's (status, ms) pair and averaged
 #: the pairs, zeros and all, into "time" (its issue #332)
 HIP_PAIRS = ("times recorded as (status, ms) pairs by Kernel Tuner's HIP backend (its issue #332): each config's time "
-             "is the mean of the ms, twice the cache's 'time'")
+             "is the mean of the ms, twice the recorded 'time'")
 
 #: the most a replay file may hold, uncompressed (the largest recorded space, 1,184 configs
 #: with their samples, is a few MB; a gzip bomb of 1 MB expands to GBs)
@@ -365,18 +365,23 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
         if isinstance(recorded, str):
             records[key] = Record(KT_FAILURES.get(recorded, "launch_error"), attrs={"reason": recorded})
             continue
-        times = _field(entry, "times", list, at, [])
-        if times and all(_hip_pair(t) for t in times):
-            times = [t[1] for t in times]
+        times, hip = _launch_times(_field(entry, "times", list, at, []), f"{at}: 'times'")
+        if hip:
             hip_pairs = True
             if objective == "time":  # the mean of the pairs, zeros and all, is half the time
                 recorded = statistics.fmean(times)
-        records[key] = Record("ok", _time(recorded, f"{at}: {objective!r}"), [_time(t, f"{at}: 'times'") for t in times])
+        records[key] = Record("ok", _time(recorded, f"{at}: {objective!r}"), times)
     return Recording(path, "kernel_tuner", axes, records, device, kernel, [HIP_PAIRS] if hip_pairs else [])
 
 
+def _launch_times(times: list, where: str) -> tuple[list[float], bool]:
+    """A config's per-launch times in ms, and whether Kernel Tuner 1.1-1.3 stored them on HIP as
+    ``[0, ms]`` pairs (hipSuccess, the time; read as their ms)."""
+    hip = bool(times) and all(_hip_pair(t) for t in times)
+    return [_time(t[1] if hip else t, where) for t in times], hip
+
+
 def _hip_pair(time: Any) -> bool:
-    """A launch's time as Kernel Tuner 1.1-1.3 stored it on HIP: ``[0, ms]`` (hipSuccess, the time)."""
     return (isinstance(time, list) and len(time) == 2 and time[0] == 0 and not isinstance(time[0], bool)
             and isinstance(time[1], (int, float)) and not isinstance(time[1], bool))
 
@@ -388,6 +393,7 @@ def _from_t4(path: Path, data: dict) -> Recording:
         raise UserError(f"{where}: T4 file with no results")
     keys: list[str] = []
     records: dict[tuple, Record] = {}
+    hip_pairs = False
     for at, entry, config in _results(results, where, "configuration", dict):
         keys = keys or list(config)
         key = _config_key(config, keys, f"{at}: configuration")
@@ -401,11 +407,17 @@ def _from_t4(path: Path, data: dict) -> Recording:
         if invalidity != "correct":
             records[key] = Record(T4_INVALIDITY.get(invalidity, "launch_error"), attrs={"reason": str(value)})
         elif value is None:
-            raise UserError(f"{at}: a correct result with no 'time' measurement")
+            named = ", ".join(str(m.get("name")) for m in measurements) or "none"
+            raise UserError(f"{at}: a correct result with no 'time' measurement (it measures: {named}); "
+                            "the tuner replays times")
         else:
-            times = _field(_field(entry, "times", dict, at, {}), "runtimes", list, f"{at}: 'times'", [])
-            records[key] = Record("ok", _time(value, at), [_time(t, f"{at}: 'times.runtimes'") for t in times])
-    return Recording(path, "t4", _recorded_axes(keys, records), records)
+            runtimes = _field(_field(entry, "times", dict, at, {}), "runtimes", list, f"{at}: 'times'", [])
+            times, hip = _launch_times(runtimes, f"{at}: 'times.runtimes'")
+            if hip:  # "time" is the mean of the pairs, zeros and all, as in a Kernel Tuner cache
+                hip_pairs = True
+                value = statistics.fmean(times)
+            records[key] = Record("ok", _time(value, at), times)
+    return Recording(path, "t4", _recorded_axes(keys, records), records, notes=[HIP_PAIRS] if hip_pairs else [])
 
 
 def _from_ktt(path: Path, data: dict) -> Recording:
