@@ -1983,3 +1983,49 @@ class FlatFlags(AxisAgreement):
 
 class FlatFlagsZero(FlatFlags):
     FLAG_WEIGHT = 0.0
+
+
+def _split_diverse(limit):
+    """``_split`` for a cold run whose good set takes the measured configs best first, but skips one within one
+    axis of ``limit`` or more configs already good: a dense basin of near-equal configs fills a few places of the
+    good set, not all, and the next basins' best take the others."""
+    def split(sources, weights, good, bad, share=P.GOOD_SHARE):
+        if len(sources) != 1:
+            return _ORIG_SPLIT(sources, weights, good, bad, share)
+        obs, weight = sources[0], weights[0]
+        bad.add(obs.array("slower"), weight)
+        bad.add(obs.array("failed"), weight)
+        if not obs.values:
+            return []
+        codes, values, counts = obs.by_value()
+        n_good = P.default_gamma(len(values), share)
+        chosen, rest = [], []
+        for i in range(len(codes)):
+            if len(chosen) < n_good:
+                near = int(((codes[chosen] != codes[i]).sum(axis=1) <= 1).sum()) if chosen else 0
+                if near < limit:
+                    chosen.append(i)
+                    continue
+            rest.append(i)
+        chosen_, rest_ = np.array(chosen, dtype=np.int64), np.array(rest, dtype=np.int64)
+        good.add(codes[chosen_], weight * counts[chosen_])
+        bad.add(codes[rest_], weight * counts[rest_])
+        return list(codes[chosen_])
+    return split
+
+
+class DiverseGood(P.ParzenSearch):
+    """(Twenty-third session.) A cold run's good set spread over basins (:func:`_split_diverse`, at most 2 good
+    configs within one axis of a third)."""
+
+    LIMIT = 2
+
+    def propose(self, pool, ordered, prior=None):
+        if prior is not None and len(prior):
+            return super().propose(pool, ordered, prior)
+        with patched("_split", _split_diverse(self.LIMIT)):
+            return super().propose(pool, ordered, prior)
+
+
+class DiverseGoodOne(DiverseGood):
+    LIMIT = 1
