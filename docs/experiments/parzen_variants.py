@@ -2029,3 +2029,49 @@ class DiverseGood(P.ParzenSearch):
 
 class DiverseGoodOne(DiverseGood):
     LIMIT = 1
+
+
+class LeastTriedAxis(P.ParzenSearch):
+    """(Twenty-third session.) A plateau move's axis is the one along which the fewest configs one axis from the
+    base are measured (ties drawn), not one drawn among all with a move: a climb sweeps the axes as coordinate
+    descent does, so in a warm run's 20 proposals after its queue every axis of 13 gets a move (GEMM A6000 -> W7800:
+    `SB` never did)."""
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        bases = P._bases(own, len(pool.levels))
+        start = 0
+        while start < len(bases):
+            group = bases[start:2 * start + 1]
+            start = 2 * start + 1
+            per_base = [[(axis, np.asarray(m)) for axis, m in enumerate(pool.steps(own.measured[index], ordered)) if m]
+                        for index in group]
+            flat = [m for moves in per_base for _, m in moves]
+            if not flat:
+                continue
+            feasible = log_feasible(pool.codes[np.concatenate(flat)]) > math.log(0.5)
+            masks = iter(np.split(feasible, np.cumsum([len(m) for m in flat])[:-1]))
+            for index, moves in zip(group, per_base):
+                kept = [(axis, m) for axis, m in ((axis, m[next(masks)]) for axis, m in moves) if len(m)]
+                if kept:
+                    base = own.measured[index]
+                    tried = np.array(own.measured + own.slower + own.failed)
+                    differs = tried != base
+                    one_away = differs.sum(axis=1) == 1
+                    counts = np.array([int((one_away & differs[:, axis]).sum()) for axis, _ in kept])
+                    least = np.flatnonzero(counts == counts.min())
+                    _, axis_moves = kept[least[self.rng.integers(len(least))]]
+                    return int(axis_moves[self.rng.integers(len(axis_moves))])
+        return None
+
+
+class LeastTriedAxisWarm(LeastTriedAxis):
+    """:class:`LeastTriedAxis` in warm runs only (a cold run's moves as the default's)."""
+
+    def propose(self, pool, ordered, prior=None):
+        self._warm = prior is not None and len(prior) > 0
+        return super().propose(pool, ordered, prior)
+
+    def _local_move(self, pool, own, ordered, log_feasible):
+        if getattr(self, "_warm", False):
+            return super()._local_move(pool, own, ordered, log_feasible)
+        return P.ParzenSearch._local_move(self, pool, own, ordered, log_feasible)
