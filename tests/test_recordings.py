@@ -376,7 +376,7 @@ def test_gzip_data_that_ends_early_is_refused_unless_a_kernel_tuner_cache(text, 
     """A CSV or T4 file cut anywhere would lose rows without a sign: one line, exit 2."""
     import gzip
 
-    path = tmp_path / "cut.csv.gz"
+    path = tmp_path / "cut.gz"
     whole = gzip.compress(text.encode())
     path.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(UserError, match="ends early"):
