@@ -173,16 +173,15 @@ def load_recording(path: str | Path) -> Recording:
     if not path.is_file():
         raise UserError(f"replay file {path} not found")
     text, ends_early = _open_text(path)
-    stripped = text.lstrip()
-    if stripped.startswith("{"):
+    is_json = text.lstrip().startswith("{")
+    data = None
+    if is_json:
         cut_short = ends_early
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             data = _closed_kernel_tuner_cache(text)
-            if data is None:
-                if ends_early:
-                    raise UserError(GZIP_ENDS_EARLY.format(path=path)) from None
+            if data is None and not ends_early:
                 raise UserError(f"replay file {path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
             cut_short = True
         if isinstance(data, dict) and "cache" in data and "tune_params" in data:
@@ -191,19 +190,18 @@ def load_recording(path: str | Path) -> Recording:
                 note = GZIP_CUT_SHORT if ends_early else CUT_SHORT
                 recording.notes.insert(0, note.format(n=len(recording.records)))
             return recording
-        if ends_early:
-            raise UserError(GZIP_ENDS_EARLY.format(path=path))
-        if isinstance(data, dict) and "results" in data and "schema_version" in data:
-            return _from_t4(path, data)
-        if isinstance(data, dict) and "Results" in data and "Metadata" in data:
-            return _from_ktt(path, data)
-        raise UserError(
-            f"replay file {path}: JSON but not a Kernel Tuner cache (cache + tune_params), T4 (results + schema_version) "
-            "or KTT output (Metadata + Results)"
-        )
-    if ends_early:  # a CSV cut anywhere would lose rows without a sign
+    if ends_early:  # only a Kernel Tuner cache reads up to a cut: elsewhere the rows lost would give no sign
         raise UserError(GZIP_ENDS_EARLY.format(path=path))
-    return _from_csv(path, text)
+    if not is_json:
+        return _from_csv(path, text)
+    if isinstance(data, dict) and "results" in data and "schema_version" in data:
+        return _from_t4(path, data)
+    if isinstance(data, dict) and "Results" in data and "Metadata" in data:
+        return _from_ktt(path, data)
+    raise UserError(
+        f"replay file {path}: JSON but not a Kernel Tuner cache (cache + tune_params), T4 (results + schema_version) "
+        "or KTT output (Metadata + Results)"
+    )
 
 
 def _closed_kernel_tuner_cache(text: str) -> dict | None:
