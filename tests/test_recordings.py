@@ -394,6 +394,26 @@ def test_a_file_cut_inside_its_header_is_still_invalid_json(tmp_path, capsys, mo
     assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "run", "--replay", path, "--storage", "memory"), "invalid JSON")
 
 
+# -- Kernel Tuner 0.4.1 and earlier: a failed config's time is 1e20 ------------------------------------------------
+
+def test_a_time_of_1e20_from_kernel_tuner_before_0_4_2_reads_as_a_failed_config(tmp_path, capsys, monkeypatch):
+    """Kernel Tuner wrote ``"time": 1e20`` for a config that failed to compile or run until 0.4.2 (its cache files of
+    that time, e.g. GPU_benchmarking_paper's MI50 convolution, hold hundreds); read as a time, it is a config 1e20 ms
+    slow that the feasibility model never learns from."""
+    data = _cache("time")
+    del data["objective"]  # caches of that time name no objective
+    data["cache"]["3"] = {"x": 3, "time": 1e20}
+    path, result = _replay(tmp_path, capsys, monkeypatch, data)
+    assert result.returncode == 0, result.stderr
+    run = json.loads(result.stdout.strip().splitlines()[-1])
+    assert run["statuses"] == {"ok": 2, "launch_error": 1} and run["best"]["params"] == {"x": 2}
+    recording = load_recording(path)
+    assert recording.notes == ["configs with time 1e20, Kernel Tuner's mark (0.4.1 and earlier) of a config that failed "
+                               "to compile or run: read as failed, 1 configs"]
+    assert recording.lookup({"x": 3}).status == "launch_error"
+    assert recording.lookup({"x": 1}).status == "ok" and recording.lookup({"x": 1}).ms == pytest.approx(TIMES[1])
+
+
 # -- Kernel Tuner 1.1-1.3 on HIP: each launch's time as a (status, ms) pair ----------------------------------------
 
 def _hip_cache(objective="time"):

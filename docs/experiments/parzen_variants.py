@@ -2075,3 +2075,20 @@ class LeastTriedAxisWarm(LeastTriedAxis):
         if getattr(self, "_warm", False):
             return super()._local_move(pool, own, ordered, log_feasible)
         return P.ParzenSearch._local_move(self, pool, own, ordered, log_feasible)
+
+
+def _off_beside_a_progression(values) -> bool:
+    """0 beside two or more positive values in a geometric progression (1, 2, 4, 8; 0, 8, 32): an 'off'
+    (no unrolling, no batching), not one step below the smallest value."""
+    if 0 not in values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return False
+    positive = sorted(v for v in values if v > 0)
+    return len(positive) >= 2 and len({b / a for a, b in zip(positive, positive[1:])}) == 1
+
+
+class ZeroApart(P.ParzenSearch):
+    """An axis of 0 beside a geometric progression counts only same / different (twenty-fourth session)."""
+
+    def propose(self, pool, ordered, prior=None):
+        ordered = [o and not _off_beside_a_progression(list(v)) for o, v in zip(ordered, pool.values)]
+        return super().propose(pool, ordered, prior)

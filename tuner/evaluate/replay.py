@@ -96,6 +96,11 @@ GZIP_CUT_SHORT = "gzip data that ends early, read as a Kernel Tuner cache cut sh
 GZIP_ENDS_EARLY = "replay file {path}: broken gzip data (it ends early: the file was cut short; copy it again)"
 #: Kernel Tuner 1.1-1.3 on HIP stored each launch's time as HIP Python's (status, ms) pair and averaged
 #: the pairs, zeros and all, into "time" (its issue #332)
+#: Kernel Tuner 0.4.1 and earlier stored a config that failed to compile or run as this time (a number, where
+#: later versions store the failure's name)
+KT_FAILED_TIME = 1e20
+KT_FAILED_TIMES = ("configs with time 1e20, Kernel Tuner's mark (0.4.1 and earlier) of a config that failed to compile or "
+                   "run: read as failed, {n} configs")
 HIP_PAIRS = ("times recorded as (status, ms) pairs by Kernel Tuner's HIP backend (its issue #332): each config's time "
              "is the mean of the ms, twice the recorded 'time'")
 
@@ -352,6 +357,7 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
     kernel = _field(data, "kernel_name", str, where, "")
     records: dict[tuple, Record] = {}
     hip_pairs = False
+    failed_times = 0
     for name, entry in cache.items():
         at = f"{where}: cache entry {name!r}"
         if not isinstance(entry, dict):
@@ -363,13 +369,20 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
         if isinstance(recorded, str):
             records[key] = Record(KT_FAILURES.get(recorded, "launch_error"), attrs={"reason": recorded})
             continue
+        if objective == "time" and recorded == KT_FAILED_TIME and not isinstance(recorded, bool):
+            records[key] = Record("launch_error", attrs={"reason": "time 1e20: failed to compile or run"})
+            failed_times += 1
+            continue
         times, hip = _launch_times(_field(entry, "times", list, at, []), f"{at}: 'times'")
         if hip:
             hip_pairs = True
             if objective == "time":  # the mean of the pairs, zeros and all, is half the time
                 recorded = statistics.fmean(times)
         records[key] = Record("ok", _time(recorded, f"{at}: {objective!r}"), times)
-    return Recording(path, "kernel_tuner", axes, records, device, kernel, [HIP_PAIRS] if hip_pairs else [])
+    notes = [HIP_PAIRS] if hip_pairs else []
+    if failed_times:
+        notes.append(KT_FAILED_TIMES.format(n=failed_times))
+    return Recording(path, "kernel_tuner", axes, records, device, kernel, notes)
 
 
 def _launch_times(times: list, where: str) -> tuple[list[float], bool]:
