@@ -394,6 +394,19 @@ def test_a_file_cut_inside_its_header_is_still_invalid_json(tmp_path, capsys, mo
     assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "run", "--replay", path, "--storage", "memory"), "invalid JSON")
 
 
+def test_a_failure_named_under_a_maximised_objective_reads_as_failed(tmp_path, capsys, monkeypatch):
+    """A cache tuned for GFLOP/s names a config's failure there and records no time (fjwillemsen/kernel_tuner_paper's
+    expdist A4000 cache: 1,380 of its 2,885 configs): the replay reads the time, and the failure where Kernel Tuner
+    put it."""
+    data = _cache("GFLOP/s")
+    data["cache"]["3"] = {"x": 3, "GFLOP/s": "CompilationFailedConfig", "compile_time": 2787.3}
+    path, result = _replay(tmp_path, capsys, monkeypatch, data)
+    assert result.returncode == 0, result.stderr
+    run = json.loads(result.stdout.strip().splitlines()[-1])
+    assert run["statuses"] == {"ok": 2, "compile_error": 1} and run["best"]["params"] == {"x": 2}
+    assert load_recording(path).lookup({"x": 3}).status == "compile_error"
+
+
 # -- Kernel Tuner 0.4.1 and earlier: a failed config's time is 1e20 ------------------------------------------------
 
 def test_a_time_of_1e20_from_kernel_tuner_before_0_4_2_reads_as_a_failed_config(tmp_path, capsys, monkeypatch):

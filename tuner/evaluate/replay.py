@@ -353,6 +353,8 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
             raise UserError(f"{where}: tune_params {k!r} must be a non-empty list of values")
         axes[k] = _axis_values(params[k], f"{where}: tune_params {k!r}")
     objective = _kt_objective(data, where)
+    # Kernel Tuner names a config's failure under the cache's own objective (GFLOP/s), which may not be the one replayed
+    declared = _field(data, "objective", str, where, "time")
     device = _field(data, "device_name", str, where, "")
     kernel = _field(data, "kernel_name", str, where, "")
     records: dict[tuple, Record] = {}
@@ -363,12 +365,13 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
         if not isinstance(entry, dict):
             raise UserError(f"{at} is not an object")
         key = _config_key(entry, keys, at)
+        failure = next((entry[k] for k in (objective, declared) if isinstance(entry.get(k), str)), None)
+        if failure is not None:
+            records[key] = Record(KT_FAILURES.get(failure, "launch_error"), attrs={"reason": failure})
+            continue
         if objective not in entry:
             raise UserError(f"{at} has no {objective!r}")
         recorded = entry[objective]
-        if isinstance(recorded, str):
-            records[key] = Record(KT_FAILURES.get(recorded, "launch_error"), attrs={"reason": recorded})
-            continue
         if objective == "time" and recorded == KT_FAILED_TIME and not isinstance(recorded, bool):
             records[key] = Record("launch_error", attrs={"reason": "time 1e20: failed to compile or run"})
             failed_times += 1
