@@ -219,6 +219,21 @@ def test_each_queued_config_is_tried_at_each_value_of_an_axis_the_source_did_not
         "warm start: 6 configs queued (STAGES not in the source: each config at each of its values), prior from 6 trials of src"
 
 
+def test_a_source_define_this_kernel_does_not_have_is_left_out_and_said():
+    """Another version of the kernel as the source (benchmark_hub's convolution has ``use_shmem``, the MI50 cache of
+    another repository does not): its configs transfer without that define, and the run says which it left out."""
+    storage = optuna.storages.InMemoryStorage()
+    configs = [{"BLOCK": 32, "METHOD": "a", "STAGES": 3, "use_shmem": 1}, {"BLOCK": 64, "METHOD": "c", "STAGES": 2, "use_shmem": 0}]
+    source_study(storage, "src", configs, [1.0, 2.0])
+    space = target_space()
+    assert "use_shmem" not in space.full_config({})
+    queued = warm_start(optuna.create_study(study_name="dst", storage=storage), space, [study_source(storage, "src")], top=2)
+    assert [m.params for m in queued] == [{k: v for k, v in c.items() if k != "use_shmem"} for c in configs]
+    assert all(m.moved == () and m.left_out == ("use_shmem",) for m in queued)
+    assert transfer_message(queued, 2, ["src"]) == \
+        "warm start: 2 configs queued (the source's use_shmem not in this kernel: left out), prior from 2 trials of src"
+
+
 def test_with_more_than_four_combinations_of_untuned_values_the_queued_configs_take_them_in_turn():
     """Two untuned axes of three values: nine combinations per config would fill the queue with one
     config; the queued configs take them in turn instead (the best the first, the next the second, ...)."""

@@ -2092,3 +2092,34 @@ class ZeroApart(P.ParzenSearch):
     def propose(self, pool, ordered, prior=None):
         ordered = [o and not _off_beside_a_progression(list(v)) for o, v in zip(ordered, pool.values)]
         return super().propose(pool, ordered, prior)
+
+
+class WarmProbe(P.ParzenSearch):
+    """A warm run tests its prior against chance (twenty-fourth session): right after the queue (``PROBE_AT``
+    started trials) come ``PROBES`` uniform proposals; if one of them runs faster than every config the
+    prior led to, the prior is dropped and the study goes on as a cold one (its own trials as the start-up)."""
+
+    PROBE_AT = 5
+    PROBES = 2
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.probes: list[bytes] = []
+        self.dropped = False
+
+    def propose(self, pool, ordered, prior=None):
+        if prior is None or not len(prior):
+            return super().propose(pool, ordered, prior)
+        own = pool.observations
+        started = len(own) + len(pool.in_flight_codes())
+        if self.PROBE_AT <= started < self.PROBE_AT + self.PROBES:
+            rows = pool.random_untried(1, self.rng)
+            if len(rows):
+                self.probes.append(pool.codes[int(rows[0])].tobytes())
+                return int(rows[0])
+        if not self.dropped and started >= self.PROBE_AT + self.PROBES and own.measured:
+            codes, values = own.array("measured"), own.array("values")
+            probe = np.array([c.tobytes() in self.probes for c in codes])
+            if probe.any() and (~probe).any() and values[probe].min() < values[~probe].min():
+                self.dropped = True
+        return super().propose(pool, ordered, None if self.dropped else prior)

@@ -39,6 +39,8 @@ class Mapped:
     untuned: tuple[str, ...] = ()
     #: the source config is queued at each combination of their values (else at one, in turn)
     each_value: bool = False
+    #: the source's defines that this kernel does not have (another version of it): left out
+    left_out: tuple[str, ...] = ()
 
 
 def _number(value: Any) -> bool:
@@ -84,7 +86,8 @@ class SpaceMap:
             out = pool.decode(pool.codes[self._nearest_row(pool, pool.encode(out))])
         moved = tuple(a for a in self.space.axes if a in params and a not in self.hold and params[a] != out[a])
         unsearched = tuple(a for a, v in params.items() if a not in out and a in self._runs_at and v != self._runs_at[a])
-        return Mapped(out, moved + unsearched)
+        left_out = tuple(a for a in params if a not in out and a not in self._runs_at)
+        return Mapped(out, moved + unsearched, left_out=left_out)
 
     def _allowed(self, params: dict[str, Any]) -> bool:
         if self._pool is not None:

@@ -259,6 +259,9 @@ def transfer_message(queued: list[Mapped] | None, prior: int, source_names: list
             its = "its" if len(untuned) == 1 else "their"
             how = f"each config at each of {its} values" if any(m.each_value for m in queued) else f"{its} values in turn"
             notes.append(f"{', '.join(untuned)} not in the source: {how}")
+        left_out = sorted({a for m in queued for a in m.left_out})
+        if left_out:
+            notes.append(f"the source's {', '.join(left_out)} not in this kernel: left out")
         if notes:
             text += f" ({'; '.join(notes)})"
         parts.append(text)
