@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--storage", help=f"sqlite:///FILE.db (default {DEFAULT_URL}), postgresql+psycopg://..., or FILE.log")
 
     run = sub.add_parser("run", help="search a study (Bayesian by default)")
-    run.add_argument("study_file", nargs="?", help="studies/NAME.toml (optional with a Kernel Tuner --replay file)")
+    run.add_argument("study_file", nargs="?", help="studies/NAME.toml (optional with --replay FILE: its recorded configs are then the space)")
     storage_arg(run)
     options.add_flags(run, "run")
     run.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="join a shared study as one more worker (one GPU)",
                             description=f"Settings not given as flags come from ${options.ENV} (JSON), "
                                         "which `tuner run --workers N` sets for its workers.")
-    worker.add_argument("study_file", nargs="?", help="studies/NAME.toml (optional with a Kernel Tuner --replay file)")
+    worker.add_argument("study_file", nargs="?", help="studies/NAME.toml (optional with --replay FILE: its recorded configs are then the space)")
     storage_arg(worker)
     options.add_flags(worker, "worker")
     worker.add_argument("--json", action="store_true")

@@ -108,9 +108,10 @@ class Session:
                 self._say(f"replay file {recording.path}: {note}")
         if not self.study_file:
             if recording is None:
-                raise UserError("give a study file (studies/NAME.toml), or --replay FILE with a Kernel Tuner cache, T4 file or KTT output")
-            if recording.format == "csv":
-                raise UserError(f"replay file {recording.path} is our CSV: give the study file it was recorded from too")
+                raise UserError("give a study file (studies/NAME.toml), or --replay FILE (a Kernel Tuner cache, T4 file, KTT output or results table)")
+            if recording.format == "csv":  # a study's export, or a table of a grid run elsewhere
+                self._say(f"replay file {recording.path}: no study file: the space is the {len(recording.records)} configs "
+                          "it records (give the study file for its whole space and constraints)")
             return Loaded(None, recording_space(recording), recording)
         cfg = load_study(self.study_file)
         cfg.measure = options.apply(cfg.measure, self.given)
