@@ -456,7 +456,7 @@ REPLAY_CASES = [
     ("csv row too long", _text(CSV_HEADER + "64,4,0,1.0,ok,9,9\n"), "replay file"),
     ("csv regs not a number", _text("BLOCK,THREAD_TILE,UNROLL_K,ms,status,regs\n64,4,0,1.0,ok,many\n"), "regs"),
     ("csv header only", _text(CSV_HEADER), "needs a header"),
-    ("csv no status column", _text("BLOCK,THREAD_TILE,UNROLL_K,ms\n64,4,0,1.0\n"), "needs a header"),
+    ("csv no ms column", _text("BLOCK,THREAD_TILE,UNROLL_K,status\n64,4,0,ok\n"), "needs a header"),
     ("empty file", _text(""), "replay file"),
     ("gzip bomb", _gzip_bomb, "MiB"),
     ("truncated gzip", lambda p: p.write_bytes(__import__("gzip").compress(b'{"cache": {}}')[:12]), "gzip"),

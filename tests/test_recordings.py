@@ -208,16 +208,21 @@ def test_our_own_recording_against_another_study_is_one_line(capsys, monkeypatch
     assert "EPI_SLOTS" in assert_one_line_exit_2(result, "not axes of patch_embed_sm90a_hopper_grid.toml")
 
 
-def test_a_results_table_without_its_study_file_replays_over_the_configs_it_records(tmp_path, capsys, monkeypatch):
-    """A brute-force table from a grid run elsewhere (define columns, ms, status) has no study file: its recorded
+@pytest.mark.parametrize("text,failed", [
+    ("BLOCK,TILE,ms,status\n64,1,3.0,ok\n64,2,2.0,ok\n128,1,1.5,ok\n128,2,,compile_error\n", "compile_error=1"),
+    ("BLOCK,TILE,ms\n64,1,3.0\n64,2,2.0\n128,1,1.5\n128,2,\n", "failed=1"),  # no status: a row without a time failed
+], ids=["with status", "times only"])
+def test_a_results_table_without_its_study_file_replays_over_the_configs_it_records(text, failed, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """A brute-force table from a grid run elsewhere (define columns and times) has no study file: its recorded
     configs are the space, as a Kernel Tuner cache's are, and the run says so."""
     path = tmp_path / "grid.csv"
-    path.write_text("BLOCK,TILE,ms,status\n64,1,3.0,ok\n64,2,2.0,ok\n128,1,1.5,ok\n128,2,,compile_error\n")
+    path.write_text(text)
     result = tuner_here(capsys, monkeypatch, "run", "--replay", path, "--storage", "memory", "--trials", 4)
     assert result.returncode == 0, result.stderr
     out = result.stdout + result.stderr
     assert f"replay file {path}: no study file: the space is the 4 configs it records" in out
-    assert "compile_error=1, ok=3" in out and "-DBLOCK=128 -DTILE=1" in out
+    assert f"{failed}, ok=3" in out and "-DBLOCK=128 -DTILE=1" in out
 
 
 # -- a cache whose product is far larger than what it holds ---------------------------------------------------------

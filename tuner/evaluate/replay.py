@@ -247,7 +247,7 @@ def _from_csv(path: Path, text: str) -> Recording:
     except (TableError, pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
         raise UserError(f"replay file {path}: {' '.join(str(exc).split())[:200]}") from None
     if frame.empty:
-        raise UserError(f"replay file {path}: a results table needs a header with the define columns, 'ms' and 'status' and rows")
+        raise UserError(f"replay file {path}: a results table needs a header with the define columns and 'ms', and rows")
     records: dict[tuple, Record] = {}
     for line, row in enumerate(frame.to_dict("records"), start=2):
         where = f"replay file {path}, line {line}"

@@ -168,8 +168,11 @@ def normalise(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     if "status" not in frame.columns and "state" in frame.columns:
         frame["status"] = [_STATE_STATUS.get(TrialState[s], s.lower()) if s in TrialState.__members__ else s
                            for s in frame["state"]]
-    if "status" not in frame.columns or "ms" not in frame.columns:
-        raise TableError("a results table needs a header with the define columns, 'ms' and 'status'")
+    if "status" not in frame.columns and "ms" in frame.columns:  # a table of times from a grid run elsewhere
+        frame["status"] = ["failed" if str(ms).strip() in ("", "-", "nan") else "ok" for ms in frame["ms"]]
+    if "ms" not in frame.columns:
+        raise TableError("a results table needs a header with the define columns and 'ms' (and 'status': "
+                         "without it, a row with a time is ok and one without failed)")
     if prefixed:
         axes = [renames[c] for c in renames if c.startswith("params_")]
     else:
