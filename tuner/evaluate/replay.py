@@ -94,13 +94,13 @@ CUT_SHORT = "a Kernel Tuner cache cut short, {n} configs"
 #: gzip data that ends early (a copy cut short in transfer): a Kernel Tuner cache in it reads as one cut short
 GZIP_CUT_SHORT = "gzip data that ends early, read as a Kernel Tuner cache cut short, {n} configs"
 GZIP_ENDS_EARLY = "replay file {path}: broken gzip data (it ends early: the file was cut short; copy it again)"
-#: Kernel Tuner 1.1-1.3 on HIP stored each launch's time as HIP Python's (status, ms) pair and averaged
-#: the pairs, zeros and all, into "time" (its issue #332)
 #: Kernel Tuner 0.4.1 and earlier stored a config that failed to compile or run as this time (a number, where
 #: later versions store the failure's name)
 KT_FAILED_TIME = 1e20
 KT_FAILED_TIMES = ("configs with time 1e20, Kernel Tuner's mark (0.4.1 and earlier) of a config that failed to compile or "
                    "run: read as failed, {n} configs")
+#: Kernel Tuner 1.1-1.3 on HIP stored each launch's time as HIP Python's (status, ms) pair and averaged
+#: the pairs, zeros and all, into "time" (its issue #332)
 HIP_PAIRS = ("times recorded as (status, ms) pairs by Kernel Tuner's HIP backend (its issue #332): each config's time "
              "is the mean of the ms, twice the recorded 'time'")
 
@@ -372,7 +372,7 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
         if objective not in entry:
             raise UserError(f"{at} has no {objective!r}")
         recorded = entry[objective]
-        if objective == "time" and recorded == KT_FAILED_TIME and not isinstance(recorded, bool):
+        if objective == "time" and recorded == KT_FAILED_TIME:
             records[key] = Record("launch_error", attrs={"reason": "time 1e20: failed to compile or run"})
             failed_times += 1
             continue
