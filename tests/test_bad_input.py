@@ -248,7 +248,7 @@ def test_replay_file_of_the_wrong_format(kind, tmp_path, store, capsys, monkeypa
         fragment = "not text"
     elif kind == "json":
         path.write_text(json.dumps({"hello": "world"}))
-        fragment = "not a Kernel Tuner cache (cache + tune_params), T4 (results + schema_version) or KTT output"
+        fragment = "not a Kernel Tuner cache (cache + tune_params) or results list (objects with 'time'), T4 (results + schema_version) or KTT output"
     elif kind == "gzip":
         path.write_bytes(b"\x1f\x8b\x08broken")
         fragment = "broken gzip"

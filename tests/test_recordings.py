@@ -424,6 +424,55 @@ def test_a_failure_named_under_a_maximised_objective_reads_as_failed(tmp_path, c
     assert load_recording(path).lookup({"x": 3}).status == "compile_error"
 
 
+# -- tune_kernel's results list, as scripts save it ----------------------------------------------------------------
+
+def _results_list():
+    """``json.dump(results, f)`` after ``results, env = tune_kernel(...)``: each config's tunable parameters, its
+    time, Kernel Tuner's own fields (float timings, a timestamp) and a metric; a failure named in ``time``."""
+    entries = [{"x": x, "method": "a" if x < 3 else "b", "time": ms, "times": [ms, ms], "GFLOP/s": 2.0 / ms,
+                "compile_time": 812.5, "benchmark_time": 3.25, "timestamp": "2024-01-19 13:16:15+00:00"}
+               for x, ms in TIMES.items()]
+    entries.append({"x": 4, "method": "b", "time": "CompilationFailedConfig", "compile_time": 10.0,
+                    "timestamp": "2024-01-19 13:16:16+00:00"})
+    return entries
+
+
+def test_a_kernel_tuner_results_list_replays_with_its_integer_and_name_fields_as_the_defines(tmp_path, capsys, monkeypatch):
+    """benvanwerkhoven/kernel_tuner_paper keeps its brute-force runs this way (convolution, GEMM, pnpoly): the list
+    names no tunable parameters, so the defines are the fields that hold integers or names in every entry."""
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(_results_list()))
+    recording = load_recording(path)
+    assert list(recording.axes) == ["x", "method"] and recording.axes["x"] == [1, 2, 3, 4]
+    assert recording.lookup({"x": 2, "method": "a"}).ms == pytest.approx(1.0)
+    assert recording.lookup({"x": 4, "method": "b"}).status == "compile_error"
+    assert recording.notes == ["a Kernel Tuner results list of 4 configs: its defines read as x, method"]
+    result = tuner_here(capsys, monkeypatch, "run", "--replay", path, "--storage", "memory", "--trials", 4, "--json")
+    assert result.returncode == 0, result.stderr
+    run = json.loads(result.stdout.strip().splitlines()[-1])
+    assert run["statuses"] == {"ok": 3, "compile_error": 1} and run["best"]["params"] == {"x": 2, "method": "a"}
+
+
+def test_an_old_results_list_reads_its_1e20_times_as_failed(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps([{"x": x, "time": ms} for x, ms in TIMES.items()] + [{"x": 4, "time": 1e20}]))
+    recording = load_recording(path)
+    assert recording.lookup({"x": 4}).status == "launch_error" and recording.lookup({"x": 3}).ms == pytest.approx(2.0)
+    assert recording.notes[1].startswith("configs with time 1e20") and recording.notes[1].endswith("1 configs")
+
+
+@pytest.mark.parametrize("entries,fragment", [
+    ([{"x": 0.5, "time": 1.0}, {"x": 1.5, "time": 2.0}], "no field holds integers or names in every entry"),
+    ([{"x": 1, "time": 1.0}, {"x": 2}], "result 1 has no 'time'"),
+    ([{"x": 1, "time": 1.0}, {"x": 2, "time": -3.0}], "result 1: 'time'"),
+], ids=["no define field", "an entry without a time", "a negative time"])
+def test_a_bad_results_list_is_one_line(entries, fragment, tmp_path, capsys, monkeypatch):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(entries))
+    result = tuner_here(capsys, monkeypatch, "run", "--replay", path, "--storage", "memory", "--trials", 2)
+    assert str(path) in assert_one_line_exit_2(result, fragment)
+
+
 # -- Kernel Tuner 0.4.1 and earlier: a failed config's time is 1e20 ------------------------------------------------
 
 def test_a_time_of_1e20_from_kernel_tuner_before_0_4_2_reads_as_a_failed_config(tmp_path, capsys, monkeypatch):

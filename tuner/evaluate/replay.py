@@ -66,7 +66,7 @@ class Record:
 @dataclass
 class Recording:
     path: Path
-    format: str  # "csv" | "kernel_tuner" | "t4" | "ktt"
+    format: str  # "csv" | "kernel_tuner" (a cache, or a results list) | "t4" | "ktt"
     axes: dict[str, list[Value]]
     records: dict[tuple, Record]
     device: str = ""
@@ -99,6 +99,10 @@ GZIP_ENDS_EARLY = "replay file {path}: broken gzip data (it ends early: the file
 KT_FAILED_TIME = 1e20
 KT_FAILED_TIMES = ("configs with time 1e20, Kernel Tuner's mark (0.4.1 and earlier) of a config that failed to compile or "
                    "run: read as failed, {n} configs")
+#: the fields Kernel Tuner adds to each result besides the tunable parameters and the measurements
+KT_RESULT_FIELDS = {"time", "times", "compile_time", "verification_time", "benchmark_time", "strategy_time",
+                    "framework_time", "timestamp"}
+KT_RESULTS_LIST = "a Kernel Tuner results list of {n} configs: its defines read as {defines}"
 #: Kernel Tuner 1.1-1.3 on HIP stored each launch's time as HIP Python's (status, ms) pair and averaged
 #: the pairs, zeros and all, into "time" (its issue #332)
 HIP_PAIRS = ("times recorded as (status, ms) pairs by Kernel Tuner's HIP backend (its issue #332): each config's time "
@@ -178,7 +182,7 @@ def load_recording(path: str | Path) -> Recording:
     if not path.is_file():
         raise UserError(f"replay file {path} not found")
     text, ends_early = _open_text(path)
-    is_json = text.lstrip().startswith("{")
+    is_json = text.lstrip().startswith(("{", "["))
     data = None
     if is_json:
         cut_short = ends_early
@@ -203,9 +207,11 @@ def load_recording(path: str | Path) -> Recording:
         return _from_t4(path, data)
     if isinstance(data, dict) and "Results" in data and "Metadata" in data:
         return _from_ktt(path, data)
+    if isinstance(data, list) and data and all(isinstance(e, dict) for e in data) and any("time" in e for e in data):
+        return _from_kernel_tuner_results(path, data)
     raise UserError(
-        f"replay file {path}: JSON but not a Kernel Tuner cache (cache + tune_params), T4 (results + schema_version) "
-        "or KTT output (Metadata + Results)"
+        f"replay file {path}: JSON but not a Kernel Tuner cache (cache + tune_params) or results list (objects with "
+        "'time'), T4 (results + schema_version) or KTT output (Metadata + Results)"
     )
 
 
@@ -358,34 +364,68 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
     device = _field(data, "device_name", str, where, "")
     kernel = _field(data, "kernel_name", str, where, "")
     records: dict[tuple, Record] = {}
-    hip_pairs = False
-    failed_times = 0
+    quirks: list[str] = []
     for name, entry in cache.items():
         at = f"{where}: cache entry {name!r}"
         if not isinstance(entry, dict):
             raise UserError(f"{at} is not an object")
+        records[_config_key(entry, keys, at)], quirk = _kt_result(entry, objective, declared, at)
+        quirks.append(quirk)
+    return Recording(path, "kernel_tuner", axes, records, device, kernel, _kt_notes(quirks))
+
+
+def _from_kernel_tuner_results(path: Path, results: list[dict]) -> Recording:
+    """``tune_kernel``'s first return value, as scripts save it (``json.dump(results, f)``): a list of the
+    configs measured, each its tunable parameters and what was measured, with no list of the parameters.
+    The defines are the fields every entry has whose values are integers or names, less Kernel Tuner's
+    own (``KT_RESULT_FIELDS``); measurements are floats or lists. The run names the defines it read."""
+    where = f"replay file {path}"
+    first = results[0]
+    keys = [k for k in first if k not in KT_RESULT_FIELDS and all(k in e and _define_like(e[k]) for e in results)]
+    if not keys:
+        raise UserError(f"{where}: a Kernel Tuner results list, but no field holds integers or names in every entry "
+                        "(the tunable parameters)")
+    records: dict[tuple, Record] = {}
+    quirks: list[str] = []
+    for i, entry in enumerate(results):
+        at = f"{where}: result {i}"
+        record, quirk = _kt_result(entry, "time", "time", at)
         key = _config_key(entry, keys, at)
-        failure = next((entry[k] for k in (objective, declared) if isinstance(entry.get(k), str)), None)
-        if failure is not None:
-            records[key] = Record(KT_FAILURES.get(failure, "launch_error"), attrs={"reason": failure})
-            continue
-        if objective not in entry:
-            raise UserError(f"{at} has no {objective!r}")
-        recorded = entry[objective]
-        if objective == "time" and recorded == KT_FAILED_TIME:
-            records[key] = Record("launch_error", attrs={"reason": "time 1e20: failed to compile or run"})
-            failed_times += 1
-            continue
-        times, hip = _launch_times(_field(entry, "times", list, at, []), f"{at}: 'times'")
-        if hip:
-            hip_pairs = True
-            if objective == "time":  # the mean of the pairs, zeros and all, is half the time
-                recorded = statistics.fmean(times)
-        records[key] = Record("ok", _time(recorded, f"{at}: {objective!r}"), times)
-    notes = [HIP_PAIRS] if hip_pairs else []
-    if failed_times:
-        notes.append(KT_FAILED_TIMES.format(n=failed_times))
-    return Recording(path, "kernel_tuner", axes, records, device, kernel, notes)
+        if key not in records or _rank(record) < _rank(records[key]):
+            records[key] = record
+        quirks.append(quirk)
+    notes = [KT_RESULTS_LIST.format(n=len(records), defines=", ".join(keys)), *_kt_notes(quirks)]
+    return Recording(path, "kernel_tuner", _recorded_axes(keys, records), records, kernel=path.name.split(".")[0],
+                     notes=notes)
+
+
+def _define_like(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _kt_result(entry: dict, objective: str, declared: str, at: str) -> tuple[Record, str]:
+    """One config Kernel Tuner measured (a cache entry, or an entry of ``tune_kernel``'s results), and the
+    quirk of an older Kernel Tuner it shows, if any (``HIP_PAIRS``, ``KT_FAILED_TIMES``, else "")."""
+    failure = next((entry[k] for k in (objective, declared) if isinstance(entry.get(k), str)), None)
+    if failure is not None:
+        return Record(KT_FAILURES.get(failure, "launch_error"), attrs={"reason": failure}), ""
+    if objective not in entry:
+        raise UserError(f"{at} has no {objective!r}")
+    recorded = entry[objective]
+    if objective == "time" and recorded == KT_FAILED_TIME:
+        return Record("launch_error", attrs={"reason": "time 1e20: failed to compile or run"}), KT_FAILED_TIMES
+    times, hip = _launch_times(_field(entry, "times", list, at, []), f"{at}: 'times'")
+    if hip and objective == "time":  # the mean of the pairs, zeros and all, is half the time
+        recorded = statistics.fmean(times)
+    return Record("ok", _time(recorded, f"{at}: {objective!r}"), times), HIP_PAIRS if hip else ""
+
+
+def _kt_notes(quirks: list[str]) -> list[str]:
+    """What the run should say of the older Kernel Tuner quirks a file showed (:func:`_kt_result`)."""
+    notes = [HIP_PAIRS] if HIP_PAIRS in quirks else []
+    if KT_FAILED_TIMES in quirks:
+        notes.append(KT_FAILED_TIMES.format(n=quirks.count(KT_FAILED_TIMES)))
+    return notes
 
 
 def _launch_times(times: list, where: str) -> tuple[list[float], bool]:
