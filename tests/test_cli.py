@@ -268,6 +268,26 @@ def test_a_kernel_tuner_cache_of_another_gpu_is_a_warm_start_source(tmp_path):
     assert "other" not in optuna.get_all_study_names(db)
 
 
+def test_a_warm_start_queue_longer_than_the_run_waits_for_the_next_run(tmp_path):
+    """`--trials 2` with three configs queued: the run measures two, and its summary counts the third
+    apart, as what the study's next run measures first (which it does)."""
+    from tuner.evaluate.replay import load_recording
+
+    other = PNPOLY.parent / "pnpoly_RTX_2080_Ti.json.gz"
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    run = tuner("run", "--replay", PNPOLY, "--storage", db, "--study-name", "dst", "--trials", 2, "--seed", 0,
+                "--warm-start", other, "--warm-start-top", 3)
+    assert run.returncode == 0, run.stderr
+    assert ": 2 trials (ok=2), 1 more queued: the study's next run measures it first" in run.stdout, run.stdout
+    assert optuna.load_study(study_name="dst", storage=db).trials[2].state == optuna.trial.TrialState.WAITING
+    again = tuner("run", "--replay", PNPOLY, "--storage", db, "--study-name", "dst", "--trials", 3)
+    assert again.returncode == 0 and ": 3 trials (" in again.stdout and "queued" not in again.stdout, again.stdout
+    recording = load_recording(other)
+    third_fastest = sorted((r.ms, key) for key, r in recording.records.items() if r.status == "ok")[2][1]
+    measured = optuna.load_study(study_name="dst", storage=db).trials[2]
+    assert measured.params == dict(zip(recording.axes, third_fastest, strict=True)), measured.params
+
+
 def test_search_start_configs_are_tried_first_once(tmp_path, cache_dir):
     db = f"sqlite:///{tmp_path / 's.db'}"
     study = tmp_path / "start.toml"

@@ -249,14 +249,13 @@ def _check_output(path: Path | None, flag: str) -> None:
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:
-    from tuner.run.runner import best_line
+    from tuner.run.runner import best_line, study_line
     from tuner.table import printable
 
     if as_json:
         print(json.dumps(summary))
         return
-    statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary["statuses"].items()))
-    print(f"study {printable(summary['study'])} in {printable(summary['storage'])}: {summary['trials']} trials ({statuses})")
+    print(study_line(summary))
     print(best_line(summary.get("best")))
     if summary.get("reference"):
         print(printable(summary["reference"]))

@@ -54,6 +54,7 @@ from tuner.store.optuna_private import TrialFeed, waiting_trials
 from tuner.store.results import best_trial, metric_of, time_of, value_of, value_text
 from tuner.store.storage import PLANNER_STATISTICS_FROM, give_planner_statistics, open_storage, redact, resolve_url
 from tuner.study.file import SearchSettings
+from tuner.table import printable
 
 #: fingerprint keys a resumed study must match
 BINDING_KEYS = ("kind", "device_name", "source_hash", "nvrtc_version", "arch", "problem", "objective")
@@ -532,6 +533,18 @@ def summarize(study: optuna.Study, storage_url: str) -> dict:
     if pareto.is_multi(study):
         summary["front"] = pareto.front_rows(study)
     return summary
+
+
+def study_line(summary: dict) -> str:
+    """The summary's study in one line: its trials by status, and the queued ones apart (a warm
+    start's or the start configs a short run left: the next run of the study measures them first)."""
+    statuses = dict(summary["statuses"])
+    waiting = statuses.pop("waiting", 0)
+    counts = ", ".join(f"{k}={v}" for k, v in sorted(statuses.items()))
+    line = f"study {printable(summary['study'])} in {printable(summary['storage'])}: {summary['trials'] - waiting} trials ({counts})"
+    if waiting:
+        line += f", {waiting} more queued: the study's next run measures {'it' if waiting == 1 else 'them'} first"
+    return line
 
 
 def best_line(best: dict | None) -> str:

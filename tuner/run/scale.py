@@ -127,16 +127,14 @@ def run_workers(args) -> int:
         if not any(m.startswith("tuner: error") for m in messages):
             print(f"tuner: error: none of the {n} workers finished (exit codes {codes})", file=sys.stderr)
         return code
-    from tuner.run.runner import best_line
+    from tuner.run.runner import best_line, study_line
 
     summary = aggregate(names[0], url)
     summary.update(workers=n, worker_exit_codes=codes, elapsed_s=round(elapsed, 2))
     if args.json:
         print(json.dumps(summary))
     else:
-        statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary["statuses"].items()))
-        print(f"study {printable(summary['study'])} in {summary['storage']}: {summary['trials']} trials ({statuses}) "
-              f"by {n} workers in {elapsed:.1f} s")
+        print(f"{study_line(summary)}; {n} workers in {elapsed:.1f} s")
         print(best_line(summary.get("best")))
         if failed:
             print(f"{len(failed)} worker(s) failed: exit codes {codes}", file=sys.stderr)
