@@ -53,7 +53,7 @@ FAILS_PREFLIGHT = {
     "kernel renamed": ("transpose.cu", "\ntranspose(", "\ntranspose_tiled(",
                        "entry 'transpose' is not in the CUBIN of transpose.cu (kernels there: transpose_tiled)"),
     "not extern C": ("transpose.cu", 'extern "C" __global__', "__global__",
-                     "entry 'transpose' is not in the CUBIN of transpose.cu (kernels there: _Z9transpose"),
+                     "entry 'transpose' is in the CUBIN of transpose.cu only under its C++ name (_Z9transpose"),
     "syntax error in the .cu": ("transpose.cu", "__syncthreads();", "__syncthreads()",
                                 "compile_error: transpose.cu(27): error: expected a \";\""),
     "misspelt define in grid()": ("transpose.py", '-(-p["COLS"] // p["TILE"])', '-(-p["COLS"] // p["TILES"])',
@@ -66,9 +66,9 @@ FAILS_PREFLIGHT = {
                                      "reference() returned shape (3, 512) for 3 rows; the first output's rows are (3, 1024)"),
     "an argument missing": ("transpose.py", ', Scalar("int32", COLS)]', "]", "3 arguments for transpose's 4 parameters"),
     "an argument of the wrong size": ("transpose.py", 'Scalar("int32", COLS)', 'Scalar("int64", COLS)',
-                                      "argument 3 (int64 scalar, 8 B) where transpose's parameter 3 takes 4 B"),
+                                      "argument 4 (int64 scalar, 8 B) where transpose's parameter 4 takes 4 B"),
     "a fraction for an int argument": ("transpose.py", 'Scalar("int32", ROWS)', 'Scalar("int32", ROWS / 1)',
-                                       "argument 2: 1024.0 is not a int32"),
+                                       "argument 3: 1024.0 is not a int32"),
     "block over the launch bounds": ("transpose.py", '(p["TILE"], p["BLOCK_ROWS"], 1)', '(p["TILE"], 2 * p["BLOCK_ROWS"], 1)',
                                      "threads > __launch_bounds__"),
     "grid of floats": ("transpose.py", '-(-p["COLS"] // p["TILE"])', 'p["COLS"] / p["TILE"]',
@@ -112,6 +112,14 @@ BAD_INPUT = {
                                            "kernel spec transpose.py: restriction"),
     "a missing problem key": ("transpose.toml", "COLS = 512\n", "",
                               "[problem] misses COLS needed by kernel spec transpose.py"),
+    "a misspelt problem key": ("transpose.toml", "COLS = 512\n", "COL = 512\n",
+                               "[problem] misses COLS needed by kernel spec transpose.py (COL: not a problem key of the spec)"),
+    "a half-precision output": ("transpose.py", 'Out("out", ("COLS", "ROWS"))', 'Out("out", ("COLS", "ROWS"), "float16")',
+                                "kernel spec transpose.py: Out('out') is float16: the output check reads float32, or BF16"),
+    "an integer input": ("transpose.py", 'In("in", ("ROWS", "COLS"))', 'In("in", ("ROWS", "COLS"), "int32")',
+                         "kernel spec transpose.py: In('in') is int32: a light spec fills inputs with uniform values"),
+    "a restriction no config meets": ("transpose.py", '"smem <= 48 * 1024"', '"smem <= 0"',
+                                      "no valid configuration in the space (18 total; invalid: fails smem <= 0 x14;"),
     "unknown define in the study": ("transpose.toml", "PAD = [0, 1]", "PADDING = [0, 1]",
                                     "define PADDING is not a parameter of kernel spec transpose.py"),
     "an unknown target in the spec's archs": ("transpose.py", 'archs = ("sm_80", "sm_90a")', 'archs = ("sm_80", "sm_90a", "sm91")',
@@ -128,6 +136,29 @@ def test_planted_bad_input_is_one_line(case, tmp_path, shared_cache):
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+def test_a_failed_check_of_the_spec_is_counted_apart_from_the_configs(tmp_path, shared_cache):
+    result = check(planted(tmp_path, "transpose.py", 'inputs["in"].T[rows]', 'inputs["in"][rows]'), shared_cache)
+    assert result.returncode == 1
+    assert "preflight: FAILED: passed=14, rejected=0, failed=0, spec checks failed=1" in result.stdout, result.stdout
+
+
+def test_the_table_orders_numbers_as_numbers(tmp_path, shared_cache):
+    result = check(planted(tmp_path), shared_cache)
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip().endswith(" ok")]
+    tile_32 = [int(r[1]) for r in rows if r[0] == "32"]  # TILE, BLOCK_ROWS, PAD, ...
+    assert tile_32 and tile_32 == sorted(tile_32) and 4 in tile_32 and 32 in tile_32, result.stdout
+
+
+def test_a_ptxas_error_reads_as_text(tmp_path, shared_cache):
+    """ptxas's part of NVRTC's log follows a NUL: it is shown as a line of its own, not a NUL byte."""
+    study = planted(tmp_path, "transpose.py", '"smem <= 48 * 1024"', '"TILE == 256"')
+    study.write_text(study.read_text().replace("TILE = [16, 32, 64]", "TILE = [16, 256]").replace(
+        "BLOCK_ROWS = [4, 8, 32]", "BLOCK_ROWS = [4]"))
+    result = check(study, shared_cache)
+    assert result.returncode == 1 and "\0" not in result.stdout  # a config that does not compile fails it
+    assert "compile_error: ptxas error   : Entry function 'transpose' uses too much shared data" in result.stdout, result.stdout
 
 
 def test_several_studies_in_one_check(tmp_path, shared_cache):
@@ -185,7 +216,7 @@ def test_the_sm100a_launch_against_its_cubin(tmp_path, monkeypatch):
     real = spec.launch
     drifts = {
         "args": (lambda launch: replace(launch, args=[*launch.args[:4], Scalar("uint32", 0)]),
-                 "argument 4 (uint32 scalar, 4 B) where gemm_sm100a's parameter 4 takes 8 B"),
+                 "argument 5 (uint32 scalar, 4 B) where gemm_sm100a's parameter 5 takes 8 B"),
         "count": (lambda launch: replace(launch, args=launch.args[:4]), "4 arguments for gemm_sm100a's 5 parameters"),
         "smem": (lambda launch: replace(launch, smem_bytes=b200.max_smem_per_block + 16),
                  f"dynamic > {b200.max_smem_per_block} B per block on sm_100a"),

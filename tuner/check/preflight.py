@@ -269,7 +269,7 @@ def _arguments(spec: KernelSpec, launch: Launch, buffers: Mapping[str, tuple[tup
     from tuner.device.driver import _CTYPES
 
     reasons = []
-    for i, arg in enumerate(launch.args):
+    for i, arg in enumerate(launch.args, start=1):  # counted from 1, as a reader counts them
         if isinstance(arg, Buffer) and arg.name not in buffers:
             reasons.append(f"argument {i} names buffer {arg.name!r}, which no input or output of "
                            f"{spec.path.name} is ({', '.join(buffers)})")
@@ -311,9 +311,18 @@ def _entry(spec: KernelSpec, compiled: CompileResult) -> tuple[CubinKernel | Non
     kernel = kernels.get(spec.kernel_name)
     if kernel is None:
         there = ", ".join(sorted(kernels)) or "none"
+        if any(_mangles(name, spec.kernel_name) for name in kernels):  # a C++ name: `extern "C"` is missing
+            return None, (f"entry {spec.kernel_name!r} is in the CUBIN of {spec.source} only under its C++ name "
+                          f"({there}): declare it extern \"C\" __global__")
         return None, (f"entry {spec.kernel_name!r} is not in the CUBIN of {spec.source} (kernels there: {there}): "
                       "name the extern \"C\" __global__ function the spec launches")
     return kernel, ""
+
+
+def _mangles(symbol: str, name: str) -> bool:
+    """Whether ``symbol`` is the Itanium C++ mangling of a function ``name`` (``_Z9transposePKfPf``), in
+    a namespace or not (``_ZN2ns9transposeE...``)."""
+    return symbol.startswith("_Z") and f"{len(name)}{name}" in symbol
 
 
 def _layout(arg: Any) -> tuple[int, int] | None:
@@ -338,7 +347,7 @@ def _against_cubin(launch: Launch, kernel: CubinKernel, compiled: CompileResult,
     reasons = []
     if len(launch.args) != len(kernel.params):
         reasons.append(f"{len(launch.args)} arguments for {kernel.name}'s {len(kernel.params)} parameters")
-    for i, (arg, param) in enumerate(zip(launch.args, kernel.params, strict=False)):
+    for i, (arg, param) in enumerate(zip(launch.args, kernel.params, strict=False), start=1):
         layout = _layout(arg)
         if layout is None:
             continue  # already reported as an argument of an unknown kind

@@ -396,15 +396,18 @@ def _check_study(args, path: Path) -> int:
     code = preflight.exit_code if preflight else 0
     if args.json:
         print(json.dumps({**summary, "study": cfg.name, "configs": configs}))
+        space.require_valid()  # nothing to run: bad input, as `tuner run` says
         return code
     print(f"{cfg.name}: {summary['total']} configs, {summary['valid']} valid, {summary['total'] - summary['valid']} invalid")
     for kind, count in space.invalid.most_common():
         print(f"  invalid x{count}: {space.invalid_examples[kind]}" + ("  (and like it)" if count > 1 else ""))
+    sys.stdout.flush()
+    space.require_valid()
     if preflight is not None:
         axes = space.axis_names
         several = len({c["arch"] for c in configs}) > 1
         headers = [SHORT.get(a, a) for a in axes] + (["ARCH"] if several else []) + ["REGS", "SPILL", "SMEM_KB", "STATUS"]
-        order = sorted(configs, key=lambda c: (c["preflight"] == "passed", c["status"] != "ok", [str(c["params"][a]) for a in axes]))
+        order = sorted(configs, key=lambda c: (c["preflight"] == "passed", c["status"] != "ok", [_sort_key(c["params"][a]) for a in axes]))
         print(render(headers, [[c["params"][a] for a in axes] + ([c["arch"]] if several else []) + [
             c["regs"], c["spills"], round(c["smem_bytes"] / 1024, 1) if c["smem_bytes"] is not None else None,
             "ok" if c["preflight"] == "passed" else f"{c['status']}: {c['reason'][:60]}" if c["preflight"] == "rejected"
@@ -413,11 +416,17 @@ def _check_study(args, path: Path) -> int:
         for note in preflight.notes:
             print(f"note: {note}")
         counts = preflight.counts()
+        spec_failed = f", spec checks failed={len(preflight.spec_failures)}" if preflight.spec_failures else ""  # not per config
         print(f"preflight: {'passed' if preflight.ok else 'FAILED'}: " + ", ".join(f"{k}={counts.get(k, 0)}" for k in
-              ("passed", "rejected", "failed")) + f" ({preflight.seconds:.1f} s)")
+              ("passed", "rejected", "failed")) + f"{spec_failed} ({preflight.seconds:.1f} s)")
         for count, reason in preflight.by_reason():
             print(f"  x{count}: {reason}")
     return code
+
+
+def _sort_key(value: typing.Any) -> tuple:
+    """Numbers in their order (2 before 16), names after them in theirs."""
+    return (0, value, "") if isinstance(value, int | float) else (1, 0, str(value))
 
 
 def _open_study(args):

@@ -284,7 +284,8 @@ def _nvrtc_compile(bundle: SourceBundle, options: Sequence[str], output: str = "
         # shared one-byte object, and writing into it turns every encoded space into NUL).
         log_buf = bytearray(size)
         (err,) = nvrtc.nvrtcGetProgramLog(prog, log_buf)
-        log = bytes(log_buf).rstrip(b"\0 ").decode(errors="replace")
+        # ptxas's part of the log follows a NUL inside it: a line break, or a terminal reads it as binary
+        log = bytes(log_buf).rstrip(b"\0 \n").replace(b"\0", b"\n").decode(errors="replace")
         if compile_err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return False, log, b""
         if output == "ptx":

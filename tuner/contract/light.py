@@ -52,6 +52,12 @@ _FUNCTIONS = {"min": min, "max": max, "abs": abs, "ceil_div": lambda a, b: -(-a 
 Dim = int | str  # a number, or the name of a problem key / define / derived value
 
 
+#: what a light spec's inputs may hold: uniform values in [-1, 1) need a float type
+IN_DTYPES = ("float16", "float32", "float64")
+#: what the output check reads: float32 values, or BF16 bit patterns held as uint16
+OUT_DTYPES = ("float32", "uint16")
+
+
 @dataclass(frozen=True)
 class In:
     """An input array, filled with fresh uniform values in [-1, 1) (never zeros)."""
@@ -63,7 +69,8 @@ class In:
 
 @dataclass(frozen=True)
 class Out:
-    """An output array; the first one is checked against :meth:`LightSpec.reference`."""
+    """An output array; the first one is checked against :meth:`LightSpec.reference`. ``uint16``
+    holds BF16 bit patterns (the check decodes them)."""
 
     name: str
     shape: tuple[Dim, ...]
@@ -101,6 +108,8 @@ class LightSpec(KernelSpec):
             guards = guarded_defines(self.source_path)
             self.params = {k: v for k, v in guards.items() if k not in self.problem_keys}
             self.problem_defaults = {k: v for k, v in guards.items() if k in self.problem_keys}
+        for arg in self.args:
+            self._check_dtype(arg)
         checks = [self._restriction(r) for r in self.restrictions]
         for name in self.derived:
             if not isinstance(name, str) or not name.isidentifier():
@@ -108,6 +117,16 @@ class LightSpec(KernelSpec):
         self._code = {expr: self._compile(expr, "derived" if expr in self.derived.values() else "restriction")
                       for expr in [*self.derived.values(), *(e for e, _ in checks)]}
         self._rules = [Rule(partial(self._holds, expr), message) for expr, message in checks]
+
+    def _check_dtype(self, arg: In | Out | Scalar) -> None:
+        """An array type the inputs' fill or the output check cannot serve fails here, not as
+        zeros in an input or an output misread on a GPU."""
+        if isinstance(arg, In) and arg.dtype not in IN_DTYPES:
+            raise UserError(f"kernel spec {self.path.name}: In({arg.name!r}) is {arg.dtype}: a light spec fills inputs "
+                            f"with uniform values in [-1, 1), so one of {', '.join(IN_DTYPES)} (other inputs need a full KernelSpec)")
+        if isinstance(arg, Out) and arg.dtype not in OUT_DTYPES:
+            raise UserError(f"kernel spec {self.path.name}: Out({arg.name!r}) is {arg.dtype}: the output check reads "
+                            "float32, or BF16 bit patterns as uint16; write the output as one of those")
 
     def _restriction(self, entry: Any) -> tuple[str, str]:
         if isinstance(entry, str):

@@ -54,7 +54,9 @@ class Space:
                 )
         missing = [k for k in self.spec.problem_keys if k not in self.problem]
         if missing:
-            raise UserError(f"[problem] misses {', '.join(missing)} needed by kernel spec {self.spec.path.name}")
+            unread = [k for k in self.problem if k not in self.spec.problem_keys]  # a misspelt key, most likely
+            also = f" ({', '.join(unread)}: not a problem key of the spec)" if unread else ""
+            raise UserError(f"[problem] misses {', '.join(missing)} needed by kernel spec {self.spec.path.name}{also}")
         self._check_value_types()
         total = 1
         for values in self.axes.values():
