@@ -161,6 +161,19 @@ def test_a_ptxas_error_reads_as_text(tmp_path, shared_cache):
     assert "compile_error: ptxas error   : Entry function 'transpose' uses too much shared data" in result.stdout, result.stdout
 
 
+def test_a_define_nothing_reads_is_named(tmp_path, shared_cache):
+    """A define the .cu guards but never reads (and no launch reads) doubles the space for nothing: the same
+    CUBIN and launch at each of its values. The check names it; the correct kernel has none."""
+    assert "changes neither" not in check(planted(tmp_path / "good" if (tmp_path / "good").mkdir() is None else None),
+                                          shared_cache).stdout
+    study = planted(tmp_path, "transpose.cu", "#ifndef PAD", "#ifndef VEC\n#define VEC 1\n#endif\n#ifndef PAD")
+    study.write_text(study.read_text().replace("PAD = [0, 1]", "PAD = [0, 1]\nVEC = [1, 2, 4]"))
+    result = check(study, shared_cache)
+    assert result.returncode == 0, result.stdout
+    notes = [line for line in result.stdout.splitlines() if "changes neither" in line]
+    assert len(notes) == 1 and notes[0].startswith("note: VEC changes neither the compiled kernel nor its launch"), result.stdout
+
+
 def test_several_studies_in_one_check(tmp_path, shared_cache):
     good = planted(tmp_path / "good" if (tmp_path / "good").mkdir() is None else None)
     bad = planted(tmp_path / "bad" if (tmp_path / "bad").mkdir() is None else None,

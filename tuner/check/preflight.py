@@ -13,6 +13,7 @@ cannot even be read is bad input: exit 2, before this runs).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -139,22 +140,72 @@ def run_preflight(spec: KernelSpec, problem: Problem, valid: Sequence[dict[str, 
     """Compile and check ``valid`` (or a sample of it) for each target; see the module documentation."""
     start = time.perf_counter()
     report = Preflight(study, len(valid))
-    chosen = list(valid) if every else stratified(valid, SAMPLE)
+    chosen = list(valid) if every else with_axis_lines(stratified(valid, SAMPLE), valid)
     if len(chosen) < len(valid):
         report.notes.append(f"checked a stratified sample of {len(chosen)} of {len(valid)} valid configs per target "
                             "(--all: every one)")
-    for arch in targets:
+    for index, arch in enumerate(targets):
         buffers, failures = check_spec(spec, problem, arch)
         report.spec_failures.extend(f"{arch}: {f}" if len(targets) > 1 else f for f in failures)
         configs = [full(p) for p in chosen]
         results = compile_many(spec, configs, problem, arch, cache_dir, compile_limits, jobs, progress)
         row = limits(arch)
+        checks = []
         for params, config, result in zip(chosen, configs, results, strict=True):
             check = ConfigCheck(params, arch, result)
             check.reasons = check_config(spec, config, problem, row, result, buffers)
-            report.checked.append(check)
+            checks.append(check)
+        report.checked.extend(checks)
+        if index == 0:  # one target tells
+            report.notes.extend(f"{axis} changes neither the compiled kernel nor its launch ({n} configs compared): "
+                                "a define the .cu guards but never reads? Tune it, or drop it from the space"
+                                for axis, n in inert_axes(spec, problem, configs, checks).items())
     report.seconds = time.perf_counter() - start
     return report
+
+
+def with_axis_lines(sample: list[dict[str, Value]], valid: Sequence[dict[str, Value]]) -> list[dict[str, Value]]:
+    """``sample`` and the valid configs one axis away from its first config (each value of each axis),
+    so that every axis is seen changing alone (:func:`inert_axes`)."""
+    if not sample:
+        return sample
+    base = sample[0]
+    keys = {tuple(sorted(p.items())) for p in sample}
+    lines = []
+    for params in valid:
+        if sum(params[a] != base[a] for a in base) == 1 and tuple(sorted(params.items())) not in keys:
+            lines.append(params)
+    return [*sample, *lines]
+
+
+def inert_axes(spec: KernelSpec, problem: Problem, configs: Sequence[Config],
+               checks: Sequence[ConfigCheck]) -> dict[str, int]:
+    """The axes whose every change, among the passed configs that differ in that axis alone, leaves
+    the CUBIN and the launch as they were: ``{axis: configs compared}`` (a define nothing reads
+    multiplies the space and the trials for nothing)."""
+    signatures: dict[int, tuple[str, str]] = {}
+    for i, (config, check) in enumerate(zip(configs, checks, strict=True)):
+        if check.status != "passed" or not check.compiled.cubin_path:
+            continue
+        try:
+            launch = spec.launch(config, problem, device_for(check.arch))
+            cubin = hashlib.sha256(Path(check.compiled.cubin_path).read_bytes()).hexdigest()
+        except (UserError, OSError):
+            continue
+        signatures[i] = (cubin, repr(launch))
+    axes = list(checks[0].params) if checks else []
+    inert = {}
+    for axis in axes:
+        groups: dict[tuple, set] = {}
+        sizes: Counter[tuple] = Counter()
+        for i, sig in signatures.items():
+            rest = tuple((a, v) for a, v in checks[i].params.items() if a != axis)
+            groups.setdefault(rest, set()).add(sig)
+            sizes[rest] += 1
+        compared = [rest for rest, n in sizes.items() if n > 1]
+        if compared and all(len(groups[rest]) == 1 for rest in compared):
+            inert[axis] = sum(sizes[rest] for rest in compared)
+    return inert
 
 
 # -- once per target: the spec's data -----------------------------------------------------------
