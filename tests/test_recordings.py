@@ -225,6 +225,28 @@ def test_a_results_table_without_its_study_file_replays_over_the_configs_it_reco
     assert f"{failed}, ok=3" in out and "-DBLOCK=128 -DTILE=1" in out
 
 
+def test_a_paired_studys_table_ranks_its_configs_by_their_ratios():
+    """Our Hopper grid table: 'value' is each config's ratio to the reference launched alternately, 'ms' its own
+    median, which moved with the clock (1.3-1.9 GHz). Replayed, it ranks as its Kernel Tuner cache does (whose
+    'time' is the ratio on one scale), and its winner is the documented one; by 'ms' it was the 46th."""
+    recorded = ROOT / "studies" / "recorded"
+    table = load_recording(recorded / "patch_embed_sm90a_hopper_grid_h200.csv")
+    cache = load_recording(recorded / "patch_embed_sm90a_hopper_grid_h200.json")
+    assert table.notes and "paired ratios ('value')" in table.notes[0]
+
+    def ranked(recording):
+        ok = sorted((r.ms, key) for key, r in recording.records.items() if r.status == "ok")
+        return [dict(zip(recording.axes, key, strict=True)) for _, key in ok]
+
+    table_order, cache_order = ranked(table), ranked(cache)
+    assert table_order[:10] == cache_order[:10]
+    best = table_order[0]
+    assert (best["BLOCK_N"], best["N_STAGES"], best["EPI_BATCH"], best["L2_PROMO"]) == (128, 5, 8, 256)
+    # a table of an unpaired study ('value' is its 'ms') keeps its times
+    unpaired = load_recording(recorded / "patch_embed_sm90a_tpe40_h200.csv")
+    assert not unpaired.notes
+
+
 # -- a cache whose product is far larger than what it holds ---------------------------------------------------------
 
 def _sparse_cache(path, axes=7, values=10, stride=997):

@@ -103,6 +103,10 @@ KT_FAILED_TIMES = ("configs with time 1e20, Kernel Tuner's mark (0.4.1 and earli
 KT_RESULT_FIELDS = {"time", "times", "compile_time", "verification_time", "benchmark_time", "strategy_time",
                     "framework_time", "timestamp"}
 KT_RESULTS_LIST = "a Kernel Tuner results list of {n} configs: its defines read as {defines}"
+#: a results table of a paired study: its 'value' is each config's ratio to the reference launched
+#: alternately, its 'ms' the config's own median, which moved with the clock
+PAIRED_TABLE = ("times are the table's paired ratios ('value') x {scale:.4g} ms, its median time per unit ratio "
+                "('ms' moved with the clock)")
 #: Kernel Tuner 1.1-1.3 on HIP stored each launch's time as HIP Python's (status, ms) pair and averaged
 #: the pairs, zeros and all, into "time" (its issue #332)
 HIP_PAIRS = ("times recorded as (status, ms) pairs by Kernel Tuner's HIP backend (its issue #332): each config's time "
@@ -254,6 +258,7 @@ def _from_csv(path: Path, text: str) -> Recording:
         raise UserError(f"replay file {path}: {' '.join(str(exc).split())[:200]}") from None
     if frame.empty:
         raise UserError(f"replay file {path}: a results table needs a header with the define columns and 'ms', and rows")
+    scale = _ratio_scale(frame)
     records: dict[tuple, Record] = {}
     for line, row in enumerate(frame.to_dict("records"), start=2):
         where = f"replay file {path}, line {line}"
@@ -266,6 +271,8 @@ def _from_csv(path: Path, text: str) -> Recording:
         ms = _time(row["ms"], where) if row.get("ms") not in (None, "", "-") and status in ("ok", "duplicate") else None
         if status == "ok" and ms is None:
             raise UserError(f"{where}: status ok needs its time in 'ms'")
+        if ms is not None and scale is not None:
+            ms = _time(row["value"], f"{where}: value") * scale
         if status == "duplicate" and ms is not None:  # a repeat: its stored result is the config's
             status = "ok"
         attrs = {}
@@ -279,7 +286,25 @@ def _from_csv(path: Path, text: str) -> Recording:
         if key not in records or _rank(record) < _rank(records[key]):
             records[key] = record
     device = str(frame["device"].iloc[0]) if "device" in frame.columns else ""
-    return Recording(path, "csv", _recorded_axes(list(axis_names), records), records, device=device)
+    notes = [PAIRED_TABLE.format(scale=scale)] if scale is not None else []
+    return Recording(path, "csv", _recorded_axes(list(axis_names), records), records, device=device, notes=notes)
+
+
+def _ratio_scale(frame: Any) -> float | None:
+    """Where a table's 'value' is a paired ratio rather than its 'ms' (the objective of a study timed
+    against a reference), the time per unit ratio that puts the ratios on the scale of milliseconds
+    (the median of ms / value); None where 'value' is the time itself or absent."""
+    import pandas as pd
+
+    if "value" not in frame.columns:
+        return None
+    ok = frame["status"].isin(("ok", "duplicate", "")) if "status" in frame.columns else True
+    value = pd.to_numeric(frame["value"], errors="coerce")[ok]
+    ms = pd.to_numeric(frame["ms"], errors="coerce")[ok]
+    both = (value > 0) & (ms > 0)
+    if not both.any() or (value[both] - ms[both]).abs().le(1e-9 * ms[both]).all():
+        return None
+    return float((ms[both] / value[both]).median())
 
 
 #: the statuses a results table holds: a trial record's, and those of trials without one
