@@ -288,6 +288,29 @@ def test_a_warm_start_queue_longer_than_the_run_waits_for_the_next_run(tmp_path)
     assert measured.params == dict(zip(recording.axes, third_fastest, strict=True)), measured.params
 
 
+def test_the_readme_replay_then_bare_best_export_and_a_warm_start_by_name(tmp_path):
+    """A newcomer's first hour without a GPU: a replay, then `tuner best` and `tuner export` with no study named
+    (the storage's only study), then another shape warm-started by the first one's name or study file (its
+    replay is what is stored)."""
+    grid, recorded = ROOT / "studies", ROOT / "studies" / "recorded"
+    first = tuner("run", grid / "patch_embed_sm90a_hopper_grid.toml", "--replay",
+                  recorded / "patch_embed_sm90a_hopper_grid_h200.json", "--trials", 3, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    best = tuner("best", cwd=tmp_path)
+    assert best.returncode == 0 and "-DBLOCK_N=" in best.stdout, best.stderr
+    export = tuner("export", "-o", "trials.csv", cwd=tmp_path)
+    assert export.returncode == 0 and "3 trials of patch_embed_sm90a_hopper_grid.replay" in export.stdout, export.stderr
+    for source, name in (("patch_embed_sm90a_hopper_grid", "by_name"), (grid / "patch_embed_sm90a_hopper_grid.toml", "by_file")):
+        warm = tuner("run", grid / "fc2_sm90a_hopper_grid.toml", "--replay", recorded / "fc2_sm90a_hopper_grid_h200.json",
+                     "--study-name", name, "--trials", 3, "--warm-start", source, cwd=tmp_path)
+        assert warm.returncode == 0, warm.stderr
+        assert "prior from 3 trials of patch_embed_sm90a_hopper_grid.replay" in warm.stderr, warm.stderr
+    several = tuner("best", cwd=tmp_path)
+    assert several.returncode == 2 and several.stderr.strip() == (
+        "tuner: error: 3 studies in sqlite:///tuner.db: patch_embed_sm90a_hopper_grid.replay, by_name, by_file; "
+        "give a study file or --study NAME"), several.stderr
+
+
 def test_search_start_configs_are_tried_first_once(tmp_path, cache_dir):
     db = f"sqlite:///{tmp_path / 's.db'}"
     study = tmp_path / "start.toml"

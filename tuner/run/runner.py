@@ -157,7 +157,12 @@ def check_same_choices(study: optuna.Study, space: Space) -> None:
 
 def warm_source(storage: optuna.storages.BaseStorage, name: str) -> Source:
     """A warm start's source: the recording ``name`` where that file exists (a Kernel Tuner cache of
-    another GPU, our CSV export), else the study of that name in ``storage``."""
+    another GPU, our CSV export), the stored study of a study file, else the study of that name in
+    ``storage``."""
+    if Path(name).suffix == ".toml":
+        from tuner.study.file import load_study
+
+        return study_source(storage, load_study(name).name)
     if Path(name).is_file():
         return recording_source(name)
     return study_source(storage, name)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from tuner.errors import UserError
+from tuner.store.storage import GRID_SUFFIX, REPLAY_SUFFIX
 from tuner.study import options
 
 if TYPE_CHECKING:
@@ -29,10 +30,6 @@ if TYPE_CHECKING:
     from tuner.search.space import Space
     from tuner.study.file import StudyConfig
 
-#: what a replay of study NAME is stored as (a GPU run of the same study keeps NAME)
-REPLAY_SUFFIX = ".replay"
-#: what ``tuner grid`` stores study NAME as
-GRID_SUFFIX = ".grid"
 
 
 @dataclass
@@ -359,22 +356,25 @@ def write_note(runner) -> None:
 def open_study(storage_url: str | None, study_file: str | Path | None = None, name: str | None = None) -> optuna.Study:
     """A stored study by ``name``, or the one run from ``study_file``: stored under its name by a
     GPU run, ``NAME.grid`` by ``tuner grid``, ``NAME.replay`` by a replay (the first found)."""
-    from tuner.store.storage import check_study_name, open_storage, redact, resolve_url
+    from tuner.store.storage import check_study_name, open_storage, redact, resolve_url, stored_as
 
     if name is not None:
         check_study_name(name, "--study")
-        candidates = [name]
-    elif study_file:
+    storage = open_storage(storage_url, create=False)
+    names = optuna.get_all_study_names(storage)
+    where = redact(resolve_url(storage_url))
+    if name is not None:  # that study exactly
+        found, wanted = (name if name in names else None), [name]
+    elif study_file:  # its GPU run, grid or replay
         from tuner.study.file import load_study
 
         base = load_study(study_file).name
-        candidates = [base, base + GRID_SUFFIX, base + REPLAY_SUFFIX]
+        found, wanted = stored_as(base, names), [base, base + GRID_SUFFIX, base + REPLAY_SUFFIX]
+    elif len(names) == 1:  # the storage's only study, as a first replay leaves it
+        found, wanted = names[0], names
     else:
-        raise UserError("give a study file or --study NAME")
-    storage = open_storage(storage_url, create=False)
-    names = optuna.get_all_study_names(storage)
-    found = next((c for c in candidates if c in names), None)
+        raise UserError(f"{f'{len(names)} studies' if names else 'no studies'} in {where}"
+                        f"{': ' + ', '.join(names) if names else ''}; give a study file or --study NAME")
     if found is None:
-        raise UserError(f"no study {' or '.join(map(repr, candidates))} in {redact(resolve_url(storage_url))}; "
-                        f"studies there: {', '.join(names) or 'none'}")
+        raise UserError(f"no study {' or '.join(map(repr, wanted))} in {where}; studies there: {', '.join(names) or 'none'}")
     return optuna.load_study(study_name=found, storage=storage)

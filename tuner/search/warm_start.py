@@ -31,6 +31,7 @@ from tuner.search.sampler import ordered_axis
 from tuner.search.space import Space
 from tuner.search.transfer import Mapped, SpaceMap
 from tuner.store.results import value_of
+from tuner.store.storage import stored_as
 
 MARK = "warm_started_from"
 #: a queued config's axes that were moved to fit this space
@@ -192,14 +193,15 @@ def _names(names: list[str]) -> str:
 
 
 def study_source(storage: optuna.storages.BaseStorage, name: str) -> Source:
-    """The finished trials of the study ``name`` in ``storage``."""
-    try:
-        source = optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
-        names = optuna.get_all_study_names(storage)
+    """The finished trials of the study ``name`` in ``storage``: its GPU run, else its grid, else its
+    replay, as ``tuner best`` finds a study file's."""
+    names = optuna.get_all_study_names(storage)
+    found = stored_as(name, names)
+    if found is None:
         raise UserError(f"--warm-start: no study {name!r} in this storage, nor a recording file of that name; "
-                        f"studies there: {', '.join(names) or 'none'}") from None
-    return Source(name, source.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+                        f"studies there: {', '.join(names) or 'none'}")
+    source = optuna.load_study(study_name=found, storage=storage)
+    return Source(found, source.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
 
 
 def prior_trials(space: Space, sources: list[Source]) -> list[FrozenTrial]:

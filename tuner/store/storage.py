@@ -69,6 +69,18 @@ MAX_STUDY_NAME = 512
 _NAME_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
 
 
+#: what ``tuner grid`` stores study NAME as
+GRID_SUFFIX = ".grid"
+#: what a replay of study NAME is stored as (a GPU run of the same study keeps NAME)
+REPLAY_SUFFIX = ".replay"
+
+
+def stored_as(name: str, names: list[str]) -> str | None:
+    """Which of ``names`` (a storage's) holds study ``name``: its GPU run (``name``), else its
+    ``tuner grid`` (``NAME.grid``), else its replay (``NAME.replay``); None when none does."""
+    return next((c for c in (name, name + GRID_SUFFIX, name + REPLAY_SUFFIX) if c in names), None)
+
+
 def check_study_name(name: str, where: str = "--study-name") -> str:
     """A study name every storage keeps as given, and that is safe in a file name (``tuner
     grid`` writes NAME.csv): no path separators or control characters, at most 512 characters."""
