@@ -19,6 +19,7 @@ import os
 
 from optuna.storages import BaseStorage
 
+from tuner.errors import UserError
 from tuner.store.notes import artifact_store
 from tuner.store.storage import describe_storage, open_storage, redact
 
@@ -34,7 +35,10 @@ def run_dashboard(storage_url: str | BaseStorage, host: str = DEFAULT_HOST, port
     ``postgresql+psycopg://user@host/db``), a journal ``.log`` file path, or an Optuna
     storage object. With ``artifact_dir`` the trials' artifacts can be viewed.
     """
-    import optuna_dashboard
+    try:
+        import optuna_dashboard
+    except ImportError:
+        raise UserError("tuner dashboard needs optuna-dashboard: pip install -e '.[dashboard]'") from None
 
     storage = storage_url if isinstance(storage_url, BaseStorage) else open_storage(storage_url)
     store = artifact_store(artifact_dir) if artifact_dir else None

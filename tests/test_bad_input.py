@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,17 @@ def test_storage_that_cannot_connect(command):
 def test_storage_that_is_not_a_url(store):
     url, before = store
     assert_one_line_exit_2(tuner("status", "--storage", "somewhere-else"), "is not a URL")
+
+
+def test_a_scheme_or_driver_the_storage_lacks_is_named(capsys, monkeypatch):
+    """A misspelt scheme, or a driver not installed (the postgres extra left out), says what to fix, not
+    "is the server up"; no password shows."""
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "status", "--storage", "postgres://me:s3cr3t-pw@db/tuner"),
+                           "'postgres' is no database SQLAlchemy knows: use postgresql+psycopg://USER@HOST/DB")
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as without the postgres extra
+    result = tuner_here(capsys, monkeypatch, "status", "--storage", "postgresql+psycopg://me:s3cr3t-pw@db/tuner")
+    assert_one_line_exit_2(result, "its database driver (psycopg) is not installed: pip install -e '.[postgres]'")
+    assert "s3cr3t-pw" not in result.stdout + result.stderr
 
 
 def test_study_that_does_not_exist(store):

@@ -230,6 +230,15 @@ def test_cli_report_and_its_errors(journal, tmp_path, capsys):
     assert "no storage at" in err and "no study named nope" in err and "Traceback" not in err
 
 
+def test_the_dashboard_without_its_extra_says_how_to_install_it(journal, capsys, monkeypatch):
+    from tuner.cli import commands as cli
+
+    monkeypatch.setitem(sys.modules, "optuna_dashboard", None)  # as without the dashboard extra
+    assert cli.main(["dashboard", "--storage", journal]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "tuner: error: tuner dashboard needs optuna-dashboard: pip install -e '.[dashboard]'", err
+
+
 def test_passwords_never_reach_pages_or_notes(tmp_path):
     """A Postgres URL with a password (trust auth accepts any): neither HTML nor note shows it."""
     import psycopg

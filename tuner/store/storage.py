@@ -227,6 +227,28 @@ def _remove_sqlite_file(path: Path) -> None:
             name.unlink()
 
 
+def _check_driver(url: str) -> None:
+    """A scheme SQLAlchemy does not know, or a database driver not installed, fails here in words
+    (not as a server that does not answer)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        dialect = make_url(url).get_dialect()
+        dialect.import_dbapi()
+    except (NoSuchModuleError, ArgumentError):
+        scheme = url.split("://", 1)[0]
+        raise UserError(f"storage {redact(url)}: {scheme!r} is no database SQLAlchemy knows: use "
+                        "postgresql+psycopg://USER@HOST/DB, sqlite:///FILE.db, or FILE.log") from None
+    except ImportError as exc:
+        fix = f"install the Python module {exc.name}"
+        if exc.name == "psycopg":
+            fix = "pip install -e '.[postgres]'"
+        elif url.startswith("postgres"):  # postgresql:// is psycopg2's in SQLAlchemy; the postgres extra brings psycopg 3
+            fix = f"write postgresql+psycopg:// (the postgres extra: pip install -e '.[postgres]'), or {fix}"
+        raise UserError(f"storage {redact(url)}: its database driver ({exc.name}) is not installed: {fix}") from None
+
+
 def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True) -> optuna.storages.BaseStorage:
     """Open the storage ``url`` names; one-line error if it can't. ``create=False``: only an
     existing one (commands that read must not leave an empty database behind)."""
@@ -241,6 +263,7 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
         )
     if "@" in (raw_password(url) or ""):  # the driver would take the password's tail for the host
         raise UserError(f"storage {redact(url)}: the password contains '@': write it percent-encoded, as %40")
+    _check_driver(url)
     read_only = False
     if url.startswith("sqlite"):
         _check_sqlite_file(url, create)
