@@ -243,6 +243,31 @@ def test_a_scheme_or_driver_the_storage_lacks_is_named(capsys, monkeypatch):
     assert "s3cr3t-pw" not in result.stdout + result.stderr
 
 
+def test_command_line_slips_are_one_line(store, tmp_path, capsys, monkeypatch):
+    url, before = store
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "run", "x.toml", "--trails", "5"),
+                           "tuner: error: unrecognized arguments: --trails 5 (see tuner --help)")
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "check", ROOT / "studies" / "axpy.toml", "--all"),
+                           "--all choose what --compile builds: add --compile")
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "export", "--storage", url, "-o", tmp_path / "trials.xlsx"),
+                           "--output " + str(tmp_path / "trials.xlsx") + ": name a .csv file")
+    assert not (tmp_path / "trials.xlsx").exists()
+    assert snapshot(url) == before
+
+
+def test_best_of_a_study_whose_every_trial_failed_says_so(tmp_path, capsys, monkeypatch):
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    study = optuna.create_study(study_name="broken", storage=url)
+    for status in ("compile_error", "compile_error", "hang"):
+        trial = study.ask({"x": optuna.distributions.IntDistribution(0, 3)})
+        trial.set_user_attr("status", status)
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "best", "--storage", url),
+                           "study 'broken': every one of its 3 trials failed (compile_error=2, hang=1)")
+
+
 def test_study_that_does_not_exist(store):
     url, before = store
     line = assert_one_line_exit_2(tuner("best", "--study", "nope", "--storage", url), "no study 'nope'")

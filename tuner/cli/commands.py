@@ -118,7 +118,8 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> typing.NoReturn:
         from tuner.store.storage import redact
 
-        print(f"tuner: error: {self.prog}: {' '.join(redact(message).split())} (see {self.prog} --help)", file=sys.stderr)
+        where = "" if self.prog == "tuner" else f"{self.prog}: "  # a subcommand's parser names it
+        print(f"tuner: error: {where}{' '.join(redact(message).split())} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
 
 
@@ -344,6 +345,9 @@ def cmd_grid(args) -> int:
 
 
 def cmd_check(args) -> int:
+    compile_only = [flag for flag, given in (("--all", args.all), ("--arch", args.arch)) if given]
+    if compile_only and not args.compile:
+        raise UserError(f"{' and '.join(compile_only)} choose what --compile builds: add --compile")
     return max(_check_study(args, Path(path)) for path in args.study_file)
 
 
@@ -513,6 +517,8 @@ def cmd_export(args) -> int:
     from tuner.table import printable
 
     _check_output(args.output, "--output")
+    if args.output.suffix.lower() not in (".csv", ".json"):
+        raise UserError(f"--output {args.output}: name a .csv file (the results table) or a .json file (a Kernel Tuner cache)")
     study = _open_study(args)
     axes = study.user_attrs.get("axes")
     trials = study.get_trials(deepcopy=False)

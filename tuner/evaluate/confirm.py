@@ -18,6 +18,7 @@ import datetime as _dt
 import os
 import socket
 import statistics
+from collections import Counter
 from typing import Any, Protocol
 
 import optuna
@@ -28,7 +29,7 @@ from tuner.errors import UserError
 from tuner.measurement.paired import Standing
 from tuner.measurement.pareto import front, is_multi
 from tuner.search.space import Space
-from tuner.store.results import best_trial, value_of
+from tuner.store.results import best_trial, status_of, value_of
 
 CONFIRMATIONS = "confirmations"  # study user attr: every confirmation, oldest first
 
@@ -159,6 +160,12 @@ def confirmed_best(study: optuna.Study) -> tuple[FrozenTrial, dict | None]:
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
     best = best_trial(trials, study.directions[0])
     if best is None:
+        finished = study.get_trials(deepcopy=False, states=(TrialState.FAIL, TrialState.PRUNED, TrialState.COMPLETE))
+        if finished:  # every config failed: no winner to name, and running on will not find one by itself
+            statuses = Counter(status_of(t) for t in finished)
+            raise UserError(f"study {study.study_name!r}: every one of its {len(finished)} trials failed "
+                            f"({', '.join(f'{k}={v}' for k, v in sorted(statuses.items()))}): `tuner export` lists "
+                            "why; fix the kernel or the space, then run it again")
         raise UserError(f"study {study.study_name!r} has no completed trial yet: run it first")
     record = last_confirmation(study)
     if record is not None:  # its winner may be a config the pruner had stopped (see top_trials)
