@@ -42,9 +42,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     url = resolve_url(args.storage)
     _check_exists(url)
     names = args.studies if args.studies else None
-    updating = (Path(args.out) / "index.html").exists()
+    before = (Path(args.out) / "index.html").exists()
     paths = write_report(url, args.out, study_names=names, force=args.force)
-    print(f"{'updated' if updating else 'wrote'} {len(paths)} pages in {args.out}/ from {redact(url)}; open {paths[0]}")
+    done = "wrote" if not before else "replaced the report with" if args.force else "updated"
+    print(f"{done} {len(paths)} pages in {Path(args.out)}/ from {redact(url)}; open {paths[0]}")
     return 0
 
 
@@ -103,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)
     args = parser.parse_args(argv)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # as tuner's: the report says what it wrote
     try:
         return args.func(args)
     except UserError as exc:

@@ -230,6 +230,17 @@ def test_cli_report_and_its_errors(journal, tmp_path, capsys):
     assert "no storage at" in err and "no study named nope" in err and "Traceback" not in err
 
 
+def test_python_m_dashboards_report_says_one_line_as_tuner_report(journal, tmp_path):
+    out = tmp_path / "r"
+    result = subprocess.run([sys.executable, "-m", "dashboards", "report", "--storage", journal, "-o", f"{out}/"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "" and result.stdout.startswith("wrote ") and f"pages in {out}/ from" in result.stdout, result
+    again = subprocess.run([sys.executable, "-m", "dashboards", "report", "--storage", journal, "-o", str(out)],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and again.stdout.startswith("updated "), again
+
+
 def test_the_dashboard_without_its_extra_says_how_to_install_it(journal, capsys, monkeypatch):
     from tuner.cli import commands as cli
 

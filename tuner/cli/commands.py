@@ -144,15 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("study_file", nargs="?", help="studies/NAME.toml (optional with --replay FILE: its recorded configs are then the space)")
     storage_arg(worker)
     options.add_flags(worker, "worker")
-    worker.add_argument("--json", action="store_true")
+    worker.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
     worker.set_defaults(func=cmd_worker)
 
     grid = sub.add_parser("grid", help="evaluate every valid config; print the table and a CSV")
     grid.add_argument("study_file")
     storage_arg(grid)
     options.add_flags(grid, "grid")
-    grid.add_argument("--csv", type=Path, help="where to write the table as CSV (default NAME_grid.csv)")
-    grid.add_argument("--json", action="store_true")
+    grid.add_argument("--csv", type=Path, help="where to write the table as CSV (default: the stored study's name .csv: NAME.grid.csv, "
+                      "or NAME.replay.csv for a replay)")
+    grid.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
     grid.set_defaults(func=cmd_grid)
 
     check = sub.add_parser("check", help="count valid configs; with --compile, the preflight: compile and check them (no GPU)",
@@ -168,14 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="on a GPU host: every valid config's launch into an ABI twin of a kernel for a GPU not "
                             "at hand (sm_100a on an H100), compared byte for byte with what the spec meant")
     options.add_flags(check, "check")
-    check.add_argument("--json", action="store_true")
+    check.add_argument("--json", action="store_true", help="print one JSON object (counts, configs, preflight) instead of the tables")
     check.set_defaults(func=cmd_check)
 
     confirm = sub.add_parser("confirm", help="re-measure a study's best configs against each other on this GPU")
     confirm.add_argument("study_file")
     storage_arg(confirm)
     options.add_flags(confirm, "confirm")
-    confirm.add_argument("--json", action="store_true")
+    confirm.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
     confirm.set_defaults(func=cmd_confirm)
 
     best = sub.add_parser("best", help="print the best config's -D flags")
@@ -183,13 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     best.add_argument("--study", help="study name in the storage")
     storage_arg(best)
     best.add_argument("--header", type=Path, help="write a header of #defines")
-    best.add_argument("--json", action="store_true")
+    best.add_argument("--json", action="store_true", help="print the winner as one JSON object")
     best.add_argument("--pareto", action="store_true", help="the Pareto front of time and energy ([search] objectives)")
     best.set_defaults(func=cmd_best)
 
     status = sub.add_parser("status", help="studies in a storage: trials per status, best, device")
     storage_arg(status)
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="print the studies as one JSON object")
     status.set_defaults(func=cmd_status)
 
     export = sub.add_parser("export", help="trials to CSV")

@@ -284,7 +284,8 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
         else:
             kwargs["metavar"] = opt.metavar or (f"{{{','.join(opt.choices)}}}" if opt.choices else opt.name.upper())
             if opt.toml:
-                kwargs["help"] += f" (default: the study file's, else {opt.default})"
+                # (an option without a fixed default says in its own help what it does unset)
+                kwargs["help"] += " (default: the study file's" + (f", else {opt.default})" if opt.default is not None else ")")
             elif opt.default is not None:
                 kwargs["help"] += f" (default {opt.default})"
         parser.add_argument(*opt.flags, **kwargs)
