@@ -97,6 +97,8 @@ BAD_INPUT = {
                                           "transpose.toml: [study.arch] sm_86 is not a target of transpose.py (sm_80, sm_90a)"),
     "syntax error in a restriction": ("transpose.py", '"smem <= 48 * 1024"', '"smem <= 48 * 1024 and"',
                                       "kernel spec transpose.py: restriction 'smem <= 48 * 1024 and' is not a valid expression"),
+    "C in a restriction": ("transpose.py", '"smem <= 48 * 1024"', '"smem <= 48 * 1024 && TILE > 0"',
+                           "is not a valid expression (invalid syntax at column 20); expressions are Python: and, or, not"),
     "syntax error in a derived value": ("transpose.py", '"TILE * BLOCK_ROWS"', '"TILE * * BLOCK_ROWS"',
                                         "kernel spec transpose.py: derived 'TILE * * BLOCK_ROWS' is not a valid expression"),
     "a word where the kernel takes a number": ("transpose.toml", "PAD = [0, 1]", 'PAD = [0, 1, "yes"]',

@@ -142,8 +142,10 @@ class LightSpec(KernelSpec):
         try:
             return compile(expr, f"{self.path.name}: {expr}", "eval")
         except SyntaxError as exc:
+            c_style = any(op in expr for op in ("&&", "||", "!")) or "?" in expr
+            hint = "; expressions are Python: and, or, not, x if c else y" if c_style else ""
             raise UserError(f"kernel spec {self.path.name}: {kind} {expr!r} is not a valid expression "
-                            f"({exc.msg} at column {exc.offset})") from None
+                            f"({exc.msg} at column {exc.offset}){hint}") from None
 
     # -- names ------------------------------------------------------------------------
     def _eval(self, expr: str, names: Mapping[str, Any]) -> Any:
