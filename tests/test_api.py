@@ -77,6 +77,90 @@ def test_bad_settings_are_one_line_user_errors(tmp_path):
         tuner.load(HOPPER, storage=f"sqlite:///{tmp_path / 'a.db'}")
 
 
+def test_a_notebooks_slips_are_user_errors_in_its_own_terms(tmp_path):
+    """What a notebook user gets wrong raises the one-line UserError, naming keywords, not flags."""
+    with pytest.raises(UserError, match=r"start: a list of defines, e.g. start=\[\{'BLOCK': 64\}, ...\]"):
+        tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage="memory", start={"BLOCK_N": 192})
+    with pytest.raises(UserError, match="storage: a URL .* or a path, not a dict"):
+        tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage={"url": "x"})
+    with pytest.raises(UserError, match=r"In\('x', 'ROWS'\): the shape is a tuple of sizes: \('ROWS',\)"):
+        tuner.In("x", "ROWS")
+    with pytest.raises(UserError, match="Scalar\\('float33', 2.0\\): the type is one of int32"):
+        tuner.Scalar("float33", 2.0)
+    with pytest.raises(UserError, match="grid 'ROWS /' is not a valid expression"):
+        tuner.kernel_study(**axpy(tmp_path / "k", **{}) | {"grid": ("ROWS /", 1, 1)})
+    db = tmp_path / "a.db"  # a path is a SQLite file
+    tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=db, trials=2)
+    changed = tmp_path / "changed.toml"
+    changed.write_text(HOPPER.read_text().replace('"../kernel/', f'"{ROOT}/kernel/').replace(
+        "N_STAGES = [", "N_STAGES = [2, "))
+    with pytest.raises(UserError, match=r"searched N_STAGES over \[3, 4, 5, 6\], this run over \[2, 3, 4, 5, 6\]: keep "
+                                        r"the values, or start a new study with study_name=NEW$") as raised:
+        tuner.tune(changed, replay=HOPPER_REPLAY, storage=db, trials=3, study_name="patch_embed_sm90a_hopper_grid.replay")
+    assert "--" not in str(raised.value)
+    assert raised.value._render_traceback_() == [f"UserError: {raised.value}"]  # IPython shows the one line
+    assert {"tune", "load", "UserError", "errors"} <= set(dir(tuner))
+
+
+def test_a_cell_run_again_and_a_timeout_count_from_the_call(tmp_path, monkeypatch):
+    """A notebook's kernel is older than its calls: ``timeout_min`` counts from the call. A cell run again
+    resumes the study, and says that nothing ran when the study holds its trials."""
+    import tuner.run.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "process_started", lambda: pipeline.time.monotonic() - 3600)  # an hour-old kernel
+    db = tmp_path / "t.db"
+    first = tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=db, trials=4, timeout_min=2)
+    assert first.summary["trials_run"] == 4 and first.summary["run_s"] < 120, first.summary
+    again = tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=db, trials=4)
+    assert again.summary["trials_run"] == 0
+    assert "the study holds its trials=4 already: nothing ran (raise trials to go on)" in again.notes, again.notes
+    assert repr(again).startswith("<Result 'patch_embed_sm90a_hopper_grid.replay': 4 trials, best {")
+
+
+def test_a_study_whose_every_config_failed_still_gives_its_trials(tmp_path):
+    cache = {"device_name": "GPU", "kernel_name": "k", "tune_params_keys": ["x"], "tune_params": {"x": [1, 2, 3]},
+             "objective": "time", "cache": {str(x): {"x": x, "time": "CompilationFailedConfig"} for x in (1, 2, 3)}}
+    path = tmp_path / "failed.json"
+    path.write_text(json.dumps(cache))
+    result = tuner.tune(None, replay=path, storage="memory", trials=3, sampler="grid")
+    assert result.best_trial is None and len(result.trials) == 3 and set(result.trials["status"]) == {"compile_error"}
+    assert result.notes[-1].endswith("every one of its 3 trials failed (compile_error=3): `tuner export` lists why; "
+                                     "fix the kernel or the space, then run it again")
+    with pytest.raises(UserError, match="every one of its 3 trials failed"):
+        _ = result.best_params
+
+
+def test_overlapping_calls_give_optuna_its_log_level_back(monkeypatch):
+    """Two calls that overlap (threads of one notebook): Optuna is quiet while either runs, and its own
+    level is back once both have returned, whichever returns first."""
+    import optuna
+
+    from tuner.api import _api_call
+
+    optuna.logging.set_verbosity(optuna.logging.INFO)
+    first, second = _api_call(), _api_call()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert optuna.logging.get_verbosity() == optuna.logging.ERROR
+    second.__exit__(None, None, None)
+    assert optuna.logging.get_verbosity() == optuna.logging.INFO
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def test_a_progress_bar_is_text_where_no_widget_can_draw(monkeypatch):
+    import sys
+
+    from tqdm.std import tqdm as text_bar
+
+    from tuner.run.progress import progress_bar
+
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)
+    bar = progress_bar(total=3, desc="x", disable=True)
+    assert type(bar) is text_bar
+    bar.close()
+
+
 def test_kernel_given_as_data_compiles_here(tmp_path):
     """tune_kernel's study: the spec built from the call's data passes the restrictions and
     compiles every valid config with NVRTC (no GPU)."""

@@ -14,6 +14,9 @@ with the line the command would print.
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +24,12 @@ from typing import Any
 
 import optuna
 import pandas as pd
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner.contract.kernel_spec import Scalar, Value
 from tuner.contract.light import In, Out
 from tuner.errors import UserError
+from tuner.store import results
 from tuner.study import options
 
 
@@ -34,7 +38,8 @@ class Result:
     """A stored study's outcome: the confirmed winner (else the best trial) and every trial."""
 
     study: optuna.Study
-    best_trial: FrozenTrial
+    #: the winner; None where no trial completed (every one failed: :attr:`trials` says why)
+    best_trial: FrozenTrial | None
     #: the latest confirmation's record (standings, tied trials, device), or None
     confirmation: dict[str, Any] | None
     #: what the run printed as ``--json`` (None for :func:`load`)
@@ -45,25 +50,44 @@ class Result:
 
     @classmethod
     def of(cls, study: optuna.Study, summary: dict[str, Any] | None = None, notes: list[str] | None = None) -> Result:
-        from tuner.evaluate.confirm import confirmed_best
+        from tuner.evaluate.confirm import confirmed_best, no_winner
 
+        notes = list(notes or [])
+        if results.best_trial(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), study.directions[0]) is None:
+            notes.append(no_winner(study))  # the trials stay readable: they say why
+            return cls(study, None, None, summary, notes)
         best, confirmation = confirmed_best(study)
-        return cls(study, best, confirmation, summary, notes or [])
+        return cls(study, best, confirmation, summary, notes)
+
+    def __repr__(self) -> str:
+        if self.best_trial is None:
+            return f"<Result {self.study.study_name!r}: {len(self.study.trials)} trials, no winner>"
+        return (f"<Result {self.study.study_name!r}: {len(self.study.trials)} trials, best {self.best_params} "
+                f"at {self.best_value:.4g} {self.metric}{', confirmed' if self.confirmation else ''}>")
+
+    @property
+    def winner(self) -> FrozenTrial:
+        """The winning trial; a study without one raises :class:`~tuner.errors.UserError` saying why."""
+        if self.best_trial is None:
+            from tuner.evaluate.confirm import no_winner
+
+            raise UserError(no_winner(self.study))
+        return self.best_trial
 
     @property
     def best_params(self) -> dict[str, Value]:
         """The winner's tuned defines."""
-        return dict(self.best_trial.params)
+        return dict(self.winner.params)
 
     @property
     def best_flags(self) -> str:
         """The winner's ``-D`` flags, problem keys included (what ``tuner best`` prints)."""
-        return str(self.best_trial.user_attrs.get("flags", ""))
+        return str(self.winner.user_attrs.get("flags", ""))
 
     @property
     def best_value(self) -> float | None:
         """The winner's value, in :attr:`metric` units (several objectives: its time)."""
-        values = self.best_trial.values
+        values = self.winner.values
         return values[0] if values else None
 
     @property
@@ -95,7 +119,7 @@ class Result:
         """Write the winner's defines as ``#ifndef`` / ``#define`` guards; the path written."""
         from tuner.store.header import write_header
 
-        return write_header(Path(path), self.study, self.best_trial)
+        return write_header(Path(path), self.study, self.winner)
 
 
 def _given(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -106,61 +130,94 @@ def _given(settings: Mapping[str, Any]) -> dict[str, Any]:
         if opt is None:
             raise UserError(f"unknown setting {name!r}; expected one of {', '.join(sorted(options.BY_NAME))}")
         structured = opt.toml and opt.kind in (list, dict)  # start, reference: checked against the space later
+        if structured and not isinstance(value, (list, tuple) if opt.kind is list else (dict, str)):  # str: "baseline"
+            example = "[{'BLOCK': 64}, ...]" if opt.kind is list else "{'BLOCK': 64}"
+            raise UserError(f"{name}: a {opt.kind.__name__} of defines, e.g. {name}={example}; got {value!r}")
         given[name] = value if structured else opt.check(value, name)
     if given.get("workers", 1) > 1:
         raise UserError("workers: several GPUs on one study run from the command line (tuner run --workers N)")
     return given
 
 
+def _storage_url(storage: Any) -> str | None:
+    """``storage`` as ``--storage`` takes it: a URL, or a path (``FILE.log`` a journal, else a SQLite file)."""
+    if storage is None or isinstance(storage, str):
+        return storage
+    if isinstance(storage, os.PathLike):
+        path = Path(storage)
+        return str(path) if path.suffix == ".log" else f"sqlite:///{path}"
+    raise UserError(f"storage: a URL (sqlite:///FILE.db, postgresql+psycopg://USER@HOST/DB, FILE.log, memory) or a "
+                    f"path, not a {type(storage).__name__}")
+
+
+_quiet = threading.Lock()
+_quiet_calls = 0
+_verbosity_before = optuna.logging.WARNING
+
+
 @contextlib.contextmanager
-def _quiet_optuna() -> Iterator[None]:
-    """Optuna's per-trial log lines repeat what the trials record (the CLI silences them too)."""
-    before = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
+def _api_call() -> Iterator[None]:
+    """Optuna's per-trial log lines repeat what the trials record (the CLI silences them too); the
+    level comes back when the last of overlapping calls returns. A bad input's message names the
+    API's keywords, not the command's flags."""
+    global _quiet_calls, _verbosity_before
+    with _quiet:
+        if not _quiet_calls:
+            _verbosity_before = optuna.logging.get_verbosity()
+            optuna.logging.set_verbosity(optuna.logging.ERROR)
+        _quiet_calls += 1
     try:
         yield
+    except UserError as exc:
+        raise type(exc)(options.in_api_terms(str(exc))) from None
     finally:
-        optuna.logging.set_verbosity(before)
+        with _quiet:
+            _quiet_calls -= 1
+            if not _quiet_calls:
+                optuna.logging.set_verbosity(_verbosity_before)
 
 
-def tune(study: str | Path | None, *, trials: int | None = None, storage: str | None = None,
+def tune(study: str | Path | None, *, trials: int | None = None, storage: str | Path | None = None,
          replay: str | Path | None = None, progress: bool = False, **settings: Any) -> Result:
     """Run (or resume) a study as ``tuner run`` does; its result.
 
     ``study``: a study file (None with a Kernel Tuner, T4 or KTT ``replay`` file alone); ``trials``: the
-    study's total to reach (default: the file's); ``storage``: as ``--storage`` (default
-    ``sqlite:///tuner.db``); ``replay``: a recorded table instead of the GPU (stored as
-    ``NAME.replay``); ``settings``: any [search] / [measure] key or run option by name
-    (``sampler="random"``, ``seed=3``, ``repeats=100``, ``study_name="x"``, ...).
+    study's total to reach (default: the file's; a call again resumes the study); ``storage``: as
+    ``--storage`` (default ``sqlite:///tuner.db``), or a path (``FILE.log``: a journal, else a
+    SQLite file); ``"memory"`` keeps nothing past the call; ``replay``: a recorded table instead of
+    the GPU (stored as ``NAME.replay``); ``progress``: a progress bar (a widget in Jupyter);
+    ``settings``: any [search] / [measure] key or run option by name (``sampler="random"``,
+    ``seed=3``, ``repeats=100``, ``study_name="x"``, ``timeout_min=5`` counted from this call, ...).
     """
     from tuner.run.session import Session
 
     given = _given({**settings, **({"trials": trials} if trials is not None else {}),
                     **({"replay": replay} if replay is not None else {})})
     notes: list[str] = []
-    with _quiet_optuna():
-        summary, runner = Session(study, storage=storage, given=given, command="run", progress=progress,
-                                  say=notes.append).run()
+    with _api_call():
+        summary, runner = Session(study, storage=_storage_url(storage), given=given, command="run", progress=progress,
+                                  say=lambda note: notes.append(options.in_api_terms(note)),
+                                  started=time.monotonic()).run()
         return Result.of(runner.study, summary, notes)
 
 
-def load(study: str | Path, *, storage: str | None = None) -> Result:
+def load(study: str | Path, *, storage: str | Path | None = None) -> Result:
     """A stored study's result, as ``tuner best`` reads it: ``study`` is a study file (its GPU
     run, else its grid, else its replay) or a study's name in the storage."""
     from tuner.run.session import open_study
 
-    path = Path(study)
-    with _quiet_optuna():
+    path, url = Path(study), _storage_url(storage)
+    with _api_call():
         if path.suffix == ".toml" or path.is_file():
-            return Result.of(open_study(storage, study_file=path))
-        return Result.of(open_study(storage, name=str(study)))
+            return Result.of(open_study(url, study_file=path))
+        return Result.of(open_study(url, name=str(study)))
 
 
 def tune_kernel(kernel_name: str, kernel_source: str, problem: Mapping[str, Value], arguments: Sequence[In | Out | Scalar],
                 tune_params: Mapping[str, Sequence[Value]], *, grid: Sequence[int | str], block: Sequence[int | str],
                 reference: str, restrictions: Sequence[str | tuple[str, str]] = (), derived: Mapping[str, str] | None = None,
                 flops: str | None = None, arch: str = "native", folder: str | Path | None = None,
-                trials: int | None = None, storage: str | None = None, replay: str | Path | None = None,
+                trials: int | None = None, storage: str | Path | None = None, replay: str | Path | None = None,
                 **settings: Any) -> Result:
     """Tune a simple kernel given as data, as Kernel Tuner's ``tune_kernel`` does; its result.
 
@@ -187,11 +244,13 @@ def kernel_study(kernel_name: str, kernel_source: str, problem: Mapping[str, Val
                  flops: str | None = None, arch: str = "native", folder: str | Path | None = None) -> Path:
     """:func:`tune_kernel`'s kernel written as a study: the study file's path (for ``tuner check
     --compile``, ``tuner run``, or :func:`tune` with settings of its own)."""
+    from tuner.contract.kernel_spec import load_spec
     from tuner.study.file import load_study
     from tuner.study.inline import write_kernel
 
-    path = write_kernel(kernel_name, kernel_source, problem, arguments, tune_params, grid=grid, block=block,
-                        reference=reference, restrictions=restrictions, derived=derived, flops=flops, arch=arch,
-                        folder=folder)
-    load_study(path)  # bad input is said now, in the caller's terms
+    with _api_call():
+        path = write_kernel(kernel_name, kernel_source, problem, arguments, tune_params, grid=grid, block=block,
+                            reference=reference, restrictions=restrictions, derived=derived, flops=flops, arch=arch,
+                            folder=folder)
+        load_spec(load_study(path).kernel)  # bad input is said now, in the caller's terms
     return path

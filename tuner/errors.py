@@ -12,6 +12,10 @@ class UserError(Exception):
 
     exit_code = 2
 
+    def _render_traceback_(self) -> list[str]:
+        """IPython and Jupyter show it as the command prints it: one line, none of our frames."""
+        return [f"{type(self).__name__}: {self}"]
+
 
 def interrupted(exc: BaseException) -> bool:
     """Whether ``exc`` was raised while a Ctrl-C (or SIGTERM) unwound the program: an

@@ -338,10 +338,7 @@ def _arguments(spec: KernelSpec, launch: Launch, buffers: Mapping[str, tuple[tup
                 reasons.append(f"argument {i}: tensor map dtype {arg.dtype} / box {arg.box} not encodable "
                                "(box edges 1..256)")
         elif isinstance(arg, Scalar):
-            maker = _CTYPES.get(arg.ctype)
-            if maker is None:
-                reasons.append(f"argument {i}: scalar type {arg.ctype!r} unknown; expected one of {', '.join(_CTYPES)}")
-                continue
+            maker = _CTYPES[arg.ctype]  # (a Scalar's type is checked when it is made)
             try:
                 built = maker(arg.value)
             except TypeError:

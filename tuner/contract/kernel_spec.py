@@ -60,12 +60,20 @@ class TensorMap:
     l2_promotion: int = 0  # bytes: 0, 64, 128 or 256
 
 
+#: the by-value argument types a launch passes (:data:`tuner.device.driver._CTYPES` builds them)
+SCALAR_CTYPES = ("int32", "uint32", "int64", "uint64", "float32")
+
+
 @dataclass(frozen=True)
 class Scalar:
-    """A by-value kernel argument."""
+    """A by-value kernel argument: ``ctype`` one of :data:`SCALAR_CTYPES`."""
 
-    ctype: str  # "int32", "uint32", "int64", "uint64", "float32"
+    ctype: str
     value: int | float
+
+    def __post_init__(self) -> None:
+        if self.ctype not in SCALAR_CTYPES:
+            raise UserError(f"Scalar({self.ctype!r}, {self.value!r}): the type is one of {', '.join(SCALAR_CTYPES)}")
 
 
 Arg = Buffer | TensorMap | Scalar

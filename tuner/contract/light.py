@@ -58,6 +58,16 @@ IN_DTYPES = ("float16", "float32", "float64")
 OUT_DTYPES = ("float32", "uint16")
 
 
+def _check_shape(kind: str, name: str, shape: Any) -> None:
+    """A shape is a tuple of sizes (numbers or names): ``("ROWS", "COLS")``, not ``"ROWS"``."""
+    if isinstance(shape, str):
+        raise UserError(f"{kind}({name!r}, {shape!r}): the shape is a tuple of sizes: ({shape!r},)")
+    sizes = isinstance(shape, Sequence) and all(isinstance(d, str) or (isinstance(d, int) and not isinstance(d, bool))
+                                                for d in shape)
+    if not sizes or not shape:
+        raise UserError(f"{kind}({name!r}, {shape!r}): the shape is a tuple of sizes, numbers or names")
+
+
 @dataclass(frozen=True)
 class In:
     """An input array, filled with fresh uniform values in [-1, 1) (never zeros)."""
@@ -65,6 +75,9 @@ class In:
     name: str
     shape: tuple[Dim, ...]
     dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        _check_shape("In", self.name, self.shape)
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,9 @@ class Out:
     name: str
     shape: tuple[Dim, ...]
     dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        _check_shape("Out", self.name, self.shape)
 
 
 def guarded_defines(path: Path) -> dict[str, Value]:

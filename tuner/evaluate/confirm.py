@@ -155,18 +155,23 @@ def last_confirmation(study: optuna.Study) -> dict | None:
     return history[-1] if history else None
 
 
+def no_winner(study: optuna.Study) -> str:
+    """Why a study without a completed trial names no winner."""
+    finished = study.get_trials(deepcopy=False, states=(TrialState.FAIL, TrialState.PRUNED, TrialState.COMPLETE))
+    if finished:  # every config failed: running on will not find a winner by itself
+        statuses = Counter(status_of(t) for t in finished)
+        return (f"study {study.study_name!r}: every one of its {len(finished)} trials failed "
+                f"({', '.join(f'{k}={v}' for k, v in sorted(statuses.items()))}): `tuner export` lists "
+                "why; fix the kernel or the space, then run it again")
+    return f"study {study.study_name!r} has no completed trial yet: run it first"
+
+
 def confirmed_best(study: optuna.Study) -> tuple[FrozenTrial, dict | None]:
     """The winner of the latest confirmation, else the trial with the best value."""
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
     best = best_trial(trials, study.directions[0])
     if best is None:
-        finished = study.get_trials(deepcopy=False, states=(TrialState.FAIL, TrialState.PRUNED, TrialState.COMPLETE))
-        if finished:  # every config failed: no winner to name, and running on will not find one by itself
-            statuses = Counter(status_of(t) for t in finished)
-            raise UserError(f"study {study.study_name!r}: every one of its {len(finished)} trials failed "
-                            f"({', '.join(f'{k}={v}' for k, v in sorted(statuses.items()))}): `tuner export` lists "
-                            "why; fix the kernel or the space, then run it again")
-        raise UserError(f"study {study.study_name!r} has no completed trial yet: run it first")
+        raise UserError(no_winner(study))
     record = last_confirmation(study)
     if record is not None:  # its winner may be a config the pruner had stopped (see top_trials)
         by_number = {t.number: t for t in trials}

@@ -488,9 +488,9 @@ class Runner:
     def _open_bar(self, phase: str, total: int) -> None:
         if not self.settings.progress:
             return
-        from tqdm import tqdm
+        from tuner.run.progress import progress_bar
 
-        self._bar = tqdm(total=total, desc=f"{self.settings.study_name} [{phase}]", unit="trial", file=sys.stderr, dynamic_ncols=True)
+        self._bar = progress_bar(total=total, desc=f"{self.settings.study_name} [{phase}]", unit="trial", dynamic_ncols=True)
 
     def _close_bar(self) -> None:
         if self._bar is not None:

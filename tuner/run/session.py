@@ -55,10 +55,11 @@ class StartupClock:
     """Seconds from the process's start to each step of a run's start (``--json``: ``startup_s``),
     beside ``first_trial_s``: where a slow start goes."""
 
-    def __init__(self) -> None:
+    def __init__(self, started: float | None = None) -> None:
         from tuner.run.pipeline import process_started
 
-        self.started = process_started()
+        #: a command's clock starts with its process; an API call's, with the call (a notebook's kernel is older)
+        self.started = process_started() if started is None else started
         self.marks: dict[str, float] = {}
 
     def mark(self, step: str, at: float | None = None) -> None:
@@ -81,9 +82,17 @@ class Session:
     command: str = "run"
     progress: bool = False
     say: Callable[[str], None] | None = None  # where the run's notes go (the CLI: stderr)
+    #: ``time.monotonic()`` when the command began (None: its process's start); a run's timeout counts from it
+    started: float | None = None
 
     def __post_init__(self) -> None:
         self.run_options = options.run_options(self.given)
+
+    @property
+    def clock_started(self) -> float:
+        from tuner.run.pipeline import process_started
+
+        return process_started() if self.started is None else self.started
 
     def _say(self, text: str) -> None:
         if self.say is not None:
@@ -140,7 +149,6 @@ class Session:
         return search
 
     def settings(self, loaded: Loaded, evaluation: Evaluation) -> RunSettings:
-        from tuner.run.pipeline import process_started
         from tuner.run.runner import RunSettings
         from tuner.run.scale import PEERS_ENV
 
@@ -157,7 +165,7 @@ class Session:
             warm_start=run.warm_start,
             warm_start_top=run.warm_start_top,
             study_attrs=evaluation.attrs,
-            started=process_started(),
+            started=self.clock_started,
             peers=int(os.environ.get(PEERS_ENV, "1")) if self.command == "worker" else 1,
         )
 
@@ -219,7 +227,7 @@ class Session:
         from tuner.run.runner import Runner
         from tuner.store.storage import OpeningStorage
 
-        startup = startup or StartupClock()
+        startup = startup or StartupClock(self.started)
         if not self.run_options.replay and supervisor is None:
             from tuner.device.supervisor import Supervisor
             from tuner.lifetime import start_helpers
@@ -256,6 +264,9 @@ class Session:
             startup.mark("storage_and_space_ready")
             self._say_queued(runner)
             summary = runner.run()
+            trials = runner.settings.trials
+            if not summary.get("trials_run") and trials and summary["trials"] >= trials:  # a re-run of a finished study
+                self._say(f"the study holds its --trials {trials} already: nothing ran (raise --trials to go on)")
             if self.command != "grid":
                 summary["startup_s"] = dict(sorted(startup.marks.items(), key=lambda mark: mark[1]))
             self._confirm_after_run(loaded, evaluation, runner.study, summary)
@@ -334,11 +345,9 @@ def precompile(loaded: Loaded, arch: str, cache_dir: Path | None, progress: bool
     assert cfg is not None  # a GPU grid has a study file
     tick = None
     if progress:
-        import sys
+        from tuner.run.progress import progress_bar
 
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(space.valid), desc="compiling", unit="config", file=sys.stderr)
+        bar = progress_bar(total=len(space.valid), desc="compiling", unit="config")
         tick = lambda: bar.update(1)  # noqa: E731
     full = [space.full_config(p) for p in space.valid]
     compile_many(space.spec, full, space.problem, arch, cache_dir,

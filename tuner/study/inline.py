@@ -39,9 +39,15 @@ class InlineSpec(LightSpec):
 
     def __init__(self, path: Path):
         super().__init__(path)
-        for expr in [*(d for d in [*self.grid_dims, *self.block_dims] if isinstance(d, str)), self.flops_expr]:
-            if expr is not None:
-                self._code[expr] = compile(expr, f"{self.path.name}: {expr}", "eval")
+        for kind, dims in (("grid", self.grid_dims), ("block", self.block_dims)):
+            if isinstance(dims, str) or len(dims) != 3:
+                raise UserError(f"kernel spec {self.path.name}: {kind} {dims!r} must be three numbers or expressions")
+            for expr in dims:
+                if isinstance(expr, str):
+                    self._code[expr] = self._compile(expr, kind)
+        if self.flops_expr is not None:
+            self._code[self.flops_expr] = self._compile(self.flops_expr, "flops")
+        self._compile(self.reference_expr, "reference")  # (evaluated with numpy, not through self._code)
 
     def _dims(self, dims: Sequence[int | str], p: Mapping[str, Any]) -> tuple[int, int, int]:
         x, y, z = (int(self._eval(d, p)) if isinstance(d, str) else int(d) for d in dims)

@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -240,6 +241,31 @@ def _rows() -> tuple[Option, ...]:
 #: the option table: one row per setting
 OPTIONS: tuple[Option, ...] = _rows()
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+
+
+#: flags of the commands that are no option of the table, by the Python API's keyword
+_API_KEYWORDS = {"--storage": "storage", "--study": "study"}
+_FLAG = re.compile(r"--[a-z][a-z0-9-]*(?: (?:[A-Z][A-Z_.]*|\d+)\b)?")
+
+
+def in_api_terms(message: str) -> str:
+    """A message that names command-line flags, as a Python caller writes them: ``--study-name NEW``
+    -> ``study_name=NEW``, ``--accept-mismatch`` -> ``accept_mismatch=True``, ``--replay:`` -> ``replay:``."""
+    by_flag = {o.flags[0]: o for o in OPTIONS}
+
+    def keyword(match: re.Match[str]) -> str:
+        flag, _, placeholder = match.group(0).partition(" ")
+        opt = by_flag.get(flag)
+        name = opt.name if opt is not None else _API_KEYWORDS.get(flag)
+        if name is None:
+            return match.group(0)
+        if placeholder:
+            return f"{name}={placeholder}"
+        if opt is not None and opt.kind is bool:
+            return f"{name}={not flag.startswith('--no-')}"
+        return name
+
+    return _FLAG.sub(keyword, message)
 
 
 def section(name: str) -> tuple[Option, ...]:
