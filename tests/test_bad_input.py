@@ -557,7 +557,7 @@ STORAGE_CASES = [
     ("journal corrupt", lambda f: (f / "bad.log").write_text('{"op_code": 0, "worker_id": "x"\n{not json}\n') and str(f / "bad.log"),
      "cannot be read"),
     ("not a URL", lambda f: "somewhere-else", "not a URL"),
-    ("unknown database kind", lambda f: "nosuchdb://u@h/d", "cannot open storage"),
+    ("unknown database kind", lambda f: "nosuchdb://u@h/d", "'nosuchdb' is no database SQLAlchemy knows"),
     ("postgres unreachable", lambda f: "postgresql+psycopg://u@127.0.0.1:1/db", "is the server up"),
     ("postgres password with a raw @", lambda f: "postgresql+psycopg://u:se@cret@127.0.0.1:1/db", "%40"),
 ]
