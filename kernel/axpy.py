@@ -7,7 +7,7 @@ A = 2.0
 
 class Spec(LightSpec):
     source = "axpy.cu"  # BLOCK_SIZE and ITEMS, with their defaults, come from its #ifndef guards
-    archs = ("sm_80", "sm_90a", "sm_100a")
+    archs = ("sm_80", "sm_90", "sm_100", "sm_120")  # plain CUDA: each runs on its whole family
     problem_keys = ("ROWS", "COLS")
     args = [In("x", ("ROWS", "COLS")), In("y", ("ROWS", "COLS")), Out("out", ("ROWS", "COLS")), Scalar("float32", A)]
     derived = {"per_block": "BLOCK_SIZE * ITEMS", "blocks": "ceil_div(ROWS * COLS, per_block)"}

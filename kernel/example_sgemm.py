@@ -8,7 +8,7 @@ from tuner.spec import In, LightSpec, Out
 
 class Spec(LightSpec):
     source = "example_sgemm.cu"
-    archs = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120a")  # plain CUDA C: any GPU
+    archs = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_110", "sm_120", "sm_120a")  # plain CUDA C: any GPU
     problem_keys = ("M_DIM", "N_DIM", "K_DIM")
     rtol = atol = 1e-3
     args = [In("A", ("M_DIM", "K_DIM")), In("B", ("K_DIM", "N_DIM")), Out("C", ("M_DIM", "N_DIM"))]

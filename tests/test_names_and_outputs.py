@@ -14,7 +14,7 @@ AXPY = f"""
 [study]
 name = "NAME"
 kernel = "{ROOT / 'kernel' / 'axpy.py'}"
-arch = "sm_90a"
+arch = "sm_90"
 [problem]
 ROWS = 64
 COLS = 64

@@ -20,7 +20,8 @@ PROBLEM = {"M_DIM": 64, "N_DIM": 64, "K_DIM": 64}
 
 
 @pytest.mark.parametrize(("cc", "expected"), [("8.0", "sm_80"), ("8.6", "sm_86"), ("8.9", "sm_89"), ("9.0", "sm_90a"),
-                                              ("10.0", "sm_100a"), ("12.0", "sm_120a")])
+                                              ("10.0", "sm_100a"), ("10.3", "sm_100"),
+                                              ("11.0", "sm_110"), ("12.0", "sm_120a"), ("12.1", "sm_120")])
 def test_native_is_the_reported_gpu(cc, expected, monkeypatch):
     monkeypatch.setenv("FAKE_CC", cc)  # the fake worker reports this compute capability
     evaluator = GpuEvaluator(load_spec(EXAMPLE), PROBLEM, NATIVE, MeasureSettings(), supervisor=Supervisor(FAKE_BACKEND))
@@ -30,6 +31,19 @@ def test_native_is_the_reported_gpu(cc, expected, monkeypatch):
         assert evaluator.arch == evaluator.compiler.arch == expected  # what every compile of the run builds for
     finally:
         evaluator.close()
+
+
+def test_a_gpu_newer_than_its_targets_runs_a_plain_target_of_its_family():
+    """B300, GB10: a spec that lists no archs takes the device's own target; a GPU newer than every
+    target the table knows is named as such, not as an unknown `arch` the user never wrote."""
+    from tuner.contract.arch import native_target
+
+    assert native_target((10, 3)) == "sm_103" and native_target((12, 1)) == "sm_121" and native_target((8, 8)) == "sm_88"
+    assert native_target((12, 1), ("sm_80", "sm_120", "sm_120a")) == "sm_120"  # a CUBIN for 12.0 runs on 12.1
+    with pytest.raises(UserError, match=r"compute capability 13.0\) is newer than every target this tuner knows"):
+        native_target((13, 0))
+    with pytest.raises(UserError, match=r"runs none of the kernel's targets \(sm_90a\); this tuner knows no target"):
+        native_target((13, 0), ("sm_90a",))
 
 
 def test_native_on_volta_names_the_compiler_that_cannot_build_it(monkeypatch):

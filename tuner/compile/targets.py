@@ -40,6 +40,8 @@ def check_targets(arch: str, spec: KernelSpec, where: str, override: str | None 
         return [require_nvrtc(override)]
     if arch != NATIVE:
         return [require_nvrtc(arch)]
+    if not spec.archs:
+        raise UserError(f"{spec.path.name} lists no archs (it takes any GPU's target): give --arch, e.g. --arch sm_90")
     buildable = [a for a in spec.archs if nvrtc_builds(a)]
     if not buildable:
         raise UserError(f"this NVRTC builds none of {spec.path.name}'s targets ({', '.join(spec.archs)})")

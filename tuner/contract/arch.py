@@ -1,4 +1,4 @@
-"""What each NVIDIA target can do: one table from sm_70 to sm_120a, used by everything that asks.
+"""What each NVIDIA target can do: one table from sm_70 to sm_121a, used by everything that asks.
 
 A target is a compile target name (``sm_90a``). The figures are the per-block and per-SM limits of
 the CUDA Programming Guide's compute-capability table; the preflight checks a launch against them
@@ -58,6 +58,8 @@ _HOPPER = dict(max_smem_per_block=227 * _KB, smem_per_sm=228 * _KB, max_cluster_
 _BLACKWELL = dict(_HOPPER)
 _BLACKWELL_GEFORCE = dict(max_smem_per_block=99 * _KB, smem_per_sm=100 * _KB, max_cluster_size=8,
                           portable_cluster_size=8)
+#: Thor (11.0): the B200's shared memory (CCCL's arch_traits); its non-portable cluster size is unpublished
+_THOR = dict(_BLACKWELL, max_cluster_size=8)
 
 #: every target the tuner compiles for, oldest first
 ARCHS: dict[str, ArchLimits] = {
@@ -69,13 +71,20 @@ ARCHS: dict[str, ArchLimits] = {
         _arch("sm_80", (8, 0), **_A100),
         _arch("sm_86", (8, 6), **_GA10X),
         _arch("sm_87", (8, 7), **_A100),
+        _arch("sm_88", (8, 8), **_GA10X),
         _arch("sm_89", (8, 9), **_GA10X),
         _arch("sm_90", (9, 0), **_HOPPER),
         _arch("sm_90a", (9, 0), **_HOPPER),
         _arch("sm_100", (10, 0), **_BLACKWELL),
         _arch("sm_100a", (10, 0), **_BLACKWELL),
+        _arch("sm_103", (10, 3), **_BLACKWELL),
+        _arch("sm_103a", (10, 3), **_BLACKWELL),
+        _arch("sm_110", (11, 0), **_THOR),
+        _arch("sm_110a", (11, 0), **_THOR),
         _arch("sm_120", (12, 0), **_BLACKWELL_GEFORCE),
         _arch("sm_120a", (12, 0), **_BLACKWELL_GEFORCE),
+        _arch("sm_121", (12, 1), **_BLACKWELL_GEFORCE),
+        _arch("sm_121a", (12, 1), **_BLACKWELL_GEFORCE),
     )
 }
 
@@ -92,8 +101,12 @@ def limits(name: str) -> ArchLimits:
 
 
 def plain_target(cc: tuple[int, int] | list[int]) -> str:
-    """The target without arch-specific features for a device (reference and helper kernels)."""
-    return f"sm_{int(cc[0])}{int(cc[1])}"
+    """The target without arch-specific features for a device (reference and helper kernels): its
+    own, else the newest older one of its major revision the table knows (a CUBIN for sm_120 runs on
+    12.1), else its own name (which :func:`limits` does not know)."""
+    major, minor = int(cc[0]), int(cc[1])
+    plain = [a for a in ARCHS.values() if not a.arch_specific and a.runs_on((major, minor))]
+    return max(plain, key=lambda a: a.cc).name if plain else f"sm_{major}{minor}"
 
 
 def native_target(cc: tuple[int, int] | list[int], supported: tuple[str, ...] = ()) -> str:
@@ -104,13 +117,18 @@ def native_target(cc: tuple[int, int] | list[int], supported: tuple[str, ...] = 
     same major revision. Without, the device's plain target. A one-line error when none runs.
     """
     cc = (int(cc[0]), int(cc[1]))
-    if not supported:
-        return plain_target(cc)
+    plain = plain_target(cc)
+    known = plain in ARCHS
+    if not supported:  # any target: the device's own, else an older one of its major revision
+        if not known:
+            raise UserError(f"the GPU here (compute capability {cc[0]}.{cc[1]}) is newer than every target this "
+                            f"tuner knows (newest {list(ARCHS)[-1]}): pass the kernel's target as arch")
+        return plain
     runnable = [limits(name) for name in supported if limits(name).runs_on(cc)]
     if not runnable:
-        raise UserError(
-            f"the GPU here (compute capability {cc[0]}.{cc[1]}) runs none of the kernel's targets "
-            f"({', '.join(supported)}); add {plain_target(cc)!r} to the spec's archs if the kernel builds for it"
-        )
+        hint = (f"add {plain!r} to the spec's archs if the kernel builds for it" if known else
+                f"this tuner knows no target for it (newest {list(ARCHS)[-1]})")
+        raise UserError(f"the GPU here (compute capability {cc[0]}.{cc[1]}) runs none of the kernel's targets "
+                        f"({', '.join(supported)}); {hint}")
     runnable.sort(key=lambda a: (a.cc, a.arch_specific))
     return runnable[-1].name
