@@ -73,6 +73,22 @@ def test_a_gpu_the_kernel_does_not_build_for(monkeypatch):
         evaluator.close()
 
 
+def test_a_kernel_for_another_gpu_pinned_is_not_told_to_go_native(monkeypatch):
+    """The Hopper GEMM (sm_90a only) pinned to sm_90a on a B200: "native" would not help, so the line
+    does not offer it."""
+    monkeypatch.setenv("FAKE_CC", "10.0")
+    study = load_study(ROOT / "studies" / "fc2_sm90a.toml")
+    evaluator = GpuEvaluator(load_spec(study.kernel), study.problem, "sm_90a", MeasureSettings(),
+                             supervisor=Supervisor(FAKE_BACKEND))
+    try:
+        with pytest.raises(UserError, match=r"cannot run sm_90a code, and gemm_sm90a.py builds for no target it runs "
+                                            r"\(sm_90a\): run the study on a matching GPU") as raised:
+            evaluator.start()
+        assert "native" not in str(raised.value)
+    finally:
+        evaluator.close()
+
+
 def test_native_is_the_default_and_the_example_uses_it(tmp_path):
     cfg = parse_study({"study": {"name": "s", "kernel": str(EXAMPLE)}, "space": {"tier1": {"BLOCK": [32, 64]}}})
     assert cfg.arch == NATIVE

@@ -55,6 +55,10 @@ def run_target(arch: str, spec: KernelSpec, cc: tuple[int, int] | list[int], dev
         return require_nvrtc(native_target(cc, spec.archs))
     if not limits(arch).runs_on(cc):
         gpu = f"{device_name}, sm_{cc[0]}{cc[1]}" if device_name else f"sm_{cc[0]}{cc[1]}"
+        if spec.archs and not any(limits(a).runs_on(cc) for a in spec.archs):  # native would not help
+            raise UserError(f"this GPU ({gpu}) cannot run {arch} code, and {spec.path.name} builds for no target it runs "
+                            f"({', '.join(spec.archs)}): run the study on a matching GPU, or verify it here without "
+                            "launching: tuner check --compile STUDY")
         raise UserError(f"this GPU ({gpu}) cannot run {arch} code: run the study on a matching GPU, "
                         f"set arch = \"native\", or verify it here without launching: tuner check --compile STUDY")
     return arch
