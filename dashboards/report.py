@@ -40,7 +40,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
-from tuner.store.results import COLUMNS, best_trial, trials_frame
+from tuner.store.results import COLUMNS, best_trial, trials_frame, value_text
 from tuner.store.storage import describe_storage, open_storage, redact
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,11 @@ class StudyData:
             return _dt.datetime.fromisoformat(created) if isinstance(created, str) else None
         except ValueError:
             return None
+
+
+def best_ms(best: pd.Series) -> float:
+    """The best trial's time in ms: its ``ms`` (a paired study's value is a ratio to its reference)."""
+    return float(best["ms"]) if pd.notna(best["ms"]) else float(best["value"])
 
 
 def _num(value: Any) -> float | None:
@@ -609,10 +614,11 @@ def render_study_page(data: StudyData, plotly_js: str, footer: str, index_href: 
     if best is not None:
         tflops = best["tflops"]
         head.append(
-            f"<h2>Best configuration</h2><p><b>{_fmt(best['value'])} {_e(data.metric)}</b>"
+            f"<h2>Best configuration</h2><p><b>{_e(value_text(float(best['value']), data.metric))}</b>"
+            + (f", {_fmt(best_ms(best))} ms" if data.metric == "ratio" else "")
             + (f", {_fmt(tflops, 1)} TFLOPS" if pd.notna(tflops) else "")
             + f" (trial {int(best['number'])})</p><p><code>{_e(best['flags'])}</code></p>"
-            + _speedup_html(attrs, float(best["value"])))
+            + _speedup_html(attrs, best_ms(best)))
     head.append(f"<h2>Trials by status</h2><p>{_status_pills(df) or 'none'}</p>")
     parts.append('<section class="grid">' + "".join(f"<div>{h}</div>" for h in head) + "</section>")
 
@@ -654,13 +660,13 @@ def index_rows(studies: list[StudyData]) -> list[dict[str, Any]]:
         rows.append({
             "name": d.name, "shape": str(d.attrs.get("shape", "–")), "arch": str(d.attrs.get("arch", "–")),
             "device": _device_name(d.attrs), "kind": str(d.attrs.get("kind", "–")),
-            "best_ms": float(best["value"]) if best is not None else None,
+            "best_ms": best_ms(best) if best is not None else None,
             "best_tflops": float(best["tflops"]) if best is not None and pd.notna(best["tflops"]) else None,
             "best_flags": str(best["flags"]) if best is not None else "",
             "trials": len(d.df), "complete": states.get("COMPLETE", 0), "pruned": states.get("PRUNED", 0),
             "fail": states.get("FAIL", 0), "running": states.get("RUNNING", 0) + states.get("WAITING", 0),
             "last_update": d.last_update(),
-            "speedups": speedups(d.attrs, float(best["value"]) if best is not None else None),
+            "speedups": speedups(d.attrs, best_ms(best) if best is not None else None),
         })
     return rows
 

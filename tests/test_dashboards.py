@@ -250,6 +250,31 @@ def test_the_dashboard_without_its_extra_says_how_to_install_it(journal, capsys,
     assert err.strip() == "tuner: error: tuner dashboard needs optuna-dashboard: pip install -e '.[dashboard]'", err
 
 
+def test_a_paired_studys_best_is_shown_in_ms_with_its_speedups_from_ms():
+    """A study timed against a reference stores ratios: the report's best and its speed-ups over the
+    baselines read the trial's ms, as `tuner status` does, and its heading names the ratio as one."""
+    storage = optuna.storages.InMemoryStorage()
+    source = demo.make_study(storage, "ms", shape="patch_embed", n_trials=40, seed=4)
+    paired = optuna.create_study(storage=storage, study_name="paired")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        paired.set_metric_names(["ratio"])
+    for key, value in source.user_attrs.items():
+        paired.set_user_attr(key, value)
+    reference_ms = 2.0
+    for t in source.get_trials(states=(TrialState.COMPLETE,)):
+        paired.add_trial(optuna.trial.create_trial(params=t.params, distributions=t.distributions,
+                                                   value=t.user_attrs["ms"] / reference_ms, user_attrs=t.user_attrs))
+    data = rep.load_study(paired)
+    best = data.best()
+    row = rep.index_rows([data])[0]
+    assert row["best_ms"] == pytest.approx(best["ms"]) and best["value"] == pytest.approx(best["ms"] / reference_ms)
+    cublas = source.user_attrs["baseline_ms"]["cublas"]
+    assert dict((n, s) for n, _, s in row["speedups"])["cublas"] == pytest.approx(cublas / best["ms"])
+    page, _ = rep.render_study_page(data, "", "")
+    assert f"x the reference</b>, {rep._fmt(best['ms'])} ms" in page
+
+
 def test_passwords_never_reach_pages_or_notes(tmp_path):
     """A Postgres URL with a password (trust auth accepts any): neither HTML nor note shows it."""
     import psycopg

@@ -74,6 +74,12 @@ def test_best_pareto_prints_the_front_and_its_trade_off(ran):
     assert f"time-optimal: trial {fastest['trial']}," in text.stdout
     assert f"energy-optimal: trial {frugal['trial']}," in text.stdout
     assert "J per launch" in text.stdout and "% in energy per launch" in text.stdout
+    # `best --json` of a front names its fastest config, in the time objective and in ms
+    best = tuner("best", study, "--storage", url, "--json")
+    assert best.returncode == 0, best.stderr
+    answer = json.loads(best.stdout)
+    stored = optuna.load_study(study_name="pareto", storage=url).trials[answer["trial"]]
+    assert answer["trial"] in {r["trial"] for r in front} and answer["ratio"] == stored.values[0] and answer["ms"] > 0
 
 
 def test_the_report_shows_the_front(ran):

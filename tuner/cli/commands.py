@@ -443,7 +443,7 @@ def _open_study(args):
 def cmd_best(args) -> int:
     from tuner.evaluate.confirm import confirmed_best, describe
     from tuner.store.header import write_header
-    from tuner.store.results import metric_of
+    from tuner.store.results import metric_of, time_of, value_of
 
     _check_output(args.header, "--header")
     study = _open_study(args)
@@ -458,8 +458,10 @@ def cmd_best(args) -> int:
         write_header(args.header, study, best)
     tied = confirmation["tied"] if confirmation else None
     if args.json:
-        print(json.dumps({"study": study.study_name, metric: best.value, "params": best.params, "flags": flags,
-                          "trial": best.number, "confirmed": confirmation is not None, "tied": tied}))
+        # (several objectives: the time one, as the summary's best; `--pareto` gives the front)
+        print(json.dumps({"study": study.study_name, metric: value_of(best), "ms": time_of(best, study.get_trials(deepcopy=False)),
+                          "params": best.params, "flags": flags, "trial": best.number,
+                          "confirmed": confirmation is not None, "tied": tied}))
     else:
         print(flags)
         if confirmation:  # stdout stays the flags alone, for $(tuner best ...)

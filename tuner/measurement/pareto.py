@@ -131,9 +131,10 @@ def print_front(study: optuna.Study, as_json: bool = False) -> int:
                           "trade_off": trade_off(rows)}))
         return 0
     metric = (study.metric_names or ["value"])[0]
-    print(render(["trial", metric, "ms", "mJ/launch", "+-", "W", "flags"],
-                 [[r["trial"], f"{r[metric]:.4f}", _num(r["ms"]), f"{r['energy_mj']:.4g}", _num(r["energy_mj_err"]),
-                   _num(r["power_w"]), r["flags"]] for r in rows]))
+    ratio = metric != "ms"  # a paired study's value is a ratio: its ms beside it; else the value is the ms
+    print(render(["trial", metric, *(["ms"] if ratio else []), "mJ/launch", "+-", "W", "flags"],
+                 [[r["trial"], f"{r[metric]:.4f}", *([_num(r["ms"])] if ratio else []), f"{r['energy_mj']:.4g}",
+                   _num(r["energy_mj_err"]), _num(r["power_w"]), r["flags"]] for r in rows]))
     for line in trade_off(rows):
         print(line)
     return 0
