@@ -6,7 +6,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, tuner
+from tests.conftest import PNPOLY, ROOT, tuner
 from tuner.evaluate.replay import load_recording
 from tuner.store.results import COLUMNS, best_trial, read_table, trials_frame
 
@@ -84,6 +84,23 @@ def test_kernel_tuner_export_replays_with_the_same_results(tmp_path):
     measured = {tuple(t.params[a] for a in back.axes): t.user_attrs["ms"] for t in study.trials
                 if t.state == optuna.trial.TrialState.COMPLETE}
     assert measured and all(back.records[k].ms == ms for k, ms in measured.items())
+    upper = tmp_path / "CACHE.JSON"  # the format goes by the suffix, whatever its case
+    assert tuner("export", "--study", "patch_embed_sm90a_grid.replay", "--storage", db, "-o", upper).returncode == 0
+    assert json.loads(upper.read_text())["cache"] == data["cache"]
+
+
+def test_a_config_stopped_as_slower_keeps_its_status_through_a_kernel_tuner_export(tmp_path):
+    """Kernel Tuner's failure strings cannot say "stopped as slower": our export keeps the status beside
+    them, and replay reads it back, as the CSV round trip does."""
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    assert tuner("run", "--replay", PNPOLY, "--storage", db, "--study-name", "p", "--trials", 20, "--seed", 0).returncode == 0
+    out = tmp_path / "p.json"
+    assert tuner("export", "--study", "p", "--storage", db, "-o", out).returncode == 0
+    back = load_recording(out)
+    study = optuna.load_study(study_name="p", storage=db)
+    statuses = {tuple(t.params[a] for a in back.axes): t.user_attrs["status"] for t in study.trials
+                if t.state != optuna.trial.TrialState.COMPLETE}
+    assert "pruned_slow" in statuses.values() and all(back.records[k].status == s for k, s in statuses.items())
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "studies" / "recorded").glob("*.json")), ids=lambda p: p.name)

@@ -526,7 +526,7 @@ def cmd_export(args) -> int:
     axes = study.user_attrs.get("axes")
     trials = study.get_trials(deepcopy=False)
     device = study.user_attrs.get("device_name", "")
-    if args.output.suffix == ".json":  # the Kernel Tuner cache format, which replay also reads
+    if args.output.suffix.lower() == ".json":  # the Kernel Tuner cache format, which replay also reads
         from tuner.store.results import kernel_tuner_cache
 
         names = axes if isinstance(axes, list) else list(dict.fromkeys(n for t in trials for n in t.params))

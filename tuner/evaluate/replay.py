@@ -433,7 +433,10 @@ def _kt_result(entry: dict, objective: str, declared: str, at: str) -> tuple[Rec
     quirk of an older Kernel Tuner it shows, if any (``HIP_PAIRS``, ``KT_FAILED_TIMES``, else "")."""
     failure = next((entry[k] for k in (objective, declared) if isinstance(entry.get(k), str)), None)
     if failure is not None:
-        return Record(KT_FAILURES.get(failure, "launch_error"), attrs={"reason": failure}), ""
+        # our export keeps the status a failure string cannot say (a config stopped as slower: pruned_slow)
+        ours = entry.get("status")
+        status = ours if ours in RECORDED_STATUSES and ours != "ok" else KT_FAILURES.get(failure, "launch_error")
+        return Record(status, attrs={"reason": failure}), ""
     if objective not in entry:
         raise UserError(f"{at} has no {objective!r}")
     recorded = entry[objective]
