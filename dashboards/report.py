@@ -41,7 +41,8 @@ from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
 from tuner.store.results import COLUMNS, best_trial, trials_frame, value_text
-from tuner.store.storage import describe_storage, open_storage, redact
+from tuner.store.storage import describe_storage, is_journal, journal_path, open_storage, redact, resolve_url
+from tuner.store.url import sqlite_file
 
 log = logging.getLogger(__name__)
 
@@ -306,10 +307,9 @@ def fig_boxes(data: StudyData) -> go.Figure:
     done = data.complete.dropna(subset=["value"])
     for i, axis in enumerate(axes):
         col = "p:" + axis
-        groups = done.groupby(done[col].astype(str), sort=False)["value"]
-        order = _sorted_values(done[col].unique())
-        for value in order:
-            values = groups.get_group(str(value)) if str(value) in groups.groups else []
+        labels = done[col].astype(str)
+        for value in _sorted_values(done[col].unique()):
+            values = done.loc[labels == str(value), "value"]
             fig.add_trace(
                 go.Box(y=list(values), name=str(value), boxpoints=False, showlegend=False,
                        marker_color="#1f77b4"),
@@ -785,7 +785,10 @@ def write_report(storage: str | BaseStorage, out_dir: str | Path,
     started = time.perf_counter()
     label = redact(storage) if not isinstance(storage, BaseStorage) else describe_storage(storage)
     out = Path(out_dir)
-    _check_report_folder(out, label, force)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"-o {out} is a file: give a folder for the report's pages")
+    whose = _whose(storage, label)
+    _check_report_folder(out, whose, force)
     storage = storage if isinstance(storage, BaseStorage) else open_storage(storage, create=False)
     out.mkdir(parents=True, exist_ok=True)
     studies = {name: optuna.load_study(study_name=name, storage=storage) for name in optuna.get_all_study_names(storage)}
@@ -815,9 +818,19 @@ def write_report(storage: str | BaseStorage, out_dir: str | Path,
     index_html, _ = render_index(list(loaded.values()), links, plotly_js, footer)
     index_path = out / "index.html"
     _write(index_path, index_html)
-    _write(out / REPORT_MARK, json.dumps({"storage": label, "built": stamp}))
+    _write(out / REPORT_MARK, json.dumps({"storage": whose, "built": stamp}))
     log.info("report: %d pages in %.1f s", len(written) + 1, time.perf_counter() - started)
     return [index_path] + written
+
+
+def _whose(storage: str | BaseStorage, label: str) -> str:
+    """What a report folder records as its storage: a file's absolute path (``sqlite:///tuner.db``
+    names another file in each folder it is run from), else the storage as shown."""
+    if isinstance(storage, BaseStorage):
+        return label
+    url = resolve_url(storage)
+    path = journal_path(url) if is_journal(url) else sqlite_file(url) if url.startswith("sqlite") else None
+    return str(Path(path).resolve()) if path is not None else label
 
 
 def _check_report_folder(out: Path, label: str, force: bool) -> None:

@@ -89,6 +89,8 @@ def test_a_notebooks_slips_are_user_errors_in_its_own_terms(tmp_path):
         tuner.Scalar("float33", 2.0)
     with pytest.raises(UserError, match="grid 'ROWS /' is not a valid expression"):
         tuner.kernel_study(**axpy(tmp_path / "k", **{}) | {"grid": ("ROWS /", 1, 1)})
+    with pytest.raises(UserError, match=r'records times, no energy: replay the study with objectives = \["time"\]'):
+        tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage="memory", objectives=["time", "energy"])
     db = tmp_path / "a.db"  # a path is a SQLite file
     tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=db, trials=2)
     changed = tmp_path / "changed.toml"

@@ -177,6 +177,14 @@ def test_empty_and_all_failed_studies_give_a_message_not_a_traceback(journal):
     assert figs.count == 1  # the failure breakdown still draws
 
 
+def test_a_study_of_one_trial_draws_every_figure():
+    storage = optuna.storages.InMemoryStorage()
+    study = demo.make_study(storage, "one", n_trials=1, seed=5)
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 1
+    page, figs = rep.render_study_page(rep.load_study(study), "", "")
+    assert not figs.errors and 'id="fig-boxes"' in page, figs.errors
+
+
 # -------------------------------------------------------------------------------- pages
 
 

@@ -108,6 +108,16 @@ def test_a_report_folder_is_updated_from_its_storage_and_kept_from_another(tmp_p
     assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "report", "--storage", first, "-o", foreign), "did not write")
     assert (foreign / "index.html").read_text() == "<html>mine</html>"
     assert os.listdir(foreign) == ["index.html"]
+    # `sqlite:///tuner.db` is another file in each folder it is run from: a report of one is not the other's
+    for folder in ("x", "y"):
+        (tmp_path / folder).mkdir()
+        assert tuner("run", "--replay", PNPOLY, "--trials", 2, "--study-name", f"in_{folder}", cwd=tmp_path / folder).returncode == 0
+    assert tuner("report", "-o", tmp_path / "shared", cwd=tmp_path / "x").returncode == 0
+    refused = tuner("report", "-o", tmp_path / "shared", cwd=tmp_path / "y")
+    assert refused.returncode == 2 and "holds the report of" in refused.stderr and "--force" in refused.stderr, refused
+    (tmp_path / "afile").write_text("")
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "report", "--storage", first, "-o", tmp_path / "afile"),
+                           "is a file: give a folder for the report's pages")
 
 
 # -- SQLite URL query parameters ---------------------------------------------------------------------------------

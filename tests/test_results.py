@@ -89,6 +89,18 @@ def test_kernel_tuner_export_replays_with_the_same_results(tmp_path):
     assert json.loads(upper.read_text())["cache"] == data["cache"]
 
 
+def test_a_replays_export_replayed_again_names_the_gpu_it_was_recorded_on(tmp_path):
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    csv = ROOT / "studies" / "recorded" / "patch_embed_sm90a_grid_h200.csv"
+    study_file = ROOT / "studies" / "patch_embed_sm90a_grid.toml"
+    assert tuner("run", study_file, "--replay", csv, "--storage", db, "--trials", 3).returncode == 0
+    out = tmp_path / "again.csv"
+    assert tuner("export", "--study", "patch_embed_sm90a_grid.replay", "--storage", db, "-o", out).returncode == 0
+    assert tuner("run", study_file, "--replay", out, "--storage", db, "--study-name", "again", "--trials", 3).returncode == 0
+    for name in ("patch_embed_sm90a_grid.replay", "again"):
+        assert optuna.load_study(study_name=name, storage=db).user_attrs["device"]["name"] == "replay of NVIDIA H200"
+
+
 def test_a_config_stopped_as_slower_keeps_its_status_through_a_kernel_tuner_export(tmp_path):
     """Kernel Tuner's failure strings cannot say "stopped as slower": our export keeps the status beside
     them, and replay reads it back, as the CSV round trip does."""

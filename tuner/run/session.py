@@ -120,6 +120,9 @@ class Session:
                           "it records (give the study file for its whole space and constraints)")
             return Loaded(None, recording_space(recording), recording)
         cfg = load_study(self.study_file)
+        if recording is not None and len(self.search(cfg).objectives) > 1:
+            raise UserError(f"replay file {recording.path} records times, no energy: replay the study with "
+                            'objectives = ["time"] (time and energy are measured on a GPU)')
         cfg.measure = options.apply(cfg.measure, self.given)
         if len(cfg.search.objectives) > 1 and cfg.measure.energy_s <= 0:  # energy is an objective: measure it
             from tuner.measurement.pareto import DEFAULT_ENERGY_S
@@ -187,7 +190,9 @@ class Session:
             from tuner.evaluate.replay import ReplayEvaluator
 
             name = study_name or check_study_name(f"{base_name}{REPLAY_SUFFIX}", f"replay file {recording.path}")
-            device = {"name": f"replay of {recording.device or recording.path.name}"}
+            recorded_on = recording.device or recording.path.name
+            # (a replay's export keeps "replay of X" as its device: replayed again, it is still X's recording)
+            device = {"name": recorded_on if recorded_on.startswith("replay of ") else f"replay of {recorded_on}"}
             attrs = study_attrs("replay", space, cfg.arch if cfg else "", device, "", shape,
                                 {"replay_file": str(recording.path), "replay_format": recording.format,
                                  "baseline_ms": cfg.baseline if cfg else {}})

@@ -41,9 +41,10 @@ def study_note(study: optuna.Study, storage_label: str | None = None) -> str:
     lines.append(f"**Problem**: shape `{attrs.get('shape', '?')}`, "
                  + (", ".join(f"{k}={v}" for k, v in problem.items()) or "not recorded"))
     lines.append("")
-    lines.append(f"**Device**: {device.get('name', attrs.get('device', '?'))}"
-                 + (f" ({device.get('sm_count')} SMs, driver {device.get('driver')})" if device else "")
-                 + f", arch `{attrs.get('arch', '?')}`, NVRTC {attrs.get('nvrtc_version', '?')}")
+    gpu = ", ".join(text for text, known in ((f"{device.get('sm_count')} SMs", device.get("sm_count")),
+                                              (f"driver {device.get('driver')}", device.get("driver"))) if known)
+    lines.append(f"**Device**: {device.get('name', attrs.get('device', '?'))}" + (f" ({gpu})" if gpu else "")
+                 + f", arch `{attrs.get('arch') or '?'}`, NVRTC {attrs.get('nvrtc_version') or '?'}")
     lines.append("")
     lines.append(f"**Kernel**: `{attrs.get('kernel', '?')}` (`{attrs.get('kernel_path', '?')}`), "
                  f"source hash `{str(attrs.get('source_hash', '?'))[:16]}`, tool {attrs.get('tool_version', '?')}")

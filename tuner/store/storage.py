@@ -87,7 +87,7 @@ def check_study_name(name: str, where: str = "--study-name") -> str:
     if not name or not name.strip():
         raise UserError(f"{where}: a study name cannot be empty")
     if _NAME_FORBIDDEN.search(name) or name in (".", ".."):
-        raise UserError(f"{where} {name[:80]!r}: use letters, digits and . _ - (no path separators or control characters)")
+        raise UserError(f"{where} {name[:80]!r}: a study name holds no path separators or control characters")
     if len(name) > MAX_STUDY_NAME:
         raise UserError(f"{where}: a study name has at most {MAX_STUDY_NAME} characters, got {len(name)}")
     return name
