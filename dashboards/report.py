@@ -720,10 +720,10 @@ def _shape_defines_table(studies: list[StudyData]) -> str:
     body = []
     for a in axes:
         vals = [str(b.get("p:" + a, "–")) if pd.notna(b.get("p:" + a)) else "–" for _, b in cols]
-        differs = len(set(vals)) > 1
+        differs = len(set(vals) - {"–"}) > 1  # a study without the define does not make a row differ
         body.append(f"<tr><td><code>{_e(a)}</code></td>" + "".join(
             f"<td>{'<b>' if differs else ''}{_e(v)}{'</b>' if differs else ''}</td>" for v in vals) + "</tr>")
-    return ("<h2>Winning defines per study</h2><p>Bold rows differ between the studies.</p>"
+    return ("<h2>Winning defines per study</h2><p>Bold rows differ between the studies that have the define.</p>"
             f"<table>{head}{''.join(body)}</table>")
 
 

@@ -177,6 +177,19 @@ def test_empty_and_all_failed_studies_give_a_message_not_a_traceback(journal):
     assert figs.count == 1  # the failure breakdown still draws
 
 
+def test_a_define_only_some_studies_have_does_not_make_its_row_differ():
+    storage = optuna.storages.InMemoryStorage()
+    gemm = demo.make_study(storage, "gemm", n_trials=30, seed=1)
+    other = optuna.create_study(storage=storage, study_name="other")  # another kernel: none of the GEMM's defines
+    other.add_trial(optuna.trial.create_trial(params={"X": 1}, distributions={"X": optuna.distributions.IntDistribution(0, 3)},
+                                              value=1.0))
+    twin = demo.make_study(storage, "twin", n_trials=30, seed=1)  # the same winner as gemm
+    table = rep._shape_defines_table([rep.load_study(s) for s in (gemm, other, twin)])
+    axis = next(iter(gemm.best_trial.params))
+    row = next(r for r in table.split("<tr>") if f"<code>{axis}</code>" in r)
+    assert "<b>" not in row and "–" in row, row
+
+
 def test_a_study_of_one_trial_draws_every_figure():
     storage = optuna.storages.InMemoryStorage()
     study = demo.make_study(storage, "one", n_trials=1, seed=5)
