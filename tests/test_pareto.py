@@ -82,6 +82,19 @@ def test_best_pareto_prints_the_front_and_its_trade_off(ran):
     assert answer["trial"] in {r["trial"] for r in front} and answer["ratio"] == stored.values[0] and answer["ms"] > 0
 
 
+def test_an_export_keeps_the_energy_per_launch(ran, tmp_path):
+    import pandas as pd
+
+    study, url, _ = ran
+    out = tmp_path / "front.csv"
+    assert tuner("export", study, "--storage", url, "-o", out).returncode == 0
+    table = pd.read_csv(out)
+    stored = optuna.load_study(study_name="pareto", storage=url)
+    complete = {t.number: t.values[1] for t in stored.get_trials(states=(TrialState.COMPLETE,))}
+    exported = dict(zip(table["number"], table["energy_mj"], strict=True))
+    assert complete and all(exported[n] == energy for n, energy in complete.items())
+
+
 def test_the_report_shows_the_front(ran):
     _, url, _ = ran
     data = load_study(optuna.load_study(study_name="pareto", storage=url))

@@ -1,7 +1,8 @@
 """The results table: one row per trial, one schema for every file of results.
 
 Columns: the tuned defines as plain columns (``BLOCK_M``, ...), then :data:`COLUMNS`
-(``value`` is the objective, ``ms`` the kernel time). ``tuner grid --csv`` and
+(``value`` is the objective, ``ms`` the kernel time, ``energy_mj`` its energy per launch where
+it was measured). ``tuner grid --csv`` and
 ``tuner export`` write it, replay reads it back (and also the ``params_`` /
 ``user_attrs_`` columns of Optuna's ``trials_dataframe``, which older exports used),
 and the reports draw from it. :func:`best_trial` is the one rule for "the winner".
@@ -23,7 +24,7 @@ if TYPE_CHECKING:  # pandas where a table is built or read: a run's start import
 
 #: the columns after the defines, in order
 COLUMNS = (
-    "number", "state", "value", "ms", "tflops", "status", "reason", "regs", "spills", "smem_bytes",
+    "number", "state", "value", "ms", "tflops", "energy_mj", "status", "reason", "regs", "spills", "smem_bytes",
     "compile_s", "checksum", "max_err", "flags", "phase", "datetime_start", "datetime_complete",
 )
 #: columns a file may carry for all its rows (what it was measured on)
@@ -94,6 +95,7 @@ def trials_frame(trials: Iterable[FrozenTrial], axes: Sequence[str] | None = Non
     for t in trials:
         row: dict[str, Any] = {axis: t.params.get(axis) for axis in axes}
         row.update({key: t.user_attrs.get(key) for key in _ATTR_COLUMNS})
+        row["energy_mj"] = t.user_attrs.get("energy_mj_per_launch")  # a time-and-energy study's second objective
         row.update(number=t.number, state=t.state.name, status=status_of(t),
                    value=primary(t) if t.state == TrialState.COMPLETE else None,
                    datetime_start=t.datetime_start, datetime_complete=t.datetime_complete)
@@ -110,7 +112,7 @@ def trials_frame(trials: Iterable[FrozenTrial], axes: Sequence[str] | None = Non
         present = [row[axis] for row in rows if row[axis] is not None]
         if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
             frame[axis] = frame[axis].astype("Int64")
-    for column in ("value", "ms", "tflops", "regs", "spills", "smem_bytes", "compile_s", "checksum", "max_err"):
+    for column in ("value", "ms", "tflops", "energy_mj", "regs", "spills", "smem_bytes", "compile_s", "checksum", "max_err"):
         frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame
 
