@@ -628,8 +628,9 @@ def render_study_page(data: StudyData, plotly_js: str, footer: str, index_href: 
     else:
         if n_complete == 0:
             parts.append(
-                f'<section><div class="msg">No trial of this study finished with a valid time: all {len(df)} '
-                "trials were pruned or failed, so there is no history, importance or top configuration. "
+                f'<section><div class="msg">No trial of this study completed: all {len(df)} trials were pruned or '
+                "failed (in a time-and-energy study, also those whose energy could not be measured), so there is "
+                "no history, importance or top configuration. "
                 "The breakdown below says why.</div></section>")
         else:
             mem = _memory_study(data)
@@ -645,9 +646,12 @@ def render_study_page(data: StudyData, plotly_js: str, footer: str, index_href: 
                          + figs.render("slice", lambda: fig_slice(data, mem))
                          + figs.render("boxes", lambda: fig_boxes(data))
                          + "</section>")
-        if df["time_ms"].notna().any():
+        resources = df[["regs", "smem_bytes"]].notna().any(axis=None)  # a Kernel Tuner replay records neither
+        if df["time_ms"].notna().any() and resources:
             parts.append("<section><h2>Resources</h2>" + figs.render("resources", lambda: fig_resources(data)) + "</section>")
-        parts.append("<section><h2>Pruned and failed trials</h2>" + figs.render("failures", lambda: fig_failures(data))
+        stopped = (df["state"] != "COMPLETE").any()
+        parts.append("<section><h2>Pruned and failed trials</h2>"
+                     + (figs.render("failures", lambda: fig_failures(data)) if stopped else "")
                      + _failure_html(data) + "</section>")
     return _page(_study_title(data), summary, "".join(parts), plotly_js, footer), figs
 

@@ -169,7 +169,7 @@ def test_speedups_over_recorded_baselines():
 
 
 def test_empty_and_all_failed_studies_give_a_message_not_a_traceback(journal):
-    for name, message in (("fc1-empty", "has no trials yet"), ("fc2-broken", "No trial of this study finished")):
+    for name, message in (("fc1-empty", "has no trials yet"), ("fc2-broken", "No trial of this study completed")):
         page, figs = rep.render_study_page(_data(journal, name), "", "")
         assert message in page
         assert not figs.errors and "Traceback" not in page
@@ -188,6 +188,20 @@ def test_a_define_only_some_studies_have_does_not_make_its_row_differ():
     axis = next(iter(gemm.best_trial.params))
     row = next(r for r in table.split("<tr>") if f"<code>{axis}</code>" in r)
     assert "<b>" not in row and "–" in row, row
+
+
+def test_figures_with_nothing_to_show_are_left_out():
+    """A Kernel Tuner replay records no registers or shared memory, and with every trial complete
+    there is nothing pruned or failed: neither figure is drawn as empty axes."""
+    import tuner
+    from tests.conftest import PNPOLY
+
+    study = tuner.tune(None, replay=PNPOLY, storage="memory", trials=6, sampler="grid", pruner=False).study
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    page, figs = rep.render_study_page(rep.load_study(study), "", "")
+    assert not figs.errors and 'id="fig-history"' in page
+    assert 'id="fig-resources"' not in page and 'id="fig-failures"' not in page
+    assert "No trial was pruned or failed." in page
 
 
 def test_a_study_of_one_trial_draws_every_figure():
@@ -428,7 +442,7 @@ def test_browser_renders_index_and_study_page(browser, report_dir):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000  # a real, non-blank picture
 
     browser.open(report_dir / rep.study_filename("fc2-broken"))
-    assert "No trial of this study finished" in browser.evaluate("document.body.innerText")
+    assert "No trial of this study completed" in browser.evaluate("document.body.innerText")
     _check_rendered(browser.plots(), {"fig-failures"})
     assert browser.errors() == []
 
