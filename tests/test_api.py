@@ -79,7 +79,7 @@ def test_bad_settings_are_one_line_user_errors(tmp_path):
 
 def test_a_notebooks_slips_are_user_errors_in_its_own_terms(tmp_path):
     """What a notebook user gets wrong raises the one-line UserError, naming keywords, not flags."""
-    with pytest.raises(UserError, match=r"start: a list of defines, e.g. start=\[\{'BLOCK': 64\}, ...\]"):
+    with pytest.raises(UserError, match=r"start: a list, e.g. start=\[\{'BLOCK': 64\}, ...\]"):
         tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage="memory", start={"BLOCK_N": 192})
     with pytest.raises(UserError, match="storage: a URL .* or a path, not a dict"):
         tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage={"url": "x"})

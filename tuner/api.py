@@ -122,6 +122,10 @@ class Result:
         return write_header(Path(path), self.study, self.winner)
 
 
+#: what the settings that take a list or a dict look like
+_EXAMPLES = {"start": "[{'BLOCK': 64}, ...]", "reference": "{'BLOCK': 64}", "objectives": "['time', 'energy']"}
+
+
 def _given(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword settings by the option table's names, checked as the study file's keys are."""
     given = {}
@@ -131,8 +135,8 @@ def _given(settings: Mapping[str, Any]) -> dict[str, Any]:
             raise UserError(f"unknown setting {name!r}; expected one of {', '.join(sorted(options.BY_NAME))}")
         structured = opt.toml and opt.kind in (list, dict)  # start, reference: checked against the space later
         if structured and not isinstance(value, (list, tuple) if opt.kind is list else (dict, str)):  # str: "baseline"
-            example = "[{'BLOCK': 64}, ...]" if opt.kind is list else "{'BLOCK': 64}"
-            raise UserError(f"{name}: a {opt.kind.__name__} of defines, e.g. {name}={example}; got {value!r}")
+            example = _EXAMPLES.get(name, "[...]" if opt.kind is list else "{...}")
+            raise UserError(f"{name}: a {opt.kind.__name__}, e.g. {name}={example}; got {value!r}")
         given[name] = value if structured else opt.check(value, name)
     if given.get("workers", 1) > 1:
         raise UserError("workers: several GPUs on one study run from the command line (tuner run --workers N)")

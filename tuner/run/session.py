@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from tuner.study.file import StudyConfig
 
 
-
 @dataclass
 class Loaded:
     """A study file (None with a Kernel Tuner replay file alone), its space, the recording replayed."""
