@@ -201,6 +201,16 @@ def test_the_cubin_parameter_table(tmp_path, shared_cache):
     assert kernel.max_threads == 256 and kernel.regs == built.regs
 
 
+def test_the_scalar_types_are_one_list():
+    """A Scalar's type is checked against SCALAR_CTYPES when it is made; the driver builds each and the
+    preflight knows each one's size: the three name the same types."""
+    from tuner.check.preflight import _SCALAR_LAYOUT
+    from tuner.contract.kernel_spec import SCALAR_CTYPES
+    from tuner.device.driver import _CTYPES
+
+    assert set(SCALAR_CTYPES) == set(_CTYPES) == set(_SCALAR_LAYOUT)
+
+
 def test_stratified_sample_covers_every_value():
     valid = [{"A": a, "B": b} for a in range(40) for b in range(5)]
     chosen = stratified(valid, 16)

@@ -158,7 +158,7 @@ class LightSpec(KernelSpec):
         try:
             return compile(expr, f"{self.path.name}: {expr}", "eval")
         except SyntaxError as exc:
-            c_style = any(op in expr for op in ("&&", "||", "!")) or "?" in expr
+            c_style = re.search(r"&&|\|\||!(?!=)|\?", expr) is not None  # (!= is Python too)
             hint = "; expressions are Python: and, or, not, x if c else y" if c_style else ""
             raise UserError(f"kernel spec {self.path.name}: {kind} {expr!r} is not a valid expression "
                             f"({exc.msg} at column {exc.offset}){hint}") from None
