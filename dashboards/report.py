@@ -40,7 +40,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
-from tuner.store.results import COLUMNS, best_trial, trials_frame, value_text
+from tuner.store.results import COLUMNS, best_trial, metric_of, paired_ms, reference_ms, trials_frame, value_text
 from tuner.store.storage import describe_storage, is_journal, journal_path, open_storage, redact, resolve_url
 from tuner.store.url import sqlite_file
 
@@ -134,17 +134,21 @@ def _num(value: Any) -> float | None:
     return None
 
 
-def _frame(trials: list[FrozenTrial]) -> pd.DataFrame:
-    """The engine's results table, params as ``p:NAME`` columns, plus the last block median."""
+def _frame(trials: list[FrozenTrial], metric: str) -> pd.DataFrame:
+    """The engine's results table, params as ``p:NAME`` columns, plus the last block median
+    and each trial's time in ms (a paired study's values and block medians are ratios)."""
     df = trials_frame(trials)
     params = [c for c in df.columns if c not in COLUMNS]
     df = df.rename(columns={**{p: "p:" + p for p in params}, "datetime_start": "start", "datetime_complete": "end"})
     for col in ("reason", "flags", "phase"):
         df[col] = df[col].fillna("").astype(str)
     partial = [t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None for t in trials]
-    df["partial_ms"] = pd.to_numeric(pd.Series(partial, index=df.index, dtype=object), errors="coerce")
-    # the time a trial shows on scatter plots: its value, its ms, or its last block median
-    df["time_ms"] = df["value"].fillna(df["ms"]).fillna(df["partial_ms"])
+    scale = reference_ms(trials) if metric == "ratio" else 1.0
+    df["partial_ms"] = pd.to_numeric(pd.Series(partial, index=df.index, dtype=object), errors="coerce") * (scale or math.nan)
+    # the time a trial shows on scatter plots: its time on the study's one scale, or its last block median
+    df["time_ms"] = df["number"].map(paired_ms(trials)).fillna(df["partial_ms"])
+    if metric != "ratio":
+        df["time_ms"] = df["time_ms"].fillna(df["value"])
     return df
 
 
@@ -166,8 +170,8 @@ def load_study(study: optuna.Study) -> StudyData:
         direction=study.directions[0],
         attrs=dict(study.user_attrs),
         trials=shown,
-        df=_frame(shown),
-        metric=(study.metric_names or ["ms"])[0],
+        df=_frame(shown, metric_of(study)),
+        metric=metric_of(study),
         pareto_trials=trials if multi else None,
         metric_names=list(study.metric_names or []),
     )

@@ -285,9 +285,9 @@ def test_the_dashboard_without_its_extra_says_how_to_install_it(journal, capsys,
     assert err.strip() == "tuner: error: tuner dashboard needs optuna-dashboard: pip install -e '.[dashboard]'", err
 
 
-def test_a_paired_studys_best_is_shown_in_ms_with_its_speedups_from_ms():
-    """A study timed against a reference stores ratios: the report's best and its speed-ups over the
-    baselines read the trial's ms, as `tuner status` does, and its heading names the ratio as one."""
+def _paired_copy(reference_ms: float) -> tuple[optuna.Study, optuna.Study]:
+    """A demo study (values in ms) and its copy timed against a reference of ``reference_ms``: values
+    and block medians are ratios, each trial keeps its ms, its ratio and the reference's ms."""
     storage = optuna.storages.InMemoryStorage()
     source = demo.make_study(storage, "ms", shape="patch_embed", n_trials=40, seed=4)
     paired = optuna.create_study(storage=storage, study_name="paired")
@@ -296,10 +296,22 @@ def test_a_paired_studys_best_is_shown_in_ms_with_its_speedups_from_ms():
         paired.set_metric_names(["ratio"])
     for key, value in source.user_attrs.items():
         paired.set_user_attr(key, value)
+    for t in source.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        attrs = dict(t.user_attrs)
+        if t.state == TrialState.COMPLETE:
+            attrs.update(ratio=t.user_attrs["ms"] / reference_ms, reference_ms=reference_ms)
+        paired.add_trial(optuna.trial.create_trial(
+            params=t.params, distributions=t.distributions, state=t.state, user_attrs=attrs,
+            value=t.user_attrs["ms"] / reference_ms if t.state == TrialState.COMPLETE else None,
+            intermediate_values={k: v / reference_ms for k, v in t.intermediate_values.items()}))
+    return source, paired
+
+
+def test_a_paired_studys_best_is_shown_in_ms_with_its_speedups_from_ms():
+    """A study timed against a reference stores ratios: the report's best and its speed-ups over the
+    baselines read the trial's ms, as `tuner status` does, and its heading names the ratio as one."""
     reference_ms = 2.0
-    for t in source.get_trials(states=(TrialState.COMPLETE,)):
-        paired.add_trial(optuna.trial.create_trial(params=t.params, distributions=t.distributions,
-                                                   value=t.user_attrs["ms"] / reference_ms, user_attrs=t.user_attrs))
+    source, paired = _paired_copy(reference_ms)
     data = rep.load_study(paired)
     best = data.best()
     row = rep.index_rows([data])[0]
@@ -308,6 +320,28 @@ def test_a_paired_studys_best_is_shown_in_ms_with_its_speedups_from_ms():
     assert dict((n, s) for n, _, s in row["speedups"])["cublas"] == pytest.approx(cublas / best["ms"])
     page, _ = rep.render_study_page(data, "", "")
     assert f"x the reference</b>, {rep._fmt(best['ms'])} ms" in page
+
+
+def test_a_paired_studys_times_and_note_are_in_ms():
+    """The figures labelled ms and the study's note read a paired study's ratios on the reference's
+    scale; a pruned config's last block median too."""
+    reference_ms = 2.0
+    source, paired = _paired_copy(reference_ms)
+    data = rep.load_study(paired)
+    own = rep.load_study(source)
+    timed = own.df[own.df["state"] != "FAIL"]["time_ms"].dropna()  # the copy leaves failed trials out
+    assert len(timed) and sorted(data.df["time_ms"].dropna()) == pytest.approx(sorted(timed))
+    pruned = data.df[data.df["state"] == "PRUNED"]["time_ms"].dropna()
+    assert len(pruned) and pruned.min() > data.df["value"].max()  # ms, not the block's ratio
+    figure = rep.fig_resources(data)
+    assert max(max(t.y) for t in figure.data) == pytest.approx(own.df["time_ms"].max())
+
+    note = study_note(paired)
+    best = min(paired.get_trials(states=(TrialState.COMPLETE,)), key=lambda t: t.value)
+    ms = best.user_attrs["ms"]
+    assert f"**{best.value:.4f} x the reference, {ms:.4g} ms**" in note
+    cublas = source.user_attrs["baseline_ms"]["cublas"]
+    assert f"{cublas / ms:.2f}x over cublas" in note
 
 
 def test_passwords_never_reach_pages_or_notes(tmp_path):

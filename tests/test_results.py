@@ -174,3 +174,16 @@ def test_a_trial_without_its_own_time_shows_its_ratio_on_the_studys_scale():
     assert frame["ms"].tolist() == pytest.approx([0.999 * 1.03, 1.25, 1.52])
     assert frame["tflops"][0] == pytest.approx(1000.0 / (0.999 * 1.03), rel=1e-3)  # the work the others did
     assert summarize(study, "sqlite:///:memory:")["best"]["ms"] == pytest.approx(0.999 * 1.03)
+
+
+def test_a_trial_without_a_recorded_status_is_named_alike_by_status_export_and_note():
+    """A trial that failed outside the objective (no status attribute) reads "failed" everywhere."""
+    from tuner.run.runner import summarize
+    from tuner.store.notes import study_note
+
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL))
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={"status": "ok"}))
+    assert summarize(study, "sqlite:///x.db")["statuses"] == {"failed": 1, "ok": 1}
+    assert list(trials_frame(study.trials)["status"]) == ["failed", "ok"]
+    assert "(failed 1, ok 1)" in study_note(study)

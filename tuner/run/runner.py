@@ -51,7 +51,7 @@ from tuner.search.warm_start import (
 )
 from tuner.store.liveness import recover_stale_trials
 from tuner.store.optuna_private import TrialFeed, waiting_trials
-from tuner.store.results import best_trial, metric_of, time_of, value_of, value_text
+from tuner.store.results import best_trial, metric_of, status_of, time_of, value_of, value_text
 from tuner.store.storage import PLANNER_STATISTICS_FROM, give_planner_statistics, open_storage, redact, resolve_url
 from tuner.study.file import SearchSettings
 from tuner.table import printable
@@ -518,7 +518,7 @@ class Runner:
 
 def summarize(study: optuna.Study, storage_url: str) -> dict:
     trials = study.get_trials(deepcopy=False)
-    statuses = Counter(t.user_attrs.get("status", t.state.name.lower()) for t in trials)
+    statuses = Counter(status_of(t) for t in trials)
     best = None
     b = best_trial(trials, study.directions[0])  # several objectives: the fastest (tuner best --pareto: the front)
     if b is not None:

@@ -20,7 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from tuner.store import optuna_private
-from tuner.store.results import best_trial
+from tuner.store.results import best_trial, metric_of, status_of, time_of, value_text
 from tuner.store.storage import redact
 
 #: optuna-dashboard's note format: a version counter and the body in chunks of this many characters
@@ -51,7 +51,7 @@ def study_note(study: optuna.Study, storage_label: str | None = None) -> str:
     lines.append("")
     states: dict[str, int] = {}
     for t in trials:
-        key = str(t.user_attrs.get("status") or t.state.name.lower())
+        key = status_of(t)
         states[key] = states.get(key, 0) + 1
     lines.append(f"**Trials**: {len(trials)} (" + ", ".join(f"{k} {v}" for k, v in sorted(states.items())) + ")")
     lines.append("")
@@ -61,14 +61,19 @@ def study_note(study: optuna.Study, storage_label: str | None = None) -> str:
         ua = best.user_attrs
         flags = ua.get("flags") or " ".join(f"-D{k}={v}" for k, v in best.params.items())
         extra = ", ".join(f"{k} {ua[k]}" for k in ("regs", "spills", "smem_bytes") if k in ua)
-        lines.append(f"**Best**: trial {best.number}, **{best.values[0]:.4f} ms**"
+        metric = metric_of(study)
+        best_ms = time_of(best, trials)
+        shown = value_text(best.values[0], metric)
+        if metric == "ratio" and best_ms is not None:
+            shown += f", {best_ms:.4g} ms"
+        lines.append(f"**Best**: trial {best.number}, **{shown}**"
                      + (f", {ua['tflops']:.1f} TFLOPS" if isinstance(ua.get("tflops"), (int, float)) else "")
                      + (f" ({extra})" if extra else ""))
         base = attrs.get("baseline_ms")
-        if isinstance(base, dict):
+        if isinstance(base, dict) and best_ms:
             for name, ms in base.items():
                 if isinstance(ms, (int, float)) and ms > 0:
-                    lines.append(f"- {ms / best.values[0]:.2f}x over {name} ({ms} ms)")
+                    lines.append(f"- {ms / best_ms:.2f}x over {name} ({ms} ms)")
         lines += ["", "```", flags, "```", ""]
     lines += ["**Reproduce**", "", "```sh"]
     where = f" --storage '{redact(storage_label)}'" if storage_label else ""

@@ -197,6 +197,13 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def reference_ms(trials: Sequence[FrozenTrial]) -> float | None:
+    """The reference's median time over a paired study's trials: the scale its ratios are read on."""
+    references = [t.user_attrs["reference_ms"] for t in trials
+                  if isinstance(t.user_attrs.get("reference_ms"), (int, float)) and t.user_attrs.get("ratio")]
+    return statistics.median(references) if references else None
+
+
 def paired_ms(trials: Sequence[FrozenTrial]) -> dict[int, float]:
     """Per trial, its time on one scale: the paired ratio x the reference's median time.
 
@@ -204,9 +211,7 @@ def paired_ms(trials: Sequence[FrozenTrial]) -> dict[int, float]:
     GPU); its ratio to the reference launched alternately does not. Trials of a study with a
     milliseconds objective keep their value.
     """
-    references = [t.user_attrs["reference_ms"] for t in trials
-                  if isinstance(t.user_attrs.get("reference_ms"), (int, float)) and t.user_attrs.get("ratio")]
-    scale = statistics.median(references) if references else None
+    scale = reference_ms(trials)
     out = {}
     for t in trials:
         ratio = t.user_attrs.get("ratio")
