@@ -30,6 +30,16 @@ def test_storage_and_system_attrs():
     assert op.study_system_attrs(study)["dashboard:note_ver"] == 3
     first, second = study.ask(), study.ask()
     assert storage.get_trial(op.trial_id(second)).number == second.number != first.number
+    frozen = study.get_trials(deepcopy=False)[1]
+    assert op.trial_id(frozen) == op.trial_id(second)
+
+
+def test_a_database_storage_is_told_apart_behind_optunas_cache(tmp_path):
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    study = optuna.create_study(storage=url, study_name="a")  # Optuna wraps an RDB storage in its cache
+    assert op.is_database(op.storage_of(study)) and op.is_database(optuna.storages.RDBStorage(url))
+    assert not op.is_database(InMemoryStorage())
+    assert not op.is_database(JournalStorage(JournalFileBackend(str(tmp_path / "j.log"))))
 
 
 def test_trial_attrs_and_fail():

@@ -55,3 +55,13 @@ def test_a_baseline_reference_stays_a_baseline_and_a_kernel_a_kernel():
     assert isinstance(warm, WarmUpJob) and isinstance(warm.reference, Baseline)
     assert isinstance(measure, MeasureJob) and measure.reference == REFERENCE and measure.candidate == CANDIDATE
     assert isinstance(measure.timing, Timing)
+
+
+def test_a_jobs_timing_defaults_are_the_options_tables():
+    """A job built without the study's settings (a test's, a tool's) is timed as a study with none."""
+    from tuner.evaluate.gpu import GpuEvaluator
+    from tuner.study.options import MeasureSettings
+
+    evaluator = GpuEvaluator.__new__(GpuEvaluator)  # only its settings are read
+    evaluator.measure_settings = MeasureSettings()
+    assert evaluator.timing == Timing()

@@ -32,12 +32,12 @@ class Timing:
     ci_target: float = 0.0025
     regime: str = "sustained"
     idle_s: float = 2.0  # burst: the GPU rests this long before the candidate's pairs
-    session_warmup_ms: float = 1000.0  # sustained: the reference runs at least this long before the first trial,
-    session_warmup_cap_s: float = 4.0  # then on until its time is steady (tuner.measurement.steady), at most this long
-    # an H200 at its 700 W cap keeps 100 ms block medians ~1.2 % apart once loaded (2026-11-26): a tighter
-    # spread never holds there, so only the trend (half of this) tells a ramp from the cap's wobble
-    steady_tolerance: float = 0.015
-    steady_block_ms: float = 100.0
+    # sustained: the reference runs at least this long before the first trial, then on until its time is
+    # steady (tuner.measurement.steady), at most the cap
+    session_warmup_ms: float = SteadyRule.min_ms
+    session_warmup_cap_s: float = SteadyRule.cap_ms / 1e3
+    steady_tolerance: float = SteadyRule.tolerance
+    steady_block_ms: float = SteadyRule.block_ms
     energy_s: float = 0.0  # after timing, the candidate and then the reference run alone this long for energy
     # sustained: the reference's own config, as a trial, is measured before the session warm-up ends (a kernel
     # paired with itself reads 1 at any clock), so a study's first result need not wait for a steady GPU

@@ -1,7 +1,7 @@
 """Run a study: open or resume it, bind it to its device and source, optimise, summarise.
 
-The loop itself is Optuna's (``study.optimize``); this module chooses the sampler,
-pruner and evaluator, keeps a study from mixing results of different GPUs, kernel
+The loop itself is :class:`tuner.run.pipeline.Pipeline` (Optuna's ask and tell); this module
+chooses the sampler, pruner and evaluator, keeps a study from mixing results of different GPUs, kernel
 sources or compilers, re-queues trials a dead process left RUNNING, and runs the
 tiered plan (tier 1, then tier 2 on the tier-1 winner) when asked.
 """

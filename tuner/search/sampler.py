@@ -11,8 +11,8 @@ is always one of its untried rows:
 * ``gp`` and ``random`` are Optuna samplers: their proposal is used when it is valid and
   untried, else moved to the nearest untried config (fewest differing axes, then fewest
   level steps, ties at random: no axis is favoured for having more values);
-* ``grid`` walks the valid set in order (Optuna's BruteForceSampler semantics, without
-  visiting invalid configurations).
+* ``grid`` measures 10 configs spread evenly over the valid set, then walks it in order
+  (Optuna's BruteForceSampler semantics, without visiting invalid configurations).
 
 The work per proposal does not depend on the size of the space nor on the number of
 finished trials (only trials new since the last proposal, and those in flight, are read).

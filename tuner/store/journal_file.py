@@ -68,6 +68,7 @@ class TolerantJournalFile(JournalFileBackend):
 
     def __init__(self, file_path: str) -> None:
         super().__init__(file_path)
+        self.path = file_path
         #: records yielded so far -> (byte offset, line number) of the next line
         self._next_line: dict[int, tuple[int, int]] = {0: (0, 0)}
         self._reported: set[int] = set()
@@ -83,7 +84,7 @@ class TolerantJournalFile(JournalFileBackend):
     def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
         number = max(n for n in self._next_line if n <= log_number_from)
         offset, line_no = self._next_line[number]
-        with open(self._file_path, "rb") as f:
+        with open(self.path, "rb") as f:
             end = os.fstat(f.fileno()).st_size  # what was there when reading began (writers append)
             f.seek(offset)
             while offset < end:
@@ -148,5 +149,5 @@ class TolerantJournalFile(JournalFileBackend):
             what = "the whole record after the damage kept"
         if kept and kept[0].get("worker_id") == "damaged-record":
             what += "; a placeholder keeps the ids after it right"
-        self._pending.append(f"tuner: journal file {self._file_path}: line {line_no} is damaged "
+        self._pending.append(f"tuner: journal file {self.path}: line {line_no} is damaged "
                              f"({len(line)} bytes: {line[:40]!r}...); {what}; every other record is read")

@@ -27,10 +27,11 @@ from collections.abc import Collection, Mapping
 from functools import cache
 
 import optuna
-from optuna.storages import JournalStorage, RDBStorage
+from optuna.storages import JournalStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.store.optuna_private import fail_trial, heartbeat_ages, set_trial_system_attr_by_id
+from tuner.store.optuna_private import fail_trial, heartbeat_ages, is_database, set_trial_system_attr_by_id
+from tuner.store.optuna_private import trial_id as id_of
 
 HOST_ATTR = "runner_host"
 PID_ATTR = "runner_pid"
@@ -137,7 +138,7 @@ def process_gone(pid: int) -> bool:
 # -- the lease --------------------------------------------------------------------------------
 def has_lease(storage: optuna.storages.BaseStorage) -> bool:
     """Storages other processes share: RDB (behind Optuna's cache wrapper) and journal files."""
-    return isinstance(getattr(storage, "_backend", storage), RDBStorage) or isinstance(storage, JournalStorage)
+    return is_database(storage) or isinstance(storage, JournalStorage)
 
 
 def beat(storage: optuna.storages.BaseStorage, trial_id: int) -> None:
@@ -155,7 +156,7 @@ def lease_ages(study: optuna.Study, running: Collection[FrozenTrial]) -> dict[in
     storage = storage_of(study)
     if isinstance(storage, JournalStorage):
         now = time.time()
-        return {t._trial_id: now - float(t.system_attrs[LEASE_ATTR]) for t in running if LEASE_ATTR in t.system_attrs}
+        return {id_of(t): now - float(t.system_attrs[LEASE_ATTR]) for t in running if LEASE_ATTR in t.system_attrs}
     if has_lease(storage):
         return heartbeat_ages(storage, study_id(study))
     return {}
@@ -169,7 +170,7 @@ def runner_dead(trial: FrozenTrial, ages: Mapping[int, float] | None = None) -> 
     pid = attrs.get(PID_ATTR)
     if isinstance(pid, int) and _here(attrs):
         return not is_mine(trial) and not _pid_alive(pid, attrs.get(STARTED_ATTR))
-    age = None if ages is None else ages.get(trial._trial_id)
+    age = None if ages is None else ages.get(id_of(trial))
     if age is not None:
         return age > grace_s()
     if ages is None and isinstance(pid, int):
@@ -214,8 +215,8 @@ def _death(trial: FrozenTrial, ages: Mapping[int, float]) -> str:
     pid, host = attrs.get(PID_ATTR), attrs.get(HOST_ATTR)
     if isinstance(pid, int) and _here(attrs):
         return f"runner pid {pid} died mid-trial"
-    if trial._trial_id in ages:
-        return f"runner {host} pid {pid} stopped beating ({ages[trial._trial_id]:.0f} s > {grace_s()} s): lost mid-trial"
+    if id_of(trial) in ages:
+        return f"runner {host} pid {pid} stopped beating ({ages[id_of(trial)]:.0f} s > {grace_s()} s): lost mid-trial"
     if pid is not None:
         return f"runner {host} pid {pid} never beat in {grace_s()} s: lost mid-trial"
     return "its process died before it was marked"

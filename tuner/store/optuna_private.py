@@ -36,9 +36,16 @@ def study_id(study: optuna.Study) -> int:
     return study._study_id
 
 
-def trial_id(trial: optuna.Trial) -> int:
-    """A trial's id in its storage (the key heartbeats are recorded under; Trial has no getter)."""
+def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
+    """A trial's id in its storage (the key heartbeats are recorded under; neither Trial nor
+    FrozenTrial has a getter)."""
     return trial._trial_id
+
+
+def is_database(storage: BaseStorage) -> bool:
+    """An RDB storage, also behind the cache wrapper ``optuna.load_study`` puts around one."""
+    return isinstance(storage, RDBStorage) or (isinstance(storage, _CachedStorage)
+                                               and isinstance(storage._backend, RDBStorage))
 
 
 def read_trials(study: optuna.Study, numbers: Iterable[int], start: int) -> tuple[list[FrozenTrial], int]:
