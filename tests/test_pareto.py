@@ -123,3 +123,22 @@ def test_unknown_objectives_are_one_line(tmp_path):
     study = study_file(tmp_path, ("energy",))
     result = tuner("run", study, "--storage", f"sqlite:///{tmp_path / 's.db'}")
     assert result.returncode == 2 and "objectives must be" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_energy_is_measured_when_the_objectives_are_a_setting(tmp_path):
+    """tune(study, objectives=[...]) and --objectives turn energy on as the study file's key does."""
+    from tuner.run.session import Session
+
+    loaded = Session(study_file(tmp_path, ("time",)), given={"objectives": ["time", "energy"]}).load()
+    assert loaded.cfg.measure.energy_s == 1.0
+
+
+@pytest.mark.parametrize("stored,asked", [(("time",), ("time", "energy")), (("time", "energy"), ("time",))])
+def test_a_study_resumed_with_other_objectives_is_refused_and_kept(tmp_path, stored, asked):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    kept = optuna.create_study(study_name="pareto", storage=url, directions=["minimize"] * len(stored))
+    kept.add_trial(optuna.trial.create_trial(values=[1.0] * len(stored)))
+    result = tuner("run", study_file(tmp_path, asked), "--storage", url, "--cache-dir", tmp_path / "cache", env=FAKE)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"was created with objectives {list(stored)}, this run asks for {list(asked)}" in result.stderr
+    assert len(optuna.load_study(study_name="pareto", storage=url).trials) == 1

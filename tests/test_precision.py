@@ -100,6 +100,19 @@ def test_precise_tolerance_is_the_issues_bound():
     assert Tolerance.of_job(t.as_job(), SM90A) == t
 
 
+def test_the_precise_class_is_never_looser_than_the_specs_own():
+    """An FP32 kernel's spec asks for 1e-3: an output 1 % off everywhere fails each class."""
+    sgemm = load_spec(ROOT / "kernel" / "example_sgemm.py")
+    assert (sgemm.atol, sgemm.rtol) == (1e-3, 1e-3)
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((8, 256)).astype(np.float32)
+    for precision in ("fast", "precise", 1e-3):
+        t = tolerance(precision, sgemm)
+        assert (t.atol, t.rtol) == (1e-3, 1e-3)
+        passed, _ = verdict(host_check(ref * 1.01, ref, np.arange(8), ref.size, t))
+        assert not passed, precision
+
+
 def test_the_studys_precision_reaches_the_workers_check(tmp_path, cache_dir):
     """The whole CLI path (real NVRTC, the worker double): each trial's check gets the precise tolerance."""
     study = tmp_path / "precise.toml"
@@ -113,6 +126,14 @@ def test_the_studys_precision_reaches_the_workers_check(tmp_path, cache_dir):
     assert result.returncode == 0, result.stderr
     seen = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(seen) >= 2 and all(s["precision"] == "precise" and s["rms_floor"] is False for s in seen)
+
+    # resumed in the fast class: its values would be judged by two tolerances
+    fast = tmp_path / "fast.toml"
+    fast.write_text(study.read_text().replace('precision = "precise"\n', "").replace("trials = 2", "trials = 4"))
+    again = tuner("run", fast, "--storage", f"sqlite:///{tmp_path / 's.db'}", "--cache-dir", cache_dir,
+                  env={"TUNER_WORKER_BACKEND": FAKE_BACKEND})
+    assert again.returncode == 2 and "'precision': 'precise'" in again.stderr and "'precision': 'fast'" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1, again.stderr
 
 
 @pytest.mark.gpu

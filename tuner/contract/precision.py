@@ -7,6 +7,8 @@
   that of the whole row's sums: the numerics of cuBLAS FP8 with ``use_fast_accum=True``.
 - ``"precise"``: ``0.02 + 2 %`` of ``|reference|`` itself, no floor, and no output may exceed
   it: the numerics of cuBLAS FP8 with ``use_fast_accum=False`` (FP32 promotion of the sums).
+  A spec whose own ``atol``/``rtol`` are tighter (an FP32 kernel's) keeps them: the precise
+  class is never looser than the fast one.
 - a number in (0, 0.01]: an error budget, the fraction of outputs that may be off by more
   than the precise tolerance.
 
@@ -74,7 +76,8 @@ def tolerance(precision: str | float, spec: Any) -> Tolerance:
     """The check's tolerance for a study's precision class."""
     if precision == "fast":
         return fast(spec)
+    atol, rtol = min(PRECISE_ATOL, float(spec.atol)), min(PRECISE_RTOL, float(spec.rtol))
     if precision == "precise":
-        return Tolerance(PRECISE_ATOL, PRECISE_RTOL, rms_floor=False, precision="precise")
-    return Tolerance(PRECISE_ATOL, PRECISE_RTOL, rms_floor=False, max_bad_fraction=float(precision),
+        return Tolerance(atol, rtol, rms_floor=False, precision="precise")
+    return Tolerance(atol, rtol, rms_floor=False, max_bad_fraction=float(precision),
                      precision=f"budget {float(precision):g}")

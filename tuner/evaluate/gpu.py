@@ -85,7 +85,9 @@ class GpuEvaluator:
         else:
             reference = BASELINE
         metric = "ratio" if self.measure_settings.value == "ratio" else "ms"
-        return {"objective": {"metric": metric, "reference": reference, "regime": self.measure_settings.regime}}
+        precision = self.tolerance.precision if self.tolerance is not None else "fast"
+        return {"objective": {"metric": metric, "reference": reference, "regime": self.measure_settings.regime,
+                              "precision": precision}}
 
     def bind(self, study) -> None:
         self._study = study

@@ -15,7 +15,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,9 @@ def fingerprint(attrs: dict[str, Any]) -> dict[str, Any]:
 def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool) -> None:
     """Record the study's fingerprint, or stop if a resumed study was made elsewhere."""
     stored = {"objective": LEGACY_OBJECTIVE, **study.user_attrs}  # one read: a second may see another worker's "kind"
+    objective = stored["objective"]
+    if isinstance(objective, dict) and "precision" not in objective and "precision" in attrs.get("objective", {}):
+        stored["objective"] = {**objective, "precision": "fast"}  # checked as the spec says: the default class
     if not stored.get("kind"):
         # "kind" is written last: it marks the binding complete, so a worker starting at
         # the same moment never compares against a half-written fingerprint.
@@ -138,6 +141,16 @@ def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool
     history = list(stored.get("accepted_mismatches", []))
     history.append({"at": _now(), "differs": differs})
     study.set_user_attr("accepted_mismatches", history)
+
+
+def check_same_objectives(study: optuna.Study, objectives: Sequence[str]) -> None:
+    """A study keeps the objectives it was created with (Optuna stores its directions once)."""
+    stored = pareto.OBJECTIVES[:len(study.directions)]
+    if list(stored) != list(objectives):
+        raise UserError(
+            f"study {study.study_name!r} was created with objectives {list(stored)}, this run asks for "
+            f"{list(objectives)}: keep them (--accept-mismatch does not change that), or start a new study "
+            "with --study-name NEW")
 
 
 def check_same_choices(study: optuna.Study, space: Space) -> None:
@@ -274,6 +287,7 @@ class Runner:
             directions=pareto.directions(settings.objectives),
             load_if_exists=True,
         )
+        check_same_objectives(self.study, settings.objectives)
         adopt(self.study, evaluator, settings.study_attrs)  # the reference the study chose, on any GPU
         bind_study(self.study, settings.study_attrs, settings.accept_mismatch)
         check_same_choices(self.study, space)

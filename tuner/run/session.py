@@ -123,11 +123,12 @@ class Session:
             raise UserError(f"replay file {recording.path} records times, no energy: replay the study with "
                             'objectives = ["time"] (time and energy are measured on a GPU)')
         cfg.measure = options.apply(cfg.measure, self.given)
-        if len(cfg.search.objectives) > 1 and cfg.measure.energy_s <= 0:  # energy is an objective: measure it
+        objectives = self.search(cfg).objectives
+        if len(objectives) > 1 and cfg.measure.energy_s <= 0:  # energy is an objective: measure it
             from tuner.measurement.pareto import DEFAULT_ENERGY_S
 
             cfg.measure.energy_s = DEFAULT_ENERGY_S
-            self._say(f"objectives {cfg.search.objectives}: [measure] energy_s not set, measuring energy for "
+            self._say(f"objectives {objectives}: [measure] energy_s not set, measuring energy for "
                       f"{DEFAULT_ENERGY_S:g} s per config")
         spec = load_spec(cfg.kernel)
         check_supported(cfg.arch, spec, str(cfg.path))
