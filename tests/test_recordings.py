@@ -446,6 +446,24 @@ def test_a_failure_named_under_a_maximised_objective_reads_as_failed(tmp_path, c
     assert load_recording(path).lookup({"x": 3}).status == "compile_error"
 
 
+def test_a_failure_kernel_tuner_1_4_names_in_its_error_field_reads_as_failed(tmp_path, capsys, monkeypatch):
+    """Kernel Tuner 1.4 writes a failed config as ``"__error__": "RuntimeFailedConfig"`` and no time, in a
+    cache and in ``tune_kernel``'s results alike."""
+    data = _cache("time")
+    data["tune_params"]["x"] = [1, 2, 3, 4, 5]
+    data["cache"]["4"] = {"x": 4, "__error__": "RuntimeFailedConfig", "compile_time": 812.5}
+    data["cache"]["5"] = {"x": 5, "__error__": "InvalidConfig"}
+    path, result = _replay(tmp_path, capsys, monkeypatch, data, "--trials", 5)
+    assert result.returncode == 0, result.stderr
+    run = json.loads(result.stdout.strip().splitlines()[-1])
+    assert run["statuses"] == {"ok": 3, "launch_error": 1} and run["best"]["params"] == {"x": 2}
+    assert load_recording(path).lookup({"x": 5}).status == "invalid"  # not a config of the space
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps([*({"x": x, "time": ms} for x, ms in TIMES.items()),
+                                   {"x": 4, "__error__": "CompilationFailedConfig"}]))
+    assert load_recording(results).lookup({"x": 4}).status == "compile_error"
+
+
 # -- tune_kernel's results list, as scripts save it ----------------------------------------------------------------
 
 def _results_list():

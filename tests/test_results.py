@@ -115,6 +115,29 @@ def test_a_config_stopped_as_slower_keeps_its_status_through_a_kernel_tuner_expo
     assert "pruned_slow" in statuses.values() and all(back.records[k].status == s for k, s in statuses.items())
 
 
+def test_a_kernel_tuner_export_is_a_cache_kernel_tuner_resumes(tmp_path):
+    """What Kernel Tuner checks and reads: the source's device and problem size, the whole space's
+    values, a failure string only for a config that failed (one stopped as slower ran: its time)."""
+    import gzip
+
+    source = json.loads(gzip.open(PNPOLY).read())
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    assert tuner("run", "--replay", PNPOLY, "--storage", db, "--study-name", "p", "--trials", 20, "--seed", 0).returncode == 0
+    out = tmp_path / "p.json"
+    assert tuner("export", "--study", "p", "--storage", db, "-o", out).returncode == 0
+    cache = json.loads(out.read_text())
+    assert cache["device_name"] == source["device_name"] and cache["problem_size"] == source["problem_size"]
+    assert cache["tune_params"] == source["tune_params"]
+    study = optuna.load_study(study_name="p", storage=db)
+    for t in study.trials:
+        entry = cache["cache"][",".join(str(t.params[a]) for a in source["tune_params_keys"])]
+        if t.user_attrs["status"] in ("ok", "pruned_slow"):
+            assert isinstance(entry["time"], float) and entry["time"] > 0
+        if t.user_attrs["status"] == "pruned_slow":  # slower than the best it was stopped against
+            assert entry["time"] > min(e["time"] for e in cache["cache"].values() if "status" not in e)
+    assert any(e.get("status") == "pruned_slow" for e in cache["cache"].values())
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "studies" / "recorded").glob("*.json")), ids=lambda p: p.name)
 def test_recorded_kernel_tuner_caches_replay(path):
     result = tuner("run", _study_of(path), "--replay", path, "--storage", "memory", "--trials", 12, "--json")

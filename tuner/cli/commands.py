@@ -527,12 +527,21 @@ def cmd_export(args) -> int:
     trials = study.get_trials(deepcopy=False)
     device = study.user_attrs.get("device_name", "")
     if args.output.suffix.lower() == ".json":  # the Kernel Tuner cache format, which replay also reads
-        from tuner.store.results import kernel_tuner_cache
+        from tuner.search.distributions import stored_axes
+        from tuner.store.results import kernel_tuner_cache, metric_of
 
+        space = stored_axes(study) or {}
         names = axes if isinstance(axes, list) else list(dict.fromkeys(n for t in trials for n in t.params))
+        values = {a: space.get(a) or sorted({t.params[a] for t in trials if a in t.params},
+                                            key=lambda x: (isinstance(x, str), x)) for a in names}
         problem = study.user_attrs.get("problem")
-        cache = kernel_tuner_cache(trials, names, device=device, kernel=str(study.user_attrs.get("kernel", "")),
-                                   problem=problem if isinstance(problem, dict) else {})
+        problem = problem if isinstance(problem, dict) else {}
+        problem_size = study.user_attrs.get("problem_size")  # a Kernel Tuner cache's, replayed
+        if problem_size is None:
+            problem_size = [problem[k] for k in ("M", "N", "K") if k in problem] or list(problem.values())
+        cache = kernel_tuner_cache(trials, values, device=device.removeprefix("replay of "),
+                                   kernel=str(study.user_attrs.get("kernel", "")), problem_size=problem_size,
+                                   metric=metric_of(study))
         args.output.write_text(json.dumps(cache, indent=1))
         print(f"{len(cache['cache'])} configs of {printable(study.study_name)} written to {args.output} (Kernel Tuner cache)")
         return 0

@@ -71,6 +71,8 @@ class Recording:
     records: dict[tuple, Record]
     device: str = ""
     kernel: str = ""
+    #: a Kernel Tuner cache's ``problem_size`` (kept for an export of the replay)
+    problem_size: Any = None
     #: what a user should know of how the file was read (a Kernel Tuner cache cut short, ...)
     notes: list[str] = field(default_factory=list)
 
@@ -396,7 +398,7 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
             raise UserError(f"{at} is not an object")
         records[_config_key(entry, keys, at)], quirk = _kt_result(entry, objective, declared, at)
         quirks.append(quirk)
-    return Recording(path, "kernel_tuner", axes, records, device, kernel, _kt_notes(quirks))
+    return Recording(path, "kernel_tuner", axes, records, device, kernel, data.get("problem_size"), _kt_notes(quirks))
 
 
 def _from_kernel_tuner_results(path: Path, results: list[dict]) -> Recording:
@@ -430,8 +432,9 @@ def _define_like(value: Any) -> bool:
 
 def _kt_result(entry: dict, objective: str, declared: str, at: str) -> tuple[Record, str]:
     """One config Kernel Tuner measured (a cache entry, or an entry of ``tune_kernel``'s results), and the
-    quirk of an older Kernel Tuner it shows, if any (``HIP_PAIRS``, ``KT_FAILED_TIMES``, else "")."""
-    failure = next((entry[k] for k in (objective, declared) if isinstance(entry.get(k), str)), None)
+    quirk of an older Kernel Tuner it shows, if any (``HIP_PAIRS``, ``KT_FAILED_TIMES``, else "").
+    Kernel Tuner 1.4 names a failure in ``__error__`` and records no time; earlier ones in the objective."""
+    failure = next((entry[k] for k in ("__error__", objective, declared) if isinstance(entry.get(k), str)), None)
     if failure is not None:
         # our export keeps the status a failure string cannot say (a config stopped as slower: pruned_slow)
         ours = entry.get("status")
@@ -440,6 +443,8 @@ def _kt_result(entry: dict, objective: str, declared: str, at: str) -> tuple[Rec
     if objective not in entry:
         raise UserError(f"{at} has no {objective!r}")
     recorded = entry[objective]
+    if entry.get("status") == "pruned_slow":  # our export: stopped as slower, at this time
+        return Record("pruned_slow", _time(recorded, f"{at}: {objective!r}"), attrs={"reason": "stopped as slower"}), ""
     if objective == "time" and recorded == KT_FAILED_TIME:
         return Record("launch_error", attrs={"reason": "time 1e20: failed to compile or run"}), KT_FAILED_TIMES
     times, hip = _launch_times(_field(entry, "times", list, at, []), f"{at}: 'times'")

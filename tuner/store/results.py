@@ -11,7 +11,7 @@ and the reports draw from it. :func:`best_trial` is the one rule for "the winner
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -222,16 +222,23 @@ def paired_ms(trials: Sequence[FrozenTrial]) -> dict[int, float]:
     return out
 
 
-def kernel_tuner_cache(trials: Sequence[FrozenTrial], axes: Sequence[str], *, device: str, kernel: str,
-                       problem: dict[str, Any]) -> dict[str, Any]:
-    """The trials as a Kernel Tuner cache (the format of the published autotuning spaces).
+#: Kernel Tuner's failure strings, by our status (any other failure: RuntimeFailedConfig)
+KT_FAILURE_OF = {"invalid": "InvalidConfig", "compile_error": "CompilationFailedConfig"}
+
+
+def kernel_tuner_cache(trials: Sequence[FrozenTrial], axes: Mapping[str, Sequence[Any]], *, device: str, kernel: str,
+                       problem_size: Any, metric: str) -> dict[str, Any]:
+    """The trials as a Kernel Tuner cache (the format of the published autotuning spaces), over
+    the whole space ``axes`` (each define's values).
 
     ``time`` is :func:`paired_ms` (one scale for the whole recording); ``raw_time`` the
     config's own median, ``ratio`` the objective. A config measured more than once keeps its
-    first finished result; failures carry Kernel Tuner's failure strings.
+    first finished result. A config the pruner stopped as slower ran: its ``time`` is its last
+    block median (on the same scale); failures carry Kernel Tuner's failure strings. Each
+    entry not measured whole names our status beside (``status``), which replay reads back.
     """
     times = paired_ms(trials)
-    values: dict[str, list] = {a: [] for a in axes}
+    scale = reference_ms(trials) if metric == "ratio" else 1.0
     cache: dict[str, dict[str, Any]] = {}
     for t in trials:
         if not t.state.is_finished() or not all(a in t.params for a in axes):
@@ -245,21 +252,19 @@ def kernel_tuner_cache(trials: Sequence[FrozenTrial], axes: Sequence[str], *, de
             entry.update(time=times[t.number], raw_time=t.user_attrs.get("ms"), ratio=t.user_attrs.get("ratio"),
                          ratio_ci=[t.user_attrs.get("ratio_lo"), t.user_attrs.get("ratio_hi")],
                          pairs=t.user_attrs.get("pairs"), sm_clock_mhz=t.user_attrs.get("sm_clock_mhz"))
+        elif status == "pruned_slow" and t.intermediate_values and scale:
+            entry.update(time=t.intermediate_values[max(t.intermediate_values)] * scale, status=status)
         else:
-            entry["time"] = "CompilationFailedConfig" if status == "compile_error" else "RuntimeFailedConfig"
-            entry["status"] = status
+            entry.update(time=KT_FAILURE_OF.get(status, "RuntimeFailedConfig"), status=status)
         entry["compile_time"] = t.user_attrs.get("compile_s")
         cache[key] = entry
-        for a in axes:
-            if t.params[a] not in values[a]:
-                values[a].append(t.params[a])
     return {
         "version": "1.0.0",
         "device_name": device,
         "kernel_name": kernel,
-        "problem_size": [problem.get(k) for k in ("M", "N", "K") if k in problem] or list(problem.values()),
+        "problem_size": problem_size,
         "tune_params_keys": list(axes),
-        "tune_params": {a: sorted(v, key=lambda x: (isinstance(x, str), x)) for a, v in values.items()},
+        "tune_params": {a: list(v) for a, v in axes.items()},
         "objective": "time",
         "cache": cache,
     }
