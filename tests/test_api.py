@@ -49,6 +49,8 @@ def test_tune_then_load_give_the_same_winner(tmp_path):
     for name, value in result.best_params.items():
         assert f"#define {name} {value}\n" in header
     assert tuner.load("patch_embed_sm90a_hopper_grid.replay", storage=db).best_params == result.best_params
+    as_path = str(tmp_path / "api.db")  # the README's "or a path", as a string too
+    assert tuner.load(HOPPER, storage=as_path).best_params == result.best_params
 
 
 def test_a_notebook_warm_starts_from_a_kernel_tuner_cache_given_as_a_path(tmp_path):
