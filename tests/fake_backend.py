@@ -37,6 +37,13 @@ from tuner.device.timing import LaunchFailed
 from tuner.measurement.value import Measurement
 
 
+def _fails_here(config: dict) -> bool:
+    """``FAKE_MISMATCH_IF="A=1,B=2"``: a config with these defines fails its output check in this
+    session (as under a stricter precision class, or on another GPU)."""
+    wanted = os.environ.get("FAKE_MISMATCH_IF")
+    return bool(wanted) and all(str(config.get(k)) == v for k, v in (p.split("=") for p in wanted.split(",")))
+
+
 def base_ms(config: dict) -> float:
     return 1.0 + 0.1 * sum(v for v in config.values() if isinstance(v, int) and not isinstance(v, bool)) / 100
 
@@ -113,7 +120,7 @@ class FakeBackend:
         if os.environ.get("FAKE_TOLERANCE_LOG"):  # what reached the check: the study's precision class
             with open(os.environ["FAKE_TOLERANCE_LOG"], "a") as log:
                 log.write(json.dumps(tolerance) + "\n")
-        if handle.get("PLANT_BUG"):
+        if handle.get("PLANT_BUG") or _fails_here(handle):
             return Measurement("mismatch", reason="row 0 col 1: got 2, expected 1")
         return Measurement("ok", checksum=1.0, max_err=0.01)
 

@@ -58,12 +58,23 @@ def test_run_stores_ratios_and_a_confirmed_winner(tmp_path, cache_dir):
     assert answer["confirmed"] is True and answer["trial"] == confirmed["winner"] and "ratio" in answer
     text = tuner("best", study, "--storage", url)
     assert text.stdout.strip() == winner.user_attrs["flags"]
+
     assert "confirmed winner: trial" in text.stderr
 
     # a later session confirms again: a second record, same winner
     again = run_json("confirm", study, "--storage", url, "--json", "--top", "4", "--cache-dir", cache_dir)
     assert again["winner"] == confirmed["winner"] and len(again["standings"]) == 4
     assert len(optuna.load_study(study_name="paired", storage=url).user_attrs["confirmations"]) == 2
+
+    # a later session where the winner's output fails its check: the rest are confirmed without it
+    failing = ",".join(f"{k}={v}" for k, v in winner.params.items())
+    again = tuner("confirm", study, "--storage", url, "--cache-dir", cache_dir, env={**FAKE, "FAKE_MISMATCH_IF": failing})
+    assert again.returncode == 0, again.stderr
+    assert f"left out: trial {winner.number} failed its output check here (mismatch" in again.stderr
+    record = optuna.load_study(study_name="paired", storage=url).user_attrs["confirmations"][-1]
+    assert record["left_out"][0]["trial"] == winner.number and len(record["standings"]) == 2
+    assert record["winner"] != winner.number
+    assert json.loads(tuner("best", study, "--storage", url, "--json").stdout)["trial"] == record["winner"]
 
 
 def test_resume_with_another_reference_is_refused(tmp_path, cache_dir):
@@ -143,3 +154,21 @@ def test_the_study_asks_its_first_trial_as_the_warm_up_job_announced_it(tmp_path
     measured = [job for job in supervisor.sent if isinstance(job, MeasureJob)]
     assert warm_up.first_trial is not None and {k: warm_up.first_trial.candidate.config[k] for k in START} == START
     assert measured[0] == warm_up.first_trial and warm_up.first_trial not in measured[1:]  # (a config is measured once)
+
+
+def test_a_winner_that_failed_its_check_since_is_named_with_a_warning():
+    import optuna
+
+    from tuner.evaluate.confirm import CONFIRMATIONS, describe, failed_since
+
+    study = optuna.create_study()
+    won = {"at": "t1", "device_name": "H100", "winner": 3, "tied": [3], "standings": [{}, {}], "rounds": 9}
+    failed = {"at": "t2", "device_name": "H200", "winner": None, "tied": [], "standings": [], "rounds": 9,
+              "left_out": [{"trial": 3, "status": "mismatch", "reason": "row 0"}]}
+    study.set_user_attr(CONFIRMATIONS, [won])
+    assert failed_since(study, 3) is None
+    study.set_user_attr(CONFIRMATIONS, [won, failed])
+    assert failed_since(study, 3).startswith("warning: trial 3 failed its output check in the confirmation of t2 on H200")
+    assert describe(failed).startswith("no confirmed winner: fewer than 2 of the top configs passed")
+    study.set_user_attr(CONFIRMATIONS, [won, failed, {**won, "at": "t3"}])
+    assert failed_since(study, 3) is None

@@ -142,3 +142,9 @@ def test_a_study_resumed_with_other_objectives_is_refused_and_kept(tmp_path, sto
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert f"was created with objectives {list(stored)}, this run asks for {list(asked)}" in result.stderr
     assert len(optuna.load_study(study_name="pareto", storage=url).trials) == 1
+
+
+def test_a_header_of_the_front_is_refused_in_one_line(tmp_path):
+    result = tuner("best", study_file(tmp_path), "--storage", f"sqlite:///{tmp_path / 's.db'}", "--pareto",
+                   "--header", tmp_path / "best.h")
+    assert result.returncode == 2 and "--header writes one config" in result.stderr and not (tmp_path / "best.h").exists()

@@ -441,11 +441,14 @@ def _open_study(args):
 
 
 def cmd_best(args) -> int:
-    from tuner.evaluate.confirm import confirmed_best, describe
+    from tuner.evaluate.confirm import confirmed_best, describe, failed_since
     from tuner.store.header import write_header
     from tuner.store.results import metric_of, time_of, value_of
 
     _check_output(args.header, "--header")
+    if args.pareto and args.header:
+        raise UserError("--header writes one config, --pareto lists the front: tuner best --header FILE writes the "
+                        "fastest; the front's other configs are in tuner best --pareto --json")
     study = _open_study(args)
     if args.pareto:
         from tuner.measurement.pareto import print_front
@@ -466,6 +469,9 @@ def cmd_best(args) -> int:
         print(flags)
         if confirmation:  # stdout stays the flags alone, for $(tuner best ...)
             print(describe(confirmation), file=sys.stderr)
+        warning = failed_since(study, best.number)
+        if warning:
+            print(warning, file=sys.stderr)
     return 0
 
 

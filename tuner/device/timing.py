@@ -165,20 +165,28 @@ class Measurer:
                 self.backend.unload(handle)
 
     def confirm(self, job: ConfirmJob, channel: Channel) -> tuple[Measurement, bool]:
-        """Round-robin timing of ``job.kernels`` (index 0: the reference); times come back."""
+        """Round-robin timing of the reference and those of ``job.kernels`` whose output passes its
+        check in this session; times come back (column 0: the reference, then the kept kernels in
+        order), with the kept kernels' indices in ``job.kernels`` and why the others were left out."""
         spec, problem = self._prepare(job)
         channel.ready()
         timing = job.timing
         handles: list[Any] = []
+        kept: list[int] = []
+        left_out: list[dict[str, Any]] = []
         try:
             reference = self._reference_handle(job, spec, problem)
-            for kernel in job.kernels:
+            for i, kernel in enumerate(job.kernels):
                 handle = self.backend.load(spec, kernel.config, problem, kernel.cubin_path)
                 handles.append(handle)
                 checked = self._check(handle, job, spec, problem)
-                if checked.status != "ok":
-                    checked.reason = f"config {kernel.config}: {checked.reason}"
-                    return checked, False
+                if checked.status != "ok":  # e.g. a stricter precision class, another GPU: not a winner here
+                    left_out.append({"index": i, "status": checked.status, "reason": checked.reason})
+                    self.backend.unload(handles.pop())
+                    continue
+                kept.append(i)
+            if len(kept) < 2:
+                return Measurement("ok", extra={"times": [], "kept": kept, "left_out": left_out}), False
             everyone = [reference, *handles]
             self._warm_up(everyone, timing)
             rounds: list[list[float]] = []
@@ -187,7 +195,8 @@ class Measurer:
                 rounds += self.backend.time(everyone, min(timing.block, job.rounds - len(rounds)))
                 channel.block(step, statistics.median(r[1] / r[0] for r in rounds), [], len(rounds))
                 step += 1
-            done = Measurement("ok", extra={"times": rounds, **_sensor_attrs(self.backend.sensors())})
+            done = Measurement("ok", extra={"times": rounds, "kept": kept, "left_out": left_out,
+                                            **_sensor_attrs(self.backend.sensors())})
             return done, False
         except LaunchFailed as exc:
             return Measurement("launch_error", reason=exc.reason), exc.restart

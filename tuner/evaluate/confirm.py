@@ -71,11 +71,16 @@ def top_trials(study: optuna.Study, space: Space, k: int) -> list[FrozenTrial]:
 
 def confirm_study(study: optuna.Study, space: Space, evaluator: Confirms, device: dict[str, Any],
                   top: int = 5, rounds: int = 100) -> dict | None:
-    """Re-measure the top configs against each other; store and return the record (None: < 2 configs)."""
+    """Re-measure the top configs against each other; store and return the record (None: < 2 configs).
+    A config whose output fails its check in this session (a stricter precision class, another GPU)
+    is left out and named in the record (``left_out``); with fewer than 2 left the record names no
+    winner (``winner`` None)."""
     trials = top_trials(study, space, top)
     if len(trials) < 2:
         return None
     standings, sensors = evaluator.confirm([space.full_config(dict(t.params)) for t in trials], rounds)
+    left_out = [{"trial": trials[entry["index"] - 1].number, "status": entry["status"], "reason": entry["reason"]}
+                for entry in sensors.pop("left_out", [])]
     rows = []
     for s in standings:
         trial = trials[s.index - 1]
@@ -95,9 +100,10 @@ def confirm_study(study: optuna.Study, space: Space, evaluator: Confirms, device
         "device_name": device.get("name", ""),
         "device_uuid": device.get("uuid", ""),
         "rounds": rounds,
-        "winner": rows[0]["trial"],
+        "winner": rows[0]["trial"] if rows else None,
         "tied": [r["trial"] for r in rows if r["tied"]],
         "standings": rows,
+        **({"left_out": left_out} if left_out else {}),
         **sensors,
     }
     study.set_user_attr(CONFIRMATIONS, [*study.user_attrs.get(CONFIRMATIONS, []), record])
@@ -151,7 +157,8 @@ def factor_warning(study_name: str, record: dict, resolution: float) -> str | No
 
 
 def last_confirmation(study: optuna.Study) -> dict | None:
-    history = study.user_attrs.get(CONFIRMATIONS) or []
+    """The latest confirmation that named a winner (one that left all but one config out names none)."""
+    history = [r for r in study.user_attrs.get(CONFIRMATIONS) or [] if r.get("winner") is not None]
     return history[-1] if history else None
 
 
@@ -180,9 +187,29 @@ def confirmed_best(study: optuna.Study) -> tuple[FrozenTrial, dict | None]:
     return best, None
 
 
+def failed_since(study: optuna.Study, trial: int) -> str | None:
+    """A warning when ``trial``'s config failed its output check in a confirmation after the last
+    one it won (a session with a stricter class, another GPU): None when it did not."""
+    for record in reversed(study.user_attrs.get(CONFIRMATIONS) or []):
+        if record.get("winner") == trial:
+            return None
+        for entry in record.get("left_out", []):
+            if entry["trial"] == trial:
+                return (f"warning: trial {trial} failed its output check in the confirmation of {record['at']} on "
+                        f"{record['device_name']} ({entry['status']}: {entry['reason']}): confirm again where it "
+                        "runs, or choose another config")
+    return None
+
+
 def describe(record: dict) -> str:
-    """One line: the confirmed winner and its tie set."""
+    """One line: the confirmed winner and its tie set, and the configs left out."""
+    left_out = "; ".join(f"trial {e['trial']} failed its output check here ({e['status']}: {e['reason']})"
+                         for e in record.get("left_out", []))
+    if record["winner"] is None:
+        return (f"no confirmed winner: fewer than 2 of the top configs passed their output check on "
+                f"{record['device_name']} at {record['at']}: {left_out}")
     others = [n for n in record["tied"] if n != record["winner"]]
     ties = f"tied with trial(s) {', '.join(map(str, others))}" if others else "no tie"
-    return (f"confirmed winner: trial {record['winner']} ({ties}; {len(record['standings'])} configs, "
+    line = (f"confirmed winner: trial {record['winner']} ({ties}; {len(record['standings'])} configs, "
             f"{record['rounds']} rounds on {record['device_name']} at {record['at']})")
+    return f"{line}; left out: {left_out}" if left_out else line

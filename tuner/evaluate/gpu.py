@@ -9,6 +9,7 @@ median ratio candidate / reference; see :mod:`tuner.measurement.paired`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -224,7 +225,9 @@ class GpuEvaluator:
         return m
 
     def confirm(self, configs: list[dict[str, Value]], rounds: int) -> tuple[list[Standing], dict]:
-        """Time ``configs`` round-robin with the reference; their standings, best first.
+        """Time ``configs`` round-robin with the reference; their standings, best first, and what
+        the session recorded (``left_out``: configs whose output failed its check here, each with
+        its index, status and reason).
 
         ``Standing.index`` counts from 1 in ``configs`` order (0 is the reference).
         """
@@ -240,8 +243,14 @@ class GpuEvaluator:
         m = self.supervisor.confirm(ConfirmJob(**self._job(), kernels=kernels, rounds=rounds), timeout)
         if m.status != "ok":
             raise UserError(f"confirmation stopped: {m.status}: {m.reason}")
-        times = m.extra.pop("times")
-        return rank_interleaved(times, reference=0, tolerance=self.measure_settings.ci_target), m.extra
+        times, kept = m.extra.pop("times"), m.extra.pop("kept")
+        left_out = [{**entry, "index": entry["index"] + 1} for entry in m.extra.pop("left_out")]
+        extra = {**m.extra, **({"left_out": left_out} if left_out else {})}
+        if len(kept) < 2:
+            return [], extra
+        standings = rank_interleaved(times, reference=0, tolerance=self.measure_settings.ci_target)
+        # a column of the rounds is a kept config: its index in ``configs`` counts from 1 as well
+        return [dataclasses.replace(s, index=kept[s.index - 1] + 1) for s in standings], extra
 
 
 def _kernel(config: dict[str, Value], built: CompileResult) -> Kernel:
