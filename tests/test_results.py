@@ -210,3 +210,16 @@ def test_a_trial_without_a_recorded_status_is_named_alike_by_status_export_and_n
     assert summarize(study, "sqlite:///x.db")["statuses"] == {"failed": 1, "ok": 1}
     assert list(trials_frame(study.trials)["status"]) == ["failed", "ok"]
     assert "(failed 1, ok 1)" in study_note(study)
+
+
+def test_the_grid_table_ranks_a_paired_study_by_its_ratios():
+    """Raw medians carry the clock's drift; the ratios to the reference launched alternately do not."""
+    from tuner.store.results import ranked
+
+    study = optuna.create_study()
+    axis = {"X": optuna.distributions.CategoricalDistribution([1, 2])}
+    # X=1 ran while the clock was slow: the larger raw median, the smaller ratio
+    for x, ratio, ms in ((1, 1.00, 1.06), (2, 1.06, 1.00)):
+        study.add_trial(optuna.trial.create_trial(params={"X": x}, distributions=axis, value=ratio,
+                                                  user_attrs={"status": "ok", "ms": ms}))
+    assert list(ranked(trials_frame(study.trials, ["X"]))["X"]) == [1, 2]
