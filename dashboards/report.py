@@ -40,6 +40,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
+from tuner.evaluate.confirm import describe, last_confirmation_of
 from tuner.store.results import COLUMNS, best_trial, metric_of, paired_ms, reference_ms, trials_frame, value_text
 from tuner.store.storage import describe_storage, is_journal, journal_path, open_storage, redact, resolve_url
 from tuner.store.url import sqlite_file
@@ -104,10 +105,22 @@ class StudyData:
         return names
 
     def best(self) -> pd.Series | None:
+        """The winner of the latest confirmation (as ``tuner best`` names it), else the best value."""
+        record = self.confirmation()
+        if record is not None:
+            row = self.df[self.df["number"] == record["winner"]]
+            if len(row):
+                row = row.iloc[0].copy()
+                if pd.isna(row["value"]):  # a config the pruner had stopped: the value it was stopped at
+                    row["value"] = record["standings"][0].get("value")
+                return row
         trial = best_trial(self.trials, self.direction)
         if trial is None:
             return None
         return self.df[self.df["number"] == trial.number].iloc[0]
+
+    def confirmation(self) -> dict | None:
+        return last_confirmation_of(self.attrs)
 
     def last_update(self) -> _dt.datetime | None:
         stamps = [t.datetime_complete or t.datetime_start for t in self.trials]
@@ -622,6 +635,7 @@ def render_study_page(data: StudyData, plotly_js: str, footer: str, index_href: 
             + (f", {_fmt(best_ms(best))} ms" if data.metric == "ratio" else "")
             + (f", {_fmt(tflops, 1)} TFLOPS" if pd.notna(tflops) else "")
             + f" (trial {int(best['number'])})</p><p><code>{_e(best['flags'])}</code></p>"
+            + (f"<p>{_e(describe(data.confirmation()))}</p>" if data.confirmation() else "")
             + _speedup_html(attrs, best_ms(best)))
     head.append(f"<h2>Trials by status</h2><p>{_status_pills(df) or 'none'}</p>")
     parts.append('<section class="grid">' + "".join(f"<div>{h}</div>" for h in head) + "</section>")

@@ -562,3 +562,20 @@ def test_tuner_dashboard_serves_the_study(tmp_path):
             out = proc.communicate()[0]
     assert "optuna-dashboard on http://localhost:" in out
     assert re.search(r"Traceback", out) is None, out
+
+
+def test_the_report_names_the_confirmed_winner_as_tuner_best_does():
+    """A confirmation may rank a config above the one with the best stored value: the page's best is
+    the confirmed one, with the confirmation's line."""
+    from tuner.evaluate.confirm import CONFIRMATIONS, confirmed_best
+
+    _, paired = _paired_copy(2.0)
+    complete = sorted(paired.get_trials(states=(TrialState.COMPLETE,)), key=lambda t: t.value)
+    second = complete[1]
+    paired.set_user_attr(CONFIRMATIONS, [{
+        "at": "2026-11-30T00:00:00+00:00", "device_name": "NVIDIA H200", "rounds": 100, "winner": second.number,
+        "tied": [second.number], "standings": [{"trial": second.number, "value": second.value}, {}]}])
+    data = rep.load_study(paired)
+    assert int(data.best()["number"]) == second.number == confirmed_best(paired)[0].number
+    page, _ = rep.render_study_page(data, "", "")
+    assert f"(trial {second.number})" in page and f"confirmed winner: trial {second.number}" in page

@@ -158,7 +158,12 @@ def factor_warning(study_name: str, record: dict, resolution: float) -> str | No
 
 def last_confirmation(study: optuna.Study) -> dict | None:
     """The latest confirmation that named a winner (one that left all but one config out names none)."""
-    history = [r for r in study.user_attrs.get(CONFIRMATIONS) or [] if r.get("winner") is not None]
+    return last_confirmation_of(study.user_attrs)
+
+
+def last_confirmation_of(attrs: dict[str, Any]) -> dict | None:
+    """:func:`last_confirmation` of a study's user attributes, as read already."""
+    history = [r for r in attrs.get(CONFIRMATIONS) or [] if r.get("winner") is not None]
     return history[-1] if history else None
 
 
