@@ -185,6 +185,37 @@ def test_kernel_given_as_data_compiles_here(tmp_path):
     assert spec.reference({"x": x, "y": y}, space.problem, np.array([0, 5])).tolist() == [2.0, 7.0]
 
 
+def test_a_kernels_output_check_is_as_tight_as_its_output_type(tmp_path):
+    """float32 outputs are checked to 1e-3 unless the call says otherwise (an FP16 shortcut in an FP32
+    kernel is then a mismatch), and the precise class is no looser."""
+    from tuner.contract.precision import tolerance
+
+    spec = load_spec(load_study(tuner.kernel_study(**axpy(tmp_path / "a"))).kernel)
+    assert (spec.atol, spec.rtol) == (1e-3, 1e-3) and tolerance("precise", spec).atol == 1e-3
+    loose = load_spec(load_study(tuner.kernel_study(**axpy(tmp_path / "b", atol=1e-2, rtol=5e-3))).kernel)
+    assert (loose.atol, loose.rtol) == (1e-2, 5e-3)
+    bf16 = axpy(tmp_path / "c")
+    bf16["arguments"] = [*bf16["arguments"][:2], tuner.Out("out", ("ROWS", "COLS"), "uint16"), bf16["arguments"][3]]
+    assert load_spec(load_study(tuner.kernel_study(**bf16)).kernel).atol == 2e-2
+
+
+@pytest.mark.parametrize("change,says", [
+    ({"restrictions": "BLOCK_SIZE <= 1024"}, "restrictions: a list of expression strings"),
+    ({"restrictions": [lambda p: p["BLOCK_SIZE"] <= 1024]}, "a function cannot be written into the study"),
+    ({"problem": (1024, 1024)}, "problem: a dict of sizes by name"),
+    ({"atol": -1}, "atol: a positive number"),
+], ids=["one string", "a function", "a tuple problem", "a negative atol"])
+def test_what_a_study_keeps_for_good_is_no_setting_and_says_where_it_is_set():
+    with pytest.raises(tuner.UserError, match=r"precision: a study keeps it for good.*\[study\] precision in the study file"):
+        tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage="memory", precision="precise")
+
+
+def test_kernel_tuner_habits_in_tune_kernel_are_one_line(tmp_path, change, says):
+    with pytest.raises(tuner.UserError) as err:
+        tuner.kernel_study(**{**axpy(tmp_path / "k"), **change})
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
 def test_tune_kernel_adds_guards_and_tunes_on_a_replay(tmp_path):
     """A Kernel Tuner style source (no #ifndef guards): the guards are added with the first
     values as defaults; the kernel is tuned against a recorded table."""

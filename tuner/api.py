@@ -126,11 +126,19 @@ class Result:
 _EXAMPLES = {"start": "[{'BLOCK': 64}, ...]", "reference": "{'BLOCK': 64}", "objectives": "['time', 'energy']"}
 
 
+#: what a study keeps for good (its results keep one meaning), no setting of a call: where each is set
+STUDY_FILE_ONLY = {"precision": "[study] precision in the study file", "arch": "[study] arch in the study file "
+                   "(tune_kernel takes arch=)", "atol": "atol on the kernel spec (tune_kernel takes atol=)",
+                   "rtol": "rtol on the kernel spec (tune_kernel takes rtol=)"}
+
+
 def _given(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword settings by the option table's names, checked as the study file's keys are."""
     given = {}
     for name, value in settings.items():
         opt = options.BY_NAME.get(name)
+        if opt is None and name in STUDY_FILE_ONLY:
+            raise UserError(f"{name}: a study keeps it for good, so no call sets it: {STUDY_FILE_ONLY[name]}")
         if opt is None:
             raise UserError(f"unknown setting {name!r}; expected one of {', '.join(sorted(options.BY_NAME))}")
         structured = opt.toml and opt.kind in (list, dict)  # start, reference: checked against the space later
@@ -228,6 +236,7 @@ def tune_kernel(kernel_name: str, kernel_source: str, problem: Mapping[str, Valu
                 tune_params: Mapping[str, Sequence[Value]], *, grid: Sequence[int | str], block: Sequence[int | str],
                 reference: str, restrictions: Sequence[str | tuple[str, str]] = (), derived: Mapping[str, str] | None = None,
                 flops: str | None = None, arch: str = "native", folder: str | Path | None = None,
+                atol: float | None = None, rtol: float | None = None,
                 trials: int | None = None, storage: str | Path | None = None, replay: str | Path | None = None,
                 **settings: Any) -> Result:
     """Tune a simple kernel given as data, as Kernel Tuner's ``tune_kernel`` does; its result.
@@ -239,20 +248,22 @@ def tune_kernel(kernel_name: str, kernel_source: str, problem: Mapping[str, Valu
     ``grid``/``block``: three numbers or expressions over problem, defines and ``derived``;
     ``reference``: an expression for the first output's ``rows`` (inputs by name, ``np``),
     e.g. ``"2 * x[rows] + y[rows]"``; ``restrictions``: expressions that must hold (or
-    ``(expression, message)``); ``flops``: an expression over the problem. The kernel is
+    ``(expression, message)``); ``flops``: an expression over the problem; ``atol``/``rtol``: the output
+    check's tolerance (default: 1e-3 for float32 outputs, 2e-2 for BF16 ones). The kernel is
     written to ``folder`` (default: under the compile cache, named by its content) and
     tuned as :func:`tune` tunes a study file (:func:`kernel_study` gives that file).
     """
     study = kernel_study(kernel_name, kernel_source, problem, arguments, tune_params, grid=grid, block=block,
                          reference=reference, restrictions=restrictions, derived=derived, flops=flops, arch=arch,
-                         folder=folder)
+                         folder=folder, atol=atol, rtol=rtol)
     return tune(study, trials=trials, storage=storage, replay=replay, **settings)
 
 
 def kernel_study(kernel_name: str, kernel_source: str, problem: Mapping[str, Value], arguments: Sequence[In | Out | Scalar],
                  tune_params: Mapping[str, Sequence[Value]], *, grid: Sequence[int | str], block: Sequence[int | str],
                  reference: str, restrictions: Sequence[str | tuple[str, str]] = (), derived: Mapping[str, str] | None = None,
-                 flops: str | None = None, arch: str = "native", folder: str | Path | None = None) -> Path:
+                 flops: str | None = None, arch: str = "native", folder: str | Path | None = None,
+                 atol: float | None = None, rtol: float | None = None) -> Path:
     """:func:`tune_kernel`'s kernel written as a study: the study file's path (for ``tuner check
     --compile``, ``tuner run``, or :func:`tune` with settings of its own)."""
     from tuner.contract.kernel_spec import load_spec
@@ -262,6 +273,6 @@ def kernel_study(kernel_name: str, kernel_source: str, problem: Mapping[str, Val
     with _api_call():
         path = write_kernel(kernel_name, kernel_source, problem, arguments, tune_params, grid=grid, block=block,
                             reference=reference, restrictions=restrictions, derived=derived, flops=flops, arch=arch,
-                            folder=folder)
+                            folder=folder, atol=atol, rtol=rtol)
         load_spec(load_study(path).kernel)  # bad input is said now, in the caller's terms
     return path

@@ -56,6 +56,9 @@ Dim = int | str  # a number, or the name of a problem key / define / derived val
 IN_DTYPES = ("float16", "float32", "float64")
 #: what the output check reads: float32 values, or BF16 bit patterns held as uint16
 OUT_DTYPES = ("float32", "uint16")
+#: the output check's ``atol`` = ``rtol`` of a light spec that sets neither, by its outputs: FP32 sums
+#: in another order than the reference's stay far within 1e-3; BF16 rounds at 2**-8 (as KernelSpec's)
+DEFAULT_TOLERANCE = {"float32": 1e-3, "uint16": 2e-2}
 
 
 def _check_shape(kind: str, name: str, shape: Any) -> None:
@@ -126,6 +129,9 @@ class LightSpec(KernelSpec):
             self.problem_defaults = {k: v for k, v in guards.items() if k in self.problem_keys}
         for arg in self.args:
             self._check_dtype(arg)
+        if not any("atol" in vars(c) or "rtol" in vars(c) for c in type(self).__mro__ if issubclass(c, LightSpec)):
+            outs = [a.dtype for a in self.args if isinstance(a, Out)]
+            self.atol = self.rtol = max((DEFAULT_TOLERANCE[d] for d in outs), default=DEFAULT_TOLERANCE["uint16"])
         checks = [self._restriction(r) for r in self.restrictions]
         for name in self.derived:
             if not isinstance(name, str) or not name.isidentifier():

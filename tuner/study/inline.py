@@ -78,6 +78,7 @@ def spec_class(data_path: Path) -> type[InlineSpec]:
         "restrictions": [r if isinstance(r, str) else tuple(r) for r in data["restrictions"]],
         "grid_dims": tuple(data["grid"]), "block_dims": tuple(data["block"]),
         "reference_expr": data["reference"], "flops_expr": data["flops"],
+        **{name: data[name] for name in ("atol", "rtol") if name in data},
     }
     return type("Spec", (InlineSpec,), attrs)
 
@@ -113,8 +114,19 @@ def write_kernel(
     flops: str | None = None,
     arch: str = "native",
     folder: str | Path | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
 ) -> Path:
     """Write the kernel's folder (see the module documentation); the study file's path."""
+    if not isinstance(problem, Mapping):
+        raise UserError(f"problem: a dict of sizes by name, e.g. {{'N': 1 << 20}} (passed as -D defines and named "
+                        f"in grid, block and reference); got {type(problem).__name__} {problem!r}")
+    if isinstance(restrictions, str) or callable(restrictions) or any(callable(r) for r in restrictions):
+        raise UserError("restrictions: a list of expression strings over the defines and problem, e.g. "
+                        '["BLOCK * TILE <= 1024"] (Python syntax; a function cannot be written into the study)')
+    for name, tol in (("atol", atol), ("rtol", rtol)):
+        if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0):
+            raise UserError(f"{name}: a positive number (the output check's tolerance), got {tol!r}")
     for name, value in problem.items():
         validate_define(name, value, "problem")
     if not tune_params:
@@ -132,6 +144,7 @@ def write_kernel(
         "args": [_arg_data(a) for a in arguments], "derived": dict(derived or {}),
         "restrictions": [r if isinstance(r, str) else list(r) for r in restrictions],
         "grid": list(grid), "block": list(block), "reference": reference, "flops": flops,
+        **{name: float(tol) for name, tol in (("atol", atol), ("rtol", rtol)) if tol is not None},
     }
     digest = hashlib.sha256(json.dumps([data, kernel_source, {k: list(v) for k, v in tune_params.items()}, dict(problem)],
                                        sort_keys=True).encode()).hexdigest()[:12]
