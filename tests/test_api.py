@@ -199,17 +199,17 @@ def test_a_kernels_output_check_is_as_tight_as_its_output_type(tmp_path):
     assert load_spec(load_study(tuner.kernel_study(**bf16)).kernel).atol == 2e-2
 
 
+def test_what_a_study_keeps_for_good_is_no_setting_and_says_where_it_is_set():
+    with pytest.raises(tuner.UserError, match=r"precision: a study keeps it for good.*\[study\] precision in the study file"):
+        tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage="memory", precision="precise")
+
+
 @pytest.mark.parametrize("change,says", [
     ({"restrictions": "BLOCK_SIZE <= 1024"}, "restrictions: a list of expression strings"),
     ({"restrictions": [lambda p: p["BLOCK_SIZE"] <= 1024]}, "a function cannot be written into the study"),
     ({"problem": (1024, 1024)}, "problem: a dict of sizes by name"),
     ({"atol": -1}, "atol: a positive number"),
 ], ids=["one string", "a function", "a tuple problem", "a negative atol"])
-def test_what_a_study_keeps_for_good_is_no_setting_and_says_where_it_is_set():
-    with pytest.raises(tuner.UserError, match=r"precision: a study keeps it for good.*\[study\] precision in the study file"):
-        tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage="memory", precision="precise")
-
-
 def test_kernel_tuner_habits_in_tune_kernel_are_one_line(tmp_path, change, says):
     with pytest.raises(tuner.UserError) as err:
         tuner.kernel_study(**{**axpy(tmp_path / "k"), **change})
