@@ -128,8 +128,9 @@ def test_a_study_whose_every_config_failed_still_gives_its_trials(tmp_path):
     path.write_text(json.dumps(cache))
     result = tuner.tune(None, replay=path, storage="memory", trials=3, sampler="grid")
     assert result.best_trial is None and len(result.trials) == 3 and set(result.trials["status"]) == {"compile_error"}
-    assert result.notes[-1].endswith("every one of its 3 trials failed (compile_error=3): `tuner export` lists why; "
-                                     "fix the kernel or the space, then run it again")
+    assert result.notes[-1].endswith("every one of its 3 trials failed (compile_error=3) (the first compile_error: "
+                                     "CompilationFailedConfig): `tuner export` lists each one's reason; fix what they "
+                                     "name, then run it again")
     with pytest.raises(UserError, match="every one of its 3 trials failed"):
         _ = result.best_params
 

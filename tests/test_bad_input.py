@@ -263,9 +263,11 @@ def test_best_of_a_study_whose_every_trial_failed_says_so(tmp_path, capsys, monk
     for status in ("compile_error", "compile_error", "hang"):
         trial = study.ask({"x": optuna.distributions.IntDistribution(0, 3)})
         trial.set_user_attr("status", status)
+        trial.set_user_attr("reason", f"{status} of trial {trial.number}")
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "best", "--storage", url),
-                           "study 'broken': every one of its 3 trials failed (compile_error=2, hang=1)")
+                           "study 'broken': every one of its 3 trials failed (compile_error=2, hang=1) "
+                           "(the first compile_error: compile_error of trial 0)")
 
 
 def test_study_that_does_not_exist(store):

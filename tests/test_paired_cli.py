@@ -172,3 +172,10 @@ def test_a_winner_that_failed_its_check_since_is_named_with_a_warning():
     assert describe(failed).startswith("no confirmed winner: fewer than 2 of the top configs passed")
     study.set_user_attr(CONFIRMATIONS, [won, failed, {**won, "at": "t3"}])
     assert failed_since(study, 3) is None
+
+
+def test_a_run_with_one_measured_config_promises_no_confirmation(tmp_path, cache_dir):
+    result = tuner("run", study_file(tmp_path), "--storage", f"sqlite:///{tmp_path / 's.db'}", "--trials", 2,
+                   "--cache-dir", cache_dir, env=FAKE)  # the grid's second config spills
+    assert result.returncode == 0, result.stderr
+    assert "2 trials (ok=1, spills=1)" in result.stdout and "confirming" not in result.stdout + result.stderr

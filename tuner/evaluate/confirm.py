@@ -172,9 +172,13 @@ def no_winner(study: optuna.Study) -> str:
     finished = study.get_trials(deepcopy=False, states=(TrialState.FAIL, TrialState.PRUNED, TrialState.COMPLETE))
     if finished:  # every config failed: running on will not find a winner by itself
         statuses = Counter(status_of(t) for t in finished)
+        most = statuses.most_common(1)[0][0]
+        reason = next((str(t.user_attrs["reason"]) for t in finished
+                       if status_of(t) == most and t.user_attrs.get("reason")), "")
+        example = f" (the first {most}: {reason})" if reason else ""
         return (f"study {study.study_name!r}: every one of its {len(finished)} trials failed "
-                f"({', '.join(f'{k}={v}' for k, v in sorted(statuses.items()))}): `tuner export` lists "
-                "why; fix the kernel or the space, then run it again")
+                f"({', '.join(f'{k}={v}' for k, v in sorted(statuses.items()))}){example}: `tuner export` lists "
+                "each one's reason; fix what they name, then run it again")
     return f"study {study.study_name!r} has no completed trial yet: run it first"
 
 

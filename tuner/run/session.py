@@ -297,9 +297,11 @@ class Session:
 
     def confirm(self, study: optuna.Study, space: Space, evaluator: Any, search: options.SearchSettings) -> dict | None:
         """Re-measure the study's top configs against each other on this GPU; the record's gist."""
-        from tuner.evaluate.confirm import confirm_study, describe, factor_warning
+        from tuner.evaluate.confirm import confirm_study, describe, factor_warning, top_trials
 
         top, rounds = search.confirm_top, search.confirm_rounds
+        if len(top_trials(study, space, top)) < 2:
+            return None  # nothing to compare
         self._say(f"confirming the top {top} configs ({rounds} rounds, round-robin)...")
         record = confirm_study(study, space, evaluator, evaluator.supervisor.device, top, rounds)
         if record is None:
