@@ -43,7 +43,7 @@ def test_tune_then_load_give_the_same_winner(tmp_path):
     frame = result.trials
     assert isinstance(frame, pd.DataFrame) and len(frame) == 25
     ok = frame[frame["status"] == "ok"]
-    assert result.best_value == ok["value"].min() and result.metric == "ms" and result.tied == []
+    assert result.best_value == ok["value"].min() and result.metric == "ms" and result.tied == [] and result.front.empty
     assert set(result.best_params) <= set(frame.columns)
     header = result.to_header(tmp_path / "out" / "best.h").read_text()
     for name, value in result.best_params.items():

@@ -56,6 +56,11 @@ def test_two_objectives_give_a_front_and_no_made_up_energy(ran):
         assert not any(t.values[0] < row["ratio"] and t.values[1] < row["energy_mj"] for t in complete)
     # the confirmation re-measured configs of the front
     assert {r["trial"] for r in summary["confirmed"]["standings"]} <= {r["trial"] for r in front}
+    # a notebook reads the same front from the stored study
+    import tuner as api
+
+    table = api.load("pareto", storage=url).front
+    assert list(table["trial"]) == [r["trial"] for r in front] and {"UNROLL_K", "energy_mj", "flags"} <= set(table.columns)
 
 
 def test_best_pareto_prints_the_front_and_its_trade_off(ran):

@@ -98,6 +98,16 @@ class Result:
         return metric_of(self.study)
 
     @property
+    def front(self) -> pd.DataFrame:
+        """A time-and-energy study's Pareto front, fastest first (as ``tuner best --pareto``): trial,
+        time value, ms, energy per launch and its error, power, flags, and the defines; empty for a
+        study of time alone."""
+        from tuner.measurement import pareto
+
+        rows = pareto.front_rows(self.study) if pareto.is_multi(self.study) else []
+        return pd.DataFrame([{**row.pop("params"), **row} for row in rows])
+
+    @property
     def tied(self) -> list[dict[str, Value]]:
         """The configs statistically tied with the winner in its confirmation (the winner first);
         empty without a confirmation (replays, or fewer than two configs measured)."""
