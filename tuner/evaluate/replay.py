@@ -348,27 +348,15 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-#: Kernel Tuner's objectives and whether higher is better (its ``objective_default_map``)
-KT_OBJECTIVES = {"time": False, "energy": False, "GFLOP/s": True, "TFLOP/s": True, "GB/s": True, "TB/s": True,
-                 "GFLOPS/W": True, "TFLOPS/W": True, "GFLOP/J": True, "TFLOP/J": True}
+#: what a replay of a cache tuned for another objective says (the tuner's objective is time)
+KT_OTHER_OBJECTIVE = "the cache was tuned for {objective}: the replay minimises its recorded time, as the tuner does"
 
 
 def _kt_objective(data: dict, where: str) -> str:
-    """The cache entry field the replay minimises: the cache's objective where lower is better;
-    ``time`` where the objective is maximised (GFLOP/s, GB/s: the fastest config is their best)."""
-    objective = _field(data, "objective", str, where, "time")
-    higher = _field(data, "objective_higher_is_better", bool, where)
-    if higher is None:
-        if objective not in KT_OBJECTIVES:
-            raise UserError(f"{where}: objective {objective!r} is not one of Kernel Tuner's "
-                            f"({', '.join(KT_OBJECTIVES)}): add \"objective_higher_is_better\": true or false")
-        higher = KT_OBJECTIVES[objective]
-    if not higher:
-        return objective
-    if objective == "energy" or objective.endswith(("/W", "/J")):
-        raise UserError(f"{where}: objective {objective!r} is maximised energy efficiency; the tuner minimises "
-                        "time: replay a recording whose objective is time")
-    return "time"
+    """The cache's objective as Kernel Tuner names it (the replay minimises the recorded ``time``
+    whatever it is: the tuner's objective, and every Kernel Tuner cache records it)."""
+    _field(data, "objective_higher_is_better", bool, where)
+    return _field(data, "objective", str, where, "time")
 
 
 def _from_kernel_tuner(path: Path, data: dict) -> Recording:
@@ -385,9 +373,8 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
         if not isinstance(params[k], list) or not params[k]:
             raise UserError(f"{where}: tune_params {k!r} must be a non-empty list of values")
         axes[k] = _axis_values(params[k], f"{where}: tune_params {k!r}")
-    objective = _kt_objective(data, where)
-    # Kernel Tuner names a config's failure under the cache's own objective (GFLOP/s), which may not be the one replayed
-    declared = _field(data, "objective", str, where, "time")
+    declared = _kt_objective(data, where)
+    objective = "time"  # Kernel Tuner names a config's failure under the cache's own objective (GFLOP/s) too
     device = _field(data, "device_name", str, where, "")
     kernel = _field(data, "kernel_name", str, where, "")
     records: dict[tuple, Record] = {}
@@ -398,7 +385,9 @@ def _from_kernel_tuner(path: Path, data: dict) -> Recording:
             raise UserError(f"{at} is not an object")
         records[_config_key(entry, keys, at)], quirk = _kt_result(entry, objective, declared, at)
         quirks.append(quirk)
-    return Recording(path, "kernel_tuner", axes, records, device, kernel, data.get("problem_size"), _kt_notes(quirks))
+    notes = [KT_OTHER_OBJECTIVE.format(objective=declared)] if declared != "time" else []
+    return Recording(path, "kernel_tuner", axes, records, device, kernel, data.get("problem_size"),
+                     [*notes, *_kt_notes(quirks)])
 
 
 def _from_kernel_tuner_results(path: Path, results: list[dict]) -> Recording:
