@@ -4,6 +4,7 @@ given as data (compiled here with NVRTC; run on a GPU by the gpu-marked test).""
 import gzip
 import itertools
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -247,3 +248,23 @@ def test_tune_kernel_on_the_gpu(tmp_path):
     assert result.metric == "ratio" and result.best_flags.startswith("-DROWS=1024 -DCOLS=1024")
     assert result.confirmation is not None and result.tied and result.tied[0] == result.best_params
     assert tuner.load(result.study.study_name, storage=f"sqlite:///{tmp_path / 'gpu.db'}").best_params == result.best_params
+
+
+def test_a_kernel_tuner_cache_replays_a_study_that_holds_some_of_its_columns_fixed(tmp_path):
+    """Kernel Tuner's convolution cache records filter_height / filter_width at 15: a study of the same
+    kernel holds them in its problem and replays that slice, and hears how much of its space the cache
+    records (the rest reads as invalid)."""
+    cache = ROOT / "tests" / "data" / "kernel_tuner" / "convolution_RTX_Titan.json.gz"
+    params = json.loads(gzip.open(cache).read())["tune_params"]
+    source = 'extern "C" __global__ void convolution_kernel(float* out) { out[0] = 1.0f; }\n'
+    study = tuner.kernel_study(
+        "convolution_kernel", source, problem={"filter_height": 15, "filter_width": 15},
+        arguments=[tuner.Out("out", (1,))], grid=(1, 1, 1), block=("block_size_x", "block_size_y", 1),
+        reference="np.ones((len(rows),))", restrictions=["block_size_x * block_size_y <= 1024"],
+        tune_params={k: v for k, v in params.items() if not k.startswith("filter_")}, folder=tmp_path / "conv")
+    result = tuner.tune(study, replay=cache, storage="memory", trials=10, seed=0)
+    assert len(result.trials) == 10 and result.best_trial is not None
+    note = next(n for n in result.notes if "valid configs" in n)
+    assert note.endswith("configs: the others read as invalid (not in the recording)")
+    counts = re.search(r"records (\d+) of the study's (\d+) valid configs", note)
+    assert counts and 0 < int(counts[1]) < int(counts[2])

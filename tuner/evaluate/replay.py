@@ -75,12 +75,15 @@ class Recording:
     problem_size: Any = None
     #: what a user should know of how the file was read (a Kernel Tuner cache cut short, ...)
     notes: list[str] = field(default_factory=list)
+    #: recorded columns a study holds at one value (its [fixed] or [problem]): every lookup reads that slice
+    pinned: dict[str, Value] = field(default_factory=dict)
 
     def digest(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
 
     def lookup(self, params: dict[str, Value]) -> Record | None:
-        return self.records.get(tuple(params[a] for a in self.axes))
+        given = {**self.pinned, **params}
+        return self.records.get(tuple(given[a] for a in self.axes))
 
     def optimum(self) -> float:
         return min(r.ms for r in self.records.values() if r.status == "ok" and r.ms is not None)

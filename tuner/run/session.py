@@ -137,10 +137,18 @@ class Session:
             missing = [a for a in space.axes if a not in recording.axes]
             if missing:
                 raise UserError(f"replay file {recording.path} has no column for {', '.join(missing)}: record it from this study")
-            extra = [a for a in recording.axes if a not in space.axes]
+            held = {**cfg.problem, **cfg.fixed}  # a column the study holds at a recorded value reads that slice
+            recording.pinned = {a: held[a] for a in recording.axes
+                                if a not in space.axes and a in held and held[a] in recording.axes[a]}
+            extra = [a for a in recording.axes if a not in space.axes and a not in recording.pinned]
             if extra:  # a config of the study would not name a recorded row
                 raise UserError(f"replay file {recording.path} has define columns {', '.join(extra)} that are not axes of "
-                                f"{Path(self.study_file).name}: replay it with the study file it was recorded from")
+                                f"{Path(self.study_file).name}: add them to its space, or hold each at one of its "
+                                "recorded values in [fixed]")
+            recorded = sum(recording.lookup(config) is not None for config in space.valid)
+            if recorded < len(space.valid):
+                self._say(f"replay file {recording.path} records {recorded} of the study's {len(space.valid)} valid "
+                          "configs: the others read as invalid (not in the recording)")
         return Loaded(cfg, space, recording)
 
     def search(self, cfg: StudyConfig | None) -> options.SearchSettings:
