@@ -268,3 +268,15 @@ def test_a_kernel_tuner_cache_replays_a_study_that_holds_some_of_its_columns_fix
     assert note.endswith("configs: the others read as invalid (not in the recording)")
     counts = re.search(r"records (\d+) of the study's (\d+) valid configs", note)
     assert counts and 0 < int(counts[1]) < int(counts[2])
+
+
+def test_a_study_searched_on_otherwise_says_so(tmp_path):
+    """Comparing searches on one recording: a second call with another sampler adds to the first's study."""
+    db = tmp_path / "s.db"
+    first = tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=db, trials=5, seed=1)
+    assert not any("was searched with" in n for n in first.notes)
+    same = tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=db, trials=8, seed=1)
+    assert not any("was searched with" in n for n in same.notes)
+    other = tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=db, trials=10, sampler="random")
+    assert ("study patch_embed_sm90a_hopper_grid.replay was searched with sampler tpe, seed 1; this run adds trials "
+            "with sampler random, no fixed seed to it (study_name=NEW keeps a comparison apart)") in other.notes

@@ -56,6 +56,8 @@ from tuner.store.storage import PLANNER_STATISTICS_FROM, give_planner_statistics
 from tuner.study.file import SearchSettings
 from tuner.table import printable
 
+#: study attribute: the sampler and seed of a study's first run
+SEARCH_ATTR = "search"
 #: fingerprint keys a resumed study must match
 BINDING_KEYS = ("kind", "device_name", "source_hash", "nvrtc_version", "arch", "problem", "objective")
 #: what a study's values meant before paired timing (and still mean in replay): raw milliseconds
@@ -151,6 +153,24 @@ def check_same_objectives(study: optuna.Study, objectives: Sequence[str]) -> Non
             f"study {study.study_name!r} was created with objectives {list(stored)}, this run asks for "
             f"{list(objectives)}: keep them (--accept-mismatch does not change that), or start a new study "
             "with --study-name NEW")
+
+
+def note_search(study: optuna.Study, sampler: str, seed: int | None) -> str:
+    """Store a new study's sampler and seed; for a later run with others, one line saying that its
+    trials join the study's (a comparison of searches wants a study each)."""
+    now = {"sampler": sampler, "seed": seed}
+    stored = study.user_attrs.get(SEARCH_ATTR)
+    if stored is None:
+        if not study.get_trials(deepcopy=False):
+            study.set_user_attr(SEARCH_ATTR, now)
+        return ""
+    if stored == now:
+        return ""
+    def search(s: dict) -> str:
+        return f"sampler {s['sampler']}, " + ("no fixed seed" if s["seed"] is None else f"seed {s['seed']}")
+
+    return (f"study {study.study_name} was searched with {search(stored)}; this run adds trials with {search(now)} "
+            "to it (--study-name NEW keeps a comparison apart)")
 
 
 def check_same_choices(study: optuna.Study, space: Space) -> None:
@@ -293,6 +313,8 @@ class Runner:
         check_same_choices(self.study, space)
         space.adopt_stored(self.study)  # a study stored before compact axes keeps its kinds
         store_axes(self.study, space.axes)
+        #: a line when this run searches the study otherwise than its first run did
+        self.search_changed = note_search(self.study, settings.sampler, settings.seed)
         if hasattr(evaluator, "bind"):
             evaluator.bind(self.study)
         #: the study's first configs, held until they choose its reference (None: it has one)

@@ -291,6 +291,8 @@ class Session:
         return summary, runner
 
     def _say_queued(self, runner) -> None:
+        if runner.search_changed:
+            self._say(runner.search_changed)
         if runner.requeued:
             self._say(f"re-queued {len(runner.requeued)} trial(s) left RUNNING by a dead process: {runner.requeued}")
         if runner.transfer:
