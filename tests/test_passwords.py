@@ -198,3 +198,18 @@ def test_a_raw_at_sign_is_refused_without_showing_the_password(tmp_path):
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "%40" in result.stderr
     _assert_hidden(result.stdout + result.stderr, tokens, "error line")
+
+
+@pytest.mark.parametrize("after", ["/test", "#127.0.0.1/test", "?connect_timeout=3"], ids=["no host", "# for @", "a query"])
+def test_a_password_whose_at_sign_was_left_out_is_hidden_in_one_line(after):
+    """USER:PASSWORD without its @ reads as HOST:PORT, and a port that is no number fails to parse."""
+    result = tuner("status", "--storage", f"postgresql+psycopg://postgres:Secret99{after}")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "its port is not a number" in result.stderr and "Secret99" not in result.stdout + result.stderr
+
+
+def test_a_port_is_no_password():
+    from tuner.store.url import raw_password, spellings
+
+    assert raw_password("postgresql+psycopg://postgres:5432/test") is None
+    assert spellings("postgresql+psycopg://db:5432/test") == set()

@@ -240,6 +240,9 @@ def _check_driver(url: str) -> None:
         scheme = url.split("://", 1)[0]
         raise UserError(f"storage {redact(url)}: {scheme!r} is no database SQLAlchemy knows: use "
                         "postgresql+psycopg://USER@HOST/DB, sqlite:///FILE.db, or FILE.log") from None
+    except ValueError:  # a port that is no number: often a password whose "@" was left out
+        raise UserError(f"storage {redact(url)}: its port is not a number (if that is a password, an at sign goes "
+                        "between it and the host)") from None
     except ImportError as exc:
         fix = f"install the Python module {exc.name}"
         if exc.name == "psycopg":

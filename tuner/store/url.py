@@ -41,7 +41,9 @@ _lock = threading.Lock()
 
 def raw_password(url: str) -> str | None:
     """The password exactly as written in ``url``: from the user's colon to the last ``@``
-    before the host (a raw ``@`` inside it would otherwise leave its tail in the host)."""
+    before the host (a raw ``@`` inside it would otherwise leave its tail in the host). Without
+    an ``@``, what follows ``HOST:`` is a port, or a password whose ``@`` was left out: anything
+    but digits there counts as a password."""
     match = _SCHEME.match(url)
     if match is None:
         return None
@@ -51,17 +53,18 @@ def raw_password(url: str) -> str | None:
         return None
     at = rest.rfind("@")
     if at < user_end:
-        return None
+        port = rest[user_end + 1:next((i for i, c in enumerate(rest) if c in "/?" and i > user_end), len(rest))]
+        return port if port and not port.isdigit() else None
     return rest[user_end + 1:at]
 
 
 def spellings(url: str) -> set[str]:
     """Every way ``url``'s password may be shown: as written, decoded by SQLAlchemy (userinfo
     or ``?password=``), percent-encoded, rendered by SQLAlchemy, JSON-, repr- and HTML-escaped."""
-    if "@" not in url and "password" not in url.lower():
+    raw = raw_password(url)
+    if "@" not in url and "password" not in url.lower() and not raw:
         return set()  # no password to spell (a SQLite file): SQLAlchemy need not be imported for it
     found: set[str] = set()
-    raw = raw_password(url)
     if raw:
         found.add(raw)
     for match in _PASSWORD_PARAM.finditer(url):
