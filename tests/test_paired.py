@@ -5,6 +5,7 @@ tuner/device/timing.py; its GPU slows down and speeds up by +-5 % in a slow sine
 power-capped GPU does, so raw times move while the ratios must not.
 """
 
+import math
 import random
 
 import pytest
@@ -60,6 +61,14 @@ def test_median_ci_covers_the_median_at_its_confidence():
         hits += lo <= 1.0 <= hi  # the lognormal's median is exactly 1
     assert 0.93 <= hits / 400 <= 0.995
     assert median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few values: the whole range
+
+
+def test_median_ci_of_more_values_than_a_float_power_of_two_holds():
+    """`tuner confirm --rounds 1030`: 2**1030 is no float; the interval is the binomial one still."""
+    values = [float(v) for v in range(2000)]
+    lo, hi = median_ci(values)
+    half = 1.96 * math.sqrt(2000) / 2  # the normal approximation of the binomial order statistics
+    assert abs(lo - (1000 - half)) <= 2 and abs(hi - (1000 + half)) <= 2
 
 
 def test_sign_test_tells_slower_from_tied():

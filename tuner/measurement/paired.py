@@ -34,10 +34,11 @@ def median_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float,
         raise ValueError("no values")
     alpha = 1.0 - confidence
     # largest j with P(Bin(n, 1/2) <= j - 1) <= alpha / 2
-    cumulative, j = 0.0, 0
+    cumulative, j, term, total = 0, 0, 1, 2**n  # whole numbers: 2.0**n overflows past 1023 values
     for k in range(n):
-        cumulative += math.comb(n, k) / 2.0**n
-        if cumulative > alpha / 2:
+        cumulative += term  # comb(n, k)
+        term = term * (n - k) // (k + 1)
+        if cumulative / total > alpha / 2:
             break
         j = k + 1
     if j == 0:
