@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PNPOLY, tuner
+from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
 
 STUDY = "pnpoly_RTX_3090.replay"
 
@@ -99,6 +99,9 @@ def test_a_read_only_sqlite_file_is_read_not_called_damaged(tmp_path, mount):
     assert report.returncode == 0 and (tmp_path / "rep" / "index.html").is_file(), report.stderr
     line = _one_line(tuner("run", "--replay", PNPOLY, "--storage", url, "--trials", 50), "read-only")
     assert "damaged" not in line and "move it aside" not in line
+    # a confirmation is stored too: said before the GPU measures anything
+    _one_line(tuner("confirm", ROOT / "studies" / "example_sgemm.toml", "--storage", url,
+                    env={"TUNER_WORKER_BACKEND": FAKE_BACKEND}), "read-only")
     assert hashlib.sha256((folder / "t.db").read_bytes()).hexdigest() == before
 
 

@@ -327,8 +327,9 @@ class Session:
         """``tuner confirm``: re-measure a stored study's top configs in this session: (name, record's gist)."""
         from tuner.run.probe import adopt
         from tuner.run.runner import bind_study
-        from tuner.store.storage import open_storage
+        from tuner.store.storage import open_storage, resolve_url, sqlite_read_only
 
+        sqlite_read_only(resolve_url(self.storage), create=True)  # a confirmation is stored: say so before the GPU runs
         loaded = self.load()
         search = self.search(loaded.cfg)
         if search.confirm_top < 2:

@@ -369,7 +369,7 @@ def sqlite_read_only(url: str, create: bool) -> bool:
     if writable:
         return False
     if create:
-        raise UserError(f"SQLite file {path} is read-only (or its folder is): `tuner run` stores trials in it; "
+        raise UserError(f"SQLite file {path} is read-only (or its folder is): `tuner run` and `tuner confirm` store in it; "
                         "make both writable, or give another --storage (status, best, export and report read it as it is)")
     return True
 
