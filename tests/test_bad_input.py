@@ -558,6 +558,8 @@ STORAGE_CASES = [
     ("journal is a folder", lambda f: (f / "d.log").mkdir() or str(f / "d.log"), "is a folder"),
     ("journal corrupt", lambda f: (f / "bad.log").write_text('{"op_code": 0, "worker_id": "x"\n{not json}\n') and str(f / "bad.log"),
      "cannot be read"),
+    ("journal that is another file", lambda f: (f / "app.log").write_text("INFO started\nERROR no newline") and str(f / "app.log"),
+     "not one line of it is a journal record"),
     ("not a URL", lambda f: "somewhere-else", "not a URL"),
     ("unknown database kind", lambda f: "nosuchdb://u@h/d", "'nosuchdb' is no database SQLAlchemy knows"),
     ("postgres unreachable", lambda f: "postgresql+psycopg://u@127.0.0.1:1/db", "is the server up"),

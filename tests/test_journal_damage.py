@@ -86,3 +86,15 @@ def test_a_damaged_line_costs_nothing_else(damage, tmp_path):
     assert not [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     measured = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     assert len(measured) == FIRST + MORE
+
+
+def test_a_whole_journal_is_read_without_its_writer_lock(tmp_path):
+    """A lock file a killed writer left behind stalls whoever takes the lock (Optuna waits, then
+    breaks it): a command that finds the journal whole has nothing to repair and takes none."""
+    log = tmp_path / "j.log"
+    assert tuner("run", "--replay", PNPOLY, "--storage", log, "--trials", 3, "--seed", 1).returncode == 0
+    lock = tmp_path / "j.log.lock"
+    lock.symlink_to(log)  # as Optuna's JournalFileSymlinkLock leaves it
+    status = tuner("status", "--storage", log, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert "acquire the lock" not in status.stderr and lock.is_symlink()

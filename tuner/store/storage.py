@@ -403,11 +403,11 @@ def _open_journal(path: Path, create: bool) -> optuna.storages.BaseStorage:
         raise UserError(f"journal file {path} is not writable (folder {folder}): give a path in a folder you can write")
     try:
         backend = TolerantJournalFile(str(path))  # a damaged line is skipped and reported, not fatal
-        _repair_partial_tail(backend, path)
-        storage = JournalStorage(backend)  # reads the whole file
-        if backend.foreign:
+        storage = JournalStorage(backend)  # reads the whole file (a partial last line waits to be whole)
+        if backend.foreign:  # another file given by mistake: left as it is
             raise UserError(f"journal file {path} cannot be read: not one line of it is a journal record; "
                             "is it another file? move it aside to start afresh")
+        _repair_partial_tail(backend, path)
         return storage
     except UserError:
         raise
@@ -496,14 +496,20 @@ def give_planner_statistics(storage: optuna.storages.BaseStorage) -> None:
         pass
 
 
+def _ends_whole(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
 def _repair_partial_tail(backend: JournalFileBackend, path: Path) -> None:
     """Move a partial last record (a writer died mid-line) aside, under the journal's lock.
 
     Optuna skips such a line when reading but appends the next record right after it,
     which merges both into one bad line and makes the whole file unreadable from then on.
     """
-    if not path.is_file() or path.stat().st_size == 0:
-        return
+    if not path.is_file() or path.stat().st_size == 0 or _ends_whole(path):
+        return  # (the lock only where there is something to repair: a stale lock file stalls whoever takes it)
     from tuner.store.optuna_private import journal_lock
 
     with journal_lock(backend):
