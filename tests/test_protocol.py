@@ -14,6 +14,7 @@ from tuner.device.protocol import (
     Hello,
     HostDryRunJob,
     Kernel,
+    Launching,
     MeasureJob,
     PrepareJob,
     Ready,
@@ -38,7 +39,7 @@ MESSAGES = [
     ConfirmJob(**PROBLEM, reference=Baseline(), kernels=[CANDIDATE, REFERENCE], rounds=30),
     HostDryRunJob(**PROBLEM, cases=[{"kernel_name": "k", "record_size": 64}]),
     Exit(), Answer(stop=True), Answer(stop=False), Hello({"name": "H200", "cc": [9, 0]}), StartFailed("no driver"),
-    Ready(), Block(3, 0.98, [0.97, 0.99], 40),
+    Ready(), Launching("reference"), Block(3, 0.98, [0.97, 0.99], 40),
     Reply(Measurement("ok", ms=1.2, ratio=0.98, reference_ms=1.22, extra={"pairs": 40}), restart=False),
 ]
 

@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
 from tuner.device.supervisor import Supervisor
-from tuner.testing import measure_job
+from tuner.testing import measure_job, write_study
 
 EXAMPLE_SPEC = str(ROOT / "kernel" / "example_sgemm.py")
 
@@ -149,3 +149,16 @@ def test_a_worker_whose_run_died_mid_trial_drops_its_reply_and_ends(monkeypatch)
     run_end.send(protocol.encode(job({"X": 1})))
     worker.worker_main(worker_end, "double")  # raised BrokenPipeError or ConnectionResetError before
     assert len(measured) == 1  # the trial was measured, and its reply had nowhere to go
+
+
+def test_a_reference_that_hangs_stops_the_run_at_the_timeout_and_is_named(tmp_path, cache_dir):
+    """The session warm-up launches the reference before any trial: its hang is caught at ``timeout_s``
+    (not the inputs' setup allowance of minutes) and named as the reference's, not a trial's."""
+    study = write_study(tmp_path, "hangref", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
+                        tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4], "PLANT_HANG": [1, 0]}, search={"trials": 6},
+                        measure={"timeout_s": 3, "reference": {"BLOCK": 32, "THREAD_TILE": 2, "PLANT_HANG": 1}})
+    result = tuner("run", study, "--storage", f"sqlite:///{tmp_path / 's.db'}", "--cache-dir", cache_dir,
+                   env={"TUNER_WORKER_BACKEND": FAKE_BACKEND}, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("tuner: error: the reference hung in the session warm-up (no progress for 3 s)")
+    assert "-DPLANT_HANG=1" in result.stderr and "[measure] reference" in result.stderr

@@ -157,6 +157,14 @@ class Ready:
 
 
 @dataclass(frozen=True)
+class Launching:
+    """Between jobs, the worker launches ``what`` ("reference": the session warm-up, whose silence past
+    the parent's timeout is the reference's hang; "job": that is over). Sent again while it lasts."""
+
+    what: str
+
+
+@dataclass(frozen=True)
 class Block:
     step: int
     value: float
@@ -172,10 +180,11 @@ class Reply:
     restart: bool = False
 
 
-Message = Job | Exit | Answer | Hello | StartFailed | Ready | Block | Reply
+Message = Job | Exit | Answer | Hello | StartFailed | Ready | Launching | Block | Reply
 
 _KINDS: dict[str, type] = {cls.__name__: cls for cls in (
-    PrepareJob, WarmUpJob, MeasureJob, ConfirmJob, HostDryRunJob, Exit, Answer, Hello, StartFailed, Ready, Block, Reply)}
+    PrepareJob, WarmUpJob, MeasureJob, ConfirmJob, HostDryRunJob, Exit, Answer, Hello, StartFailed, Ready, Launching,
+    Block, Reply)}
 
 
 def encode(message: Message) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from tuner.device.protocol import (
     Hello,
     HostDryRunJob,
     Job,
+    Launching,
     MeasureJob,
     Message,
     PrepareJob,
@@ -45,6 +46,8 @@ Report = Callable[[int, float, list[float]], bool]
 #: swaps the CUDA backend for a test double ("module:attr", see tests/fake_backend.py)
 BACKEND_ENV = "TUNER_WORKER_BACKEND"
 
+#: a hang's ``extra`` flag: the reference, not the job's config, stopped answering
+REFERENCE_HANG = "reference_hang"
 SETUP_TIMEOUT_S = 600.0  # allocating and uploading a problem's inputs (GBs) can take a while
 
 
@@ -249,11 +252,16 @@ class Supervisor:
 
         deadline_s = SETUP_TIMEOUT_S  # until the worker says its inputs are ready
         blocks: list[float] = []
+        launching = "job"  # what the worker launches: the reference in its warm-up between jobs, else this job
         while True:
             started = time.monotonic()
             message = self._receive(deadline_s)
             if message is None:  # silence: a kernel that never finishes
                 self.restart_quietly()
+                if launching == "reference":  # every trial is timed against it: the run cannot go on
+                    return Measurement("hang", reason=f"the reference hung in the session warm-up (no progress for "
+                                       f"{deadline_s:.0f} s): worker killed and restarted",
+                                       extra={REFERENCE_HANG: True})
                 return Measurement("hang", reason=f"no progress for {deadline_s:.0f} s: worker killed and restarted", blocks=blocks)
             if message is EOF:  # the worker process died under us
                 proc = self._proc  # None when stop() ran meanwhile
@@ -263,7 +271,10 @@ class Supervisor:
                     code = proc.exitcode
                 self.restart_quietly()
                 return Measurement("launch_error", reason=f"worker died (exit code {code}): restarted", blocks=blocks)
-            if isinstance(message, Ready):
+            if isinstance(message, Launching):  # the inputs are in place: launches from here on
+                launching = message.what
+                deadline_s = timeout_s
+            elif isinstance(message, Ready):
                 deadline_s = timeout_s
             elif isinstance(message, Block):
                 blocks.append(message.value)

@@ -89,6 +89,8 @@ class Backend(Protocol):
 
 #: how long the worker keeps the GPU warm for a first trial that has not come yet
 WARM_WAIT_S = 10.0
+#: while the worker warms up between jobs, it tells the parent it launches the reference this often
+BEAT_S = 0.5
 
 #: a block of pair ratios as the parent is told it: step, running value, the block's samples, pairs so far
 BlockReport = tuple[int, float, list[float], int]
@@ -136,6 +138,9 @@ class Measurer:
         self._session: WarmUp | None = None  # how the session's warm-up ended (None: not yet)
         self._session_reported = False
         self._ahead: _MeasuredAhead | None = None  # the first trial, measured before it was asked
+        #: tells the parent what runs between jobs (the worker sends a Launching message)
+        self.tell: Callable[[str], None] = lambda what: None
+        self._told: tuple[str, float] = ("job", 0.0)
 
     # -- jobs ----------------------------------------------------------------------------------
     def measure(self, job: MeasureJob, channel: Channel) -> tuple[Measurement, bool]:
@@ -222,14 +227,30 @@ class Measurer:
         if timing.regime != "sustained" or self._session is not None:
             return
         spec, problem = self._prepare(job)
-        if job.first_trial is not None:
-            self._measure_ahead(job.first_trial, job_waiting, next_job)
-        reference = self._reference_handle(job, spec, problem)
-        if not self._warm_session(reference, timing, job_waiting):
-            return
-        until = time.monotonic() + WARM_WAIT_S
-        while not job_waiting() and time.monotonic() < until:
-            self._run_for([reference], 20.0, 1)
+
+        def waiting() -> bool:  # between blocks: the parent hears that the reference runs on
+            self._beat("reference")
+            return job_waiting()
+
+        try:
+            self._beat("reference")
+            if job.first_trial is not None:
+                self._measure_ahead(job.first_trial, waiting, next_job)
+            reference = self._reference_handle(job, spec, problem)
+            if not self._warm_session(reference, timing, waiting):
+                return
+            until = time.monotonic() + WARM_WAIT_S
+            while not waiting() and time.monotonic() < until:
+                self._run_for([reference], 20.0, 1)
+        finally:
+            self._beat("job")
+
+    def _beat(self, what: str) -> None:
+        """Tell the parent what runs now: at once when it changed, else at most every ``BEAT_S``."""
+        now = time.monotonic()
+        if what != self._told[0] or now - self._told[1] >= BEAT_S:
+            self.tell(what)
+            self._told = (what, now)
 
     def _measure_ahead(self, job: MeasureJob, job_waiting: Callable[[], bool],
                        next_job: Callable[[], object | None] | None) -> None:

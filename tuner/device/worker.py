@@ -35,6 +35,7 @@ from tuner.device.protocol import (
     Exit,
     Hello,
     HostDryRunJob,
+    Launching,
     MeasureJob,
     PrepareJob,
     Ready,
@@ -119,6 +120,7 @@ def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
     channel = Channel(conn)
     inbox = Inbox(conn)
     measurer = Measurer(backend)
+    measurer.tell = lambda what: conn.send(protocol.encode(Launching(what)))
     while True:
         try:
             job = inbox.take()

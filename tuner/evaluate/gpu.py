@@ -20,7 +20,7 @@ from tuner.contract.arch import NATIVE
 from tuner.contract.kernel_spec import KernelSpec, Problem, Value
 from tuner.contract.precision import Tolerance
 from tuner.device.protocol import Baseline, ConfirmJob, Kernel, MeasureJob, PrepareJob, Reference, WarmUpJob
-from tuner.device.supervisor import Report, Supervisor, WorkerDied
+from tuner.device.supervisor import REFERENCE_HANG, Report, Supervisor, WorkerDied
 from tuner.device.timing import Timing
 from tuner.errors import UserError
 from tuner.evaluate.ahead import AheadDepth
@@ -216,6 +216,10 @@ class GpuEvaluator:
 
         m = self.supervisor.measure(MeasureJob(**self._job(), candidate=_kernel(config, built)),
                                     self.measure_settings.timeout_s, scaled)
+        if m.extra.get(REFERENCE_HANG):  # no config can be timed against it
+            flags = self.objective_attrs()["objective"]["reference"]
+            raise UserError(f"{m.reason}: the reference ({flags}) does not finish on this GPU; name one that runs as "
+                            "[measure] reference or the first [search] start config")
         if m.status == "ok" and m.ratio is not None:
             m.value = m.ratio * (self._scale(m.reference_ms) or 1.0)
         for key, value in common.items():
