@@ -93,6 +93,27 @@ def test_grid_table_and_csv_replay_roundtrip(tmp_path, cache_dir):
     assert summary["best"]["ms"] >= best_recorded
 
 
+def test_a_tiered_studys_grid_measures_tier_1_then_tier_2_on_its_winner(tmp_path, cache_dir):
+    """`tuner grid` follows the study file's mode (its --help says so): a tiered study's grid is tier 1
+    with tier 2 at its defaults, then every tier-2 combination on the tier-1 winner."""
+    from tuner.contract.kernel_spec import load_spec
+    from tuner.search.space import Space
+    from tuner.study.file import load_study
+    from tuner.testing import write_study
+
+    study = write_study(tmp_path, "tiered", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
+                        tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]}, tier2={"UNROLL_K": [1, 2, 4]},
+                        search={"mode": "tiered"})
+    cfg = load_study(study)
+    space = Space.from_study(cfg, load_spec(cfg.kernel))
+    grid = tuner("grid", study, "--storage", f"sqlite:///{tmp_path / 'g.db'}", "--csv", tmp_path / "g.csv",
+                 "--cache-dir", cache_dir, "--json", env=FAKE)
+    assert grid.returncode == 0, grid.stderr
+    summary = json.loads(grid.stdout.strip().splitlines()[-1])
+    tier1 = len(space.tier1_candidates())
+    assert summary["trials"] == tier1 + len(space.tier2_candidates(summary["best"]["params"])) - 1 < len(space.valid)
+
+
 def test_no_gpu_says_so_and_shows_replay():
     result = tuner("run", STUDY, "--storage", "memory", env={"TUNER_WORKER_BACKEND": "cuda"})
     assert result.returncode == 2

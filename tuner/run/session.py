@@ -155,7 +155,7 @@ class Session:
         """The study file's [search] settings with the given ones on top."""
         search = options.apply(cfg.search if cfg else options.SearchSettings(), self.given)
         if self.command == "grid":  # every valid config once, in order, measured to the end
-            search = options.apply(search, {"sampler": "grid", "mode": self.given.get("mode", "joint"), "trials": None,
+            search = options.apply(search, {"sampler": "grid", "trials": None,
                                             "timeout_min": None, "seed": 0, "pruner": False})
         return search
 
@@ -272,7 +272,8 @@ class Session:
             raise
         try:
             if self.command == "grid" and loaded.recording is None:  # every config compiled up front, in parallel
-                precompile(loaded, evaluation.evaluator.arch, self.run_options.cache_dir, self.progress)
+                precompile(loaded, self.search(loaded.cfg).mode, evaluation.evaluator.arch, self.run_options.cache_dir,
+                           self.progress)
             runner = Runner(loaded.space, evaluation.evaluator, self.settings(loaded, evaluation), self.storage,
                             storage=opening.take())
             startup.mark("storage_and_space_ready")
@@ -356,19 +357,21 @@ class Session:
         return cfg.measure.reference_probe if self.command in ("run", "grid") else 0
 
 
-def precompile(loaded: Loaded, arch: str, cache_dir: Path | None, progress: bool) -> None:
-    """Compile every valid config into the cache, in parallel (``tuner grid``)."""
+def precompile(loaded: Loaded, mode: str, arch: str, cache_dir: Path | None, progress: bool) -> None:
+    """Compile every valid config the grid measures first into the cache, in parallel (``tuner grid``;
+    tiered: tier 1's, as tier 2's depend on its winner and compile as they are measured)."""
     from tuner.compile.nvrtc import CompileLimits, compile_many
 
     cfg, space = loaded.cfg, loaded.space
     assert cfg is not None  # a GPU grid has a study file
     tick = None
+    configs = space.tier1_candidates() if mode == "tiered" else space.valid
     if progress:
         from tuner.run.progress import progress_bar
 
-        bar = progress_bar(total=len(space.valid), desc="compiling", unit="config")
+        bar = progress_bar(total=len(configs), desc="compiling", unit="config")
         tick = lambda: bar.update(1)  # noqa: E731
-    full = [space.full_config(p) for p in space.valid]
+    full = [space.full_config(p) for p in configs]
     compile_many(space.spec, full, space.problem, arch, cache_dir,
                  CompileLimits.of(cfg.measure), None, tick)
 
