@@ -139,6 +139,35 @@ def test_a_worker_does_not_join_a_study_still_choosing_its_reference(tmp_path):
         adopt(study, _Evaluator(), {})
 
 
+def test_a_second_run_does_not_choose_another_reference_while_one_chooses(tmp_path):
+    """Two runs started on a new study: one chooses the reference, the other is told to wait, so the
+    study's values keep one base. A probe whose run is gone (or was this process's) is taken over."""
+    from types import SimpleNamespace
+
+    from tuner.run.probe import Probe
+    from tuner.store.liveness import runner_attrs
+
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}")
+    evaluator = SimpleNamespace(reference_probe=8)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        alive = {**runner_attrs(), "runner_pid": other.pid, "runner_started": _started(other.pid)}
+        study.set_user_attr(CHOICE, {"state": PROBING, "probed": 8, "at": time.time(), **alive})
+        with pytest.raises(UserError, match=rf"choosing its reference in another run \(\S+ pid {other.pid}"):
+            Probe.plan(study, evaluator)
+    finally:
+        other.kill()
+        other.wait()
+    assert Probe.plan(study, evaluator) is not None  # its run is gone
+    assert study.user_attrs[CHOICE]["runner_pid"] == os.getpid()
+    assert Probe.plan(study, evaluator) is not None  # this process's own, left by a call it stopped
+
+
+def _started(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
 HELD = [(32, "ok", 0.9), (64, "mismatch", 0.5), (128, "ok", 0.8)]  # (BLOCK, status, ratio to the defaults)
 
 

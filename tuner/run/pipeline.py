@@ -145,20 +145,22 @@ class ProposalLock:
 
     Without it two workers that sample at the same moment both see the other's trial without
     params and may choose the same config (the second then reuses the first's value, but its
-    place in the run is lost). One host (journal file): a lock file beside the journal;
+    place in the run is lost). One host (journal or SQLite file): a lock file beside it;
     Postgres: an advisory lock on the study; in-process storages need none. Best effort: if the
     lock cannot be had the proposal goes on unlocked (the twin check still catches repeats).
     """
 
     def __init__(self, storage, url: str, study_name: str):
         from tuner.store.storage import is_journal, journal_path
+        from tuner.store.url import sqlite_file
 
         self._file: IO[str] | None = None  # the lock file (journal storage)
         self._conn: sqlalchemy.Connection | None = None  # the advisory lock's session (Postgres)
         self._key = int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:8], "big") >> 1  # a bigint
-        if is_journal(url):
+        beside = journal_path(url) if is_journal(url) else sqlite_file(url) if url.startswith("sqlite") else None
+        if beside is not None:
             try:
-                self._file = open(f"{journal_path(url)}.propose.lock", "a+")
+                self._file = open(f"{beside}.propose.lock", "a+")
             except OSError:
                 self._file = None
         elif getattr(storage, "engine", None) is not None and storage.engine.dialect.name == "postgresql":

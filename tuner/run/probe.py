@@ -15,6 +15,7 @@ the study (:data:`CHOICE`); every later run, on any GPU, pairs with the same con
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from tuner.errors import UserError
 from tuner.measurement.value import Measurement
 from tuner.run.objective import Begun
 from tuner.search.pool import trial_params
+from tuner.store.liveness import HOST_ATTR, PID_ATTR, runner_alive, runner_attrs
 
 if TYPE_CHECKING:
     from tuner.search.space import Space
@@ -57,6 +59,23 @@ def adopt(study: optuna.Study, evaluator: Any, attrs: dict[str, Any]) -> None:
                         "or choose it with `tuner run` (reference_probe > 0)")
 
 
+#: a probe of another host or PID space this old is taken for dead (its first configs take minutes)
+PROBE_ABANDONED_S = 1800.0
+
+
+def _abandoned(choice: dict[str, Any]) -> bool:
+    """A probe whose run is gone (or was this process's: a notebook's call stopped mid-probe): its
+    process, where this process can see it, else its age."""
+    mine = runner_attrs()
+    if {k: choice.get(k) for k in mine} == mine:
+        return True
+    alive = runner_alive(choice)
+    if alive is not None:
+        return not alive
+    at = choice.get("at")
+    return not isinstance(at, (int, float)) or time.time() - at > PROBE_ABANDONED_S
+
+
 def _measured(study: optuna.Study) -> bool:
     return bool(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
 
@@ -79,7 +98,12 @@ class Probe:
         choice = study.user_attrs.get(CHOICE) or {}
         if k <= 0 or "config" in choice or _measured(study):
             return None
-        study.set_user_attr(CHOICE, {"state": PROBING, "probed": k})  # a worker joining now waits (adopt)
+        if choice.get("state") == PROBING and not _abandoned(choice):  # values on one reference, or none
+            raise UserError(f"study {study.study_name!r} is choosing its reference in another run ({choice.get(HOST_ATTR)} "
+                            f"pid {choice.get(PID_ATTR)}: the fastest of its first {choice.get('probed')} configs): run "
+                            "this again once that run has measured them, or join it with `tuner worker`")
+        # a worker or run joining now waits (adopt, above); one that finds this run gone takes over
+        study.set_user_attr(CHOICE, {"state": PROBING, "probed": k, "at": time.time(), **runner_attrs()})
         return cls(study, evaluator, k)
 
     def queue_draws(self, space: Space, waiting: list[FrozenTrial], budget: int | None, seed: int | None) -> int:

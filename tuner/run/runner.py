@@ -317,9 +317,10 @@ class Runner:
         self.search_changed = note_search(self.study, settings.sampler, settings.seed)
         if hasattr(evaluator, "bind"):
             evaluator.bind(self.study)
-        #: the study's first configs, held until they choose its reference (None: it has one)
-        self.probe = Probe.plan(self.study, evaluator)
         self.lock = ProposalLock(self.storage, self.storage_url, settings.study_name)
+        with self.lock:  # runs starting together: one chooses the study's reference
+            #: the study's first configs, held until they choose its reference (None: it has one)
+            self.probe = Probe.plan(self.study, evaluator)
         with self.lock:  # workers starting together queue each config once
             self.requeued = recover_stale_trials(self.study, self.space.axis_names)
             warm_queued = (

@@ -110,6 +110,15 @@ def _here(attrs: Mapping[str, object]) -> bool:
     return bool(pid_space()) and attrs.get(PID_SPACE_ATTR) == pid_space()
 
 
+def runner_alive(attrs: Mapping[str, object]) -> bool | None:
+    """Does the process ``attrs`` name (:func:`runner_attrs`) live? None where this process cannot
+    tell (another host, container or PID namespace)."""
+    pid = attrs.get(PID_ATTR)
+    if not isinstance(pid, int) or not _here(attrs):
+        return None
+    return _pid_alive(pid, attrs.get(STARTED_ATTR))
+
+
 def is_mine(trial: FrozenTrial) -> bool:
     attrs = trial.user_attrs
     return _here(attrs) and attrs.get(PID_ATTR) == os.getpid() and attrs.get(STARTED_ATTR) == _start_ticks("self")
