@@ -70,3 +70,23 @@ def test_a_worker_killed_mid_trial(tmp_path, unique_name):
     assert not [t.number for t in trials if t.state == TrialState.RUNNING]
     measured = [t for t in trials if t.state.is_finished() and t.user_attrs.get("status") not in ("killed", "interrupted")]
     assert len(measured) >= BUDGET
+
+
+def test_a_ctrl_c_to_the_terminals_process_group_prints_one_line(tmp_path):
+    """A terminal's Ctrl-C reaches every process of the group: the GPU worker and the compile helpers
+    leave the stop to the run, which prints its one line (no child's traceback under it)."""
+    db = tmp_path / "s.db"
+    env = {**os.environ, "TUNER_WORKER_BACKEND": FAKE_BACKEND, "FAKE_TRIAL_DELAY_S": "0.5"}
+    run = subprocess.Popen([sys.executable, "-m", "tuner", "run", ROOT / "studies" / "example_sgemm.toml", "--storage",
+                            f"sqlite:///{db}", "--trials", "200"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True, env=env, cwd=tmp_path)
+    try:
+        wait_for(lambda: db.exists() and len(optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
+                                             .get_trials(states=(TrialState.COMPLETE,))) >= 2, 120, "two trials")
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "tuner: interrupted; finished trials are stored, run the same command to resume"

@@ -99,7 +99,10 @@ def watch_parent(parent: int, period_s: float = 1.0) -> None:
 
 def exit_with(pid: int, period_s: float = 1.0) -> None:
     """Exit this process once process ``pid`` (not necessarily the parent: a forkserver's child
-    serves the process that asked the forkserver) has ended, reaped or not."""
+    serves the process that asked the forkserver) has ended, reaped or not. A Ctrl-C, which the
+    terminal sends the whole process group, is for ``pid`` to handle: it stops its helpers."""
+    ignore_interrupts()
+
     def wait_pidfd(fd: int) -> None:
         select.select([fd], [], [])  # readable once the process has exited
         os._exit(0)
@@ -117,6 +120,12 @@ def exit_with(pid: int, period_s: float = 1.0) -> None:
         threading.Thread(target=poll, daemon=True, name="tuner-exit-with").start()
         return
     threading.Thread(target=wait_pidfd, args=(fd,), daemon=True, name="tuner-exit-with").start()
+
+
+def ignore_interrupts() -> None:
+    """SIGINT does nothing in this child process: the run that started it stops it (a child
+    interrupted too would print its own traceback under the run's one line)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _running(pid: int) -> bool:

@@ -72,6 +72,9 @@ def _worker_entry(conn: Connection, backend: str, parent: int) -> None:
     """The worker process's target. The worker module (NumPy, the backends) is imported in the
     child only, so that spawning one costs the parent nothing but the process start; with the
     CUDA backend the driver starts meanwhile (:mod:`tuner.device.cuda_start`)."""
+    from tuner.lifetime import ignore_interrupts
+
+    ignore_interrupts()
     if backend == "cuda":
         from tuner.device import cuda_start
 
