@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import FAKE_BACKEND, ROOT
@@ -72,9 +73,11 @@ def test_a_worker_killed_mid_trial(tmp_path, unique_name):
     assert len(measured) >= BUDGET
 
 
-def test_a_ctrl_c_to_the_terminals_process_group_prints_one_line(tmp_path):
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_a_ctrl_c_or_a_sigterm_stops_a_run_in_one_line(tmp_path, how):
     """A terminal's Ctrl-C reaches every process of the group: the GPU worker and the compile helpers
-    leave the stop to the run, which prints its one line (no child's traceback under it)."""
+    leave the stop to the run, which prints its one line (no child's traceback under it). SIGTERM
+    (Slurm, docker stop) to the run alone stops it the same way: no trial is left RUNNING."""
     db = tmp_path / "s.db"
     env = {**os.environ, "TUNER_WORKER_BACKEND": FAKE_BACKEND, "FAKE_TRIAL_DELAY_S": "0.5"}
     run = subprocess.Popen([sys.executable, "-m", "tuner", "run", ROOT / "studies" / "example_sgemm.toml", "--storage",
@@ -83,10 +86,15 @@ def test_a_ctrl_c_to_the_terminals_process_group_prints_one_line(tmp_path):
     try:
         wait_for(lambda: db.exists() and len(optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
                                              .get_trials(states=(TrialState.COMPLETE,))) >= 2, 120, "two trials")
-        os.killpg(run.pid, signal.SIGINT)
+        if how == "ctrl-c":
+            os.killpg(run.pid, signal.SIGINT)
+        else:
+            run.send_signal(signal.SIGTERM)
         _, err = run.communicate(timeout=60)
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
     assert run.returncode == 130 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == "tuner: interrupted; finished trials are stored, run the same command to resume"
+    study = optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
+    assert not study.get_trials(states=(TrialState.RUNNING,))

@@ -122,6 +122,16 @@ def exit_with(pid: int, period_s: float = 1.0) -> None:
     threading.Thread(target=wait_pidfd, args=(fd,), daemon=True, name="tuner-exit-with").start()
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (``kill``, Slurm's end of a job, ``docker stop``) stops this command as Ctrl-C does:
+    trials in flight are failed and queued again, finished ones stay stored."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def ignore_interrupts() -> None:
     """SIGINT does nothing in this child process: the run that started it stops it (a child
     interrupted too would print its own traceback under the run's one line)."""

@@ -305,18 +305,13 @@ def cmd_worker(args) -> int:
     from tuner.run.scale import PARENT_ENV
 
     parent = os.environ.get(PARENT_ENV)
-    if parent and parent.isdigit():  # a worker of `tuner run --workers N`: it stops when that run dies
+    if parent and parent.isdigit():  # a worker of `tuner run --workers N`: it stops (SIGTERM) when that run dies
         import signal
 
         from tuner.lifetime import die_with_parent
 
-        signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: trials in flight are failed and queued again
         die_with_parent(int(parent), signal.SIGTERM)
     return cmd_run(args)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def cmd_grid(args) -> int:

@@ -75,8 +75,7 @@ def run_workers(args) -> int:
     procs: list[subprocess.Popen] = []
     outs, errs = [], []
     started = time.monotonic()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill PARENT` stops the workers too
-    try:
+    try:  # (SIGTERM, `kill PARENT`, interrupts as Ctrl-C does: tuner.lifetime.stop_on_sigterm)
         for i in range(n):
             outs.append(tempfile.TemporaryFile("w+"))  # nameless: nothing is left behind, even after kill -9
             errs.append(tempfile.TemporaryFile("w+"))
@@ -91,7 +90,6 @@ def run_workers(args) -> int:
               file=sys.stderr)
         return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
         for p in procs:  # never leave a worker behind
             if p.poll() is None:
                 p.kill()
@@ -171,10 +169,6 @@ def aggregate(study_name: str, url: str) -> dict:
     except KeyError:
         raise UserError(f"no study {study_name!r} in {redact(url)} after the workers ran") from None
     return summarize(study, url)
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def _wait(procs: list[subprocess.Popen]) -> list[int]:
