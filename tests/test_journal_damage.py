@@ -98,3 +98,21 @@ def test_a_whole_journal_is_read_without_its_writer_lock(tmp_path):
     status = tuner("status", "--storage", log, timeout=60)
     assert status.returncode == 0, status.stderr
     assert "acquire the lock" not in status.stderr and lock.is_symlink()
+
+
+def test_a_trial_that_lost_a_define_to_a_damaged_line_is_left_out_of_the_budget(tmp_path):
+    """A damaged "set param" record leaves a finished trial without one define: it names no config,
+    so the rerun neither crashes on it nor counts it, and reaches its budget of whole configs."""
+    log = tmp_path / "j.log"
+    _run(log, FIRST)
+    lines = log.read_bytes().splitlines(keepends=True)
+    k = _line_of(lines, 5, 3)  # a define of the second trial
+    lines[k] = lines[k][:40] + b"\xff###\n"
+    log.write_bytes(b"".join(lines))
+    rerun = _run(log, FIRST + MORE)
+    assert rerun.stderr.count("is damaged") == 1
+    study = optuna.load_study(study_name=NAME, storage=open_storage(str(log)))
+    axes = study.user_attrs["axes"]
+    whole = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+             if all(a in t.params for a in axes)]
+    assert len(whole) == FIRST + MORE and len(study.trials) == FIRST + MORE + 1

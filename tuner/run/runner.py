@@ -474,7 +474,8 @@ class Runner:
         if t.state == TrialState.RUNNING:
             return True
         return (t.state in FINISHED and t.user_attrs.get("status") != "duplicate" and t.user_attrs.get("phase") == phase
-                and bool(t.params) and (keys is None or self.space.key(t.params) in keys))
+                and all(a in t.params for a in self.space.axis_names)  # (a damaged journal line can lose one)
+                and (keys is None or self.space.key(t.params) in keys))
 
     def _may_ask(self, phase: str, keys: set, target: int):
         """Ask another trial while candidates are left untried and the study (all workers
