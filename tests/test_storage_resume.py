@@ -12,7 +12,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.conftest import FAKE_BACKEND, ROOT, tuner
+from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
 from tuner.errors import UserError
 from tuner.store.storage import open_storage, redact
 from tuner.testing import run_summary as summary_of
@@ -218,3 +218,11 @@ def test_password_never_printed(tmp_path):
 def test_sqlite_refused_for_several_workers(tmp_path):
     result = tuner("run", STUDY, "--workers", 2, "--storage", f"sqlite:///{tmp_path / 'x.db'}")
     assert result.returncode == 2 and "SQLite cannot be shared" in result.stderr and ".log" in result.stderr
+
+
+def test_a_new_sqlite_study_file_is_as_readable_as_any_file_its_user_makes(tmp_path):
+    """A teammate, or optuna-dashboard run as another user, reads it (the umask decides, as for a journal)."""
+    db = tmp_path / "s.db"
+    assert tuner("run", "--replay", PNPOLY, "--storage", f"sqlite:///{db}", "--trials", 2).returncode == 0
+    (tmp_path / "plain").touch()
+    assert db.stat().st_mode & 0o777 == (tmp_path / "plain").stat().st_mode & 0o777

@@ -138,6 +138,7 @@ class OpeningStorage:
         _remove_orphaned_drafts(path)
         try:
             fd, name = tempfile.mkstemp(prefix=f".{path.name}.{_draft_owner()}.", suffix=".new", dir=path.parent)
+            os.fchmod(fd, 0o666 & ~_UMASK)  # readable as any file this user makes (mkstemp's is private)
             os.close(fd)  # (an empty file is a new database to SQLite)
         except OSError:  # a folder that cannot be written
             return None
@@ -219,6 +220,17 @@ def _sqlite_url_of(url: str, path: Path) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).set(database=str(path)).render_as_string(hide_password=False)
+
+
+def _read_umask() -> int:
+    """This process's file mode creation mask (read by setting it, put back at once: done on import,
+    before the threads that make files start)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
 
 
 def _remove_sqlite_file(path: Path) -> None:
