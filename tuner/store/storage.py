@@ -315,7 +315,9 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
                 time.sleep(0.5 * (attempt + 1))
                 continue
             hint = "is the server up and the URL right?"
-            if "timeout" in str(exc).lower():
+            if "invalid" in str(exc).lower() or "bad value" in str(exc).lower():  # an option the URL sets
+                hint = "a setting in the URL's ?query is not one the server takes"
+            elif "timeout" in str(exc).lower():
                 hint = (f"the server did not answer within {connect_timeout_s()} s: is it up and the URL right? "
                         "(TUNER_DB_CONNECT_TIMEOUT_S sets the limit)")
             if "too many clients" in str(exc).lower() or "remaining connection slots" in str(exc).lower():
@@ -324,7 +326,10 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
                 known = as_user_error(exc)
                 if known is not None and "storage error:" not in str(known):  # read-only, disk full, damaged
                     raise UserError(f"cannot open storage {redact(url)}: {known}") from None
-                hint = "is it a SQLite file written by tuner/optuna (not damaged)? move it aside to start afresh"
+                path = sqlite_file(url)
+                hint = ("is it a SQLite file written by tuner/optuna (not damaged)? move it aside to start afresh"
+                        if path is not None and path.exists() else
+                        f"no file could be made there: is folder {path.parent if path else '?'} writable?")
             raise UserError(f"cannot open storage {redact(url)}: {type(exc).__name__}: {_first_line(exc)}; {hint}") from None
     raise AssertionError("unreachable")
 
