@@ -52,6 +52,27 @@ def test_example_hang_is_killed_and_worker_recovers(tmp_path):
     assert [m.status for m in results] == ["hang", "ok", "mismatch"]
 
 
+def test_a_hanging_reference_stops_the_evaluation_at_the_timeout_named(tmp_path):
+    """The session warm-up launches the reference before any trial: a reference that spins is caught
+    at ``timeout_s`` and named, and no trial is blamed for it."""
+    import time
+
+    from tuner.errors import UserError
+
+    spec = load_spec(ROOT / "kernel" / "example_sgemm.py")
+    settings = MeasureSettings(warmup=2, repeats=10, min_pairs=10, block=5, timeout_s=5)
+    evaluator = GpuEvaluator(spec, {"M_DIM": 512, "N_DIM": 512, "K_DIM": 512}, "sm_90a", settings, cache_dir=tmp_path,
+                             reference={**spec.params, "PLANT_HANG": 1})
+    evaluator.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(UserError, match=r"the reference hung in the session warm-up \(no progress for 5 s\)"):
+            evaluator.evaluate({}, dict(spec.params), lambda step, value, samples: False)
+    finally:
+        evaluator.close()
+    assert time.monotonic() - started < 120  # not the 600 s the inputs' setup may take
+
+
 def test_sm100a_refuses_to_launch_on_hopper(tmp_path):
     from tuner.errors import UserError
 
