@@ -898,14 +898,3 @@ def _plotly_version() -> str:
 
 __all__ = ["write_report", "load_study", "StudyData", "study_filename", "reason_key", "top_configs",
            "speedups", "failure_table", "index_rows", "STATUS_COLORS"]
-
-
-def _json_default(o: Any) -> Any:  # pragma: no cover - kept for callers dumping index rows
-    if isinstance(o, _dt.datetime):
-        return o.isoformat()
-    raise TypeError(type(o))
-
-
-def index_json(studies: list[StudyData]) -> str:
-    """The index rows as JSON (for scripts)."""
-    return json.dumps(index_rows(studies), default=_json_default)

@@ -316,3 +316,13 @@ def test_a_b200_studys_reference_is_the_seeds_hand_tuned_config(shape):
     cfg = load_study(ROOT / "studies" / f"{shape}_sm100a.toml")
     space = Space.from_study(cfg, load_spec(cfg.kernel))
     assert reference_config(cfg, space) == {a: space.spec.params[a] for a in space.axis_names}
+
+
+@pytest.mark.parametrize("shape", ["patch_embed", "fc1", "fc2"])
+def test_the_b200_studies_search_the_grid_plans_tiers(shape, mod):
+    """The user's grid-search plan, tier by tier, in this kernel's spelling."""
+    from tuner.study.file import load_study
+
+    cfg = load_study(ROOT / "studies" / f"{shape}_sm100a.toml")
+    assert {k: tuple(v) for k, v in cfg.tier1.items()} == mod.GRID_PLAN_TIER1
+    assert {k: tuple(v) for k, v in cfg.tier2.items()} == mod.GRID_PLAN_TIER2

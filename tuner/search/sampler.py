@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, GPSampler, RandomSampler
 from optuna.trial import FrozenTrial
@@ -265,12 +264,6 @@ class ValidOnlySampler(BaseSampler):
         """The config a trial ran or will run (an enqueued trial has only fixed params yet)."""
         params = trial_params(trial, self.space.axis_names)
         return None if params is None else self.space.key(params)
-
-    def tried_keys(self, study: optuna.Study, exclude: int | None = None) -> set[tuple]:
-        """Configs of this phase's candidates taken by a trial (measured, or in flight)."""
-        pool = self.pool
-        pool.update(study, exclude=exclude)
-        return {self.space.key(pool.decode(code)) for code in pool.codes[pool.tried > 0]}
 
     def nearest(self, code: Sequence[int]) -> int:
         """The untried row closest to ``code``: fewest differing axes, then fewest level steps
