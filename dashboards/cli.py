@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import UserError
-from tuner.store.storage import DEFAULT_URL, open_storage, redact, resolve_url
+from tuner.store.storage import DEFAULT_URL, open_storage, resolve_url
+from tuner.store.url import redact
 
 
 def _check_exists(url: str) -> None:

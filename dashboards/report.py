@@ -42,8 +42,8 @@ from plotly.subplots import make_subplots
 
 from tuner.evaluate.confirm import describe, last_confirmation_of
 from tuner.store.results import COLUMNS, best_trial, metric_of, paired_ms, reference_ms, trials_frame, value_text
-from tuner.store.storage import describe_storage, is_journal, journal_path, open_storage, redact, resolve_url
-from tuner.store.url import sqlite_file
+from tuner.store.storage import describe_storage, is_journal, journal_path, open_storage, resolve_url
+from tuner.store.url import redact, sqlite_file
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ from optuna.storages import BaseStorage
 
 from tuner.errors import UserError
 from tuner.store.notes import artifact_store
-from tuner.store.storage import describe_storage, open_storage, redact
+from tuner.store.storage import describe_storage, open_storage
+from tuner.store.url import redact
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080

@@ -18,7 +18,8 @@ from tests.conftest import PNPOLY, tuner
 from tests.test_bad_input import _database_text
 from tuner.store import url as storage_url
 from tuner.store.optuna_private import study_system_attrs
-from tuner.store.storage import open_storage, redact
+from tuner.store.storage import open_storage
+from tuner.store.url import redact
 
 PRINTABLE = string.printable[:95]  # digits, letters, punctuation and the space
 HOST = "127.0.0.1:5432"

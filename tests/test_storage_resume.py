@@ -14,7 +14,8 @@ from optuna.trial import TrialState
 
 from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
 from tuner.errors import UserError
-from tuner.store.storage import open_storage, redact
+from tuner.store.storage import open_storage
+from tuner.store.url import redact
 from tuner.testing import run_summary as summary_of
 
 STUDY = ROOT / "studies" / "example_sgemm.toml"

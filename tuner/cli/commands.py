@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None, worker: Supervisor | None = None, early_
 
 def _error(message: str) -> None:
     """The one line of a failed command, passwords hidden."""
-    from tuner.store.storage import redact
+    from tuner.store.url import redact
     from tuner.table import printable
 
     print(f"tuner: error: {printable(' '.join(redact(message).split()))}", file=sys.stderr)
@@ -89,7 +89,7 @@ class _StorageLog(logging.Handler):
     both tracebacks; the run reports the interruption itself."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from tuner.store.storage import redact
+        from tuner.store.url import redact
 
         if record.exc_info and record.exc_info[1] is not None and interrupted(record.exc_info[1]):
             return
@@ -116,7 +116,7 @@ class _Parser(argparse.ArgumentParser):
     usage stays a ``--help`` away."""
 
     def error(self, message: str) -> typing.NoReturn:
-        from tuner.store.storage import redact
+        from tuner.store.url import redact
 
         where = "" if self.prog == "tuner" else f"{self.prog}: "  # a subcommand's parser names it
         print(f"tuner: error: {where}{' '.join(redact(message).split())} (see {self.prog} --help)", file=sys.stderr)
@@ -474,7 +474,8 @@ def cmd_status(args) -> int:
     from tuner.evaluate.confirm import CONFIRMATIONS, factor_warning, session_factors
     from tuner.measurement.paired import CI_TARGET
     from tuner.run.runner import summarize
-    from tuner.store.storage import open_storage, redact, resolve_url
+    from tuner.store.storage import open_storage, resolve_url
+    from tuner.store.url import redact
     from tuner.table import printable, render
 
     storage = open_storage(args.storage, create=False)

@@ -52,7 +52,8 @@ from tuner.search.warm_start import (
 from tuner.store.liveness import recover_stale_trials
 from tuner.store.optuna_private import TrialFeed, waiting_trials
 from tuner.store.results import best_trial, metric_of, status_of, time_of, value_of, value_text
-from tuner.store.storage import PLANNER_STATISTICS_FROM, give_planner_statistics, open_storage, redact, resolve_url
+from tuner.store.storage import PLANNER_STATISTICS_FROM, give_planner_statistics, open_storage, resolve_url
+from tuner.store.url import redact
 from tuner.study.file import SearchSettings
 from tuner.table import printable
 

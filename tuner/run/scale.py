@@ -20,7 +20,8 @@ import time
 import optuna
 
 from tuner.errors import UserError
-from tuner.store.storage import open_storage, redact, resolve_url
+from tuner.store.storage import open_storage, resolve_url
+from tuner.store.url import redact
 from tuner.study import options
 from tuner.table import printable
 

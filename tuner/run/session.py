@@ -379,7 +379,7 @@ def precompile(loaded: Loaded, mode: str, arch: str, cache_dir: Path | None, pro
 def write_note(runner) -> None:
     """The study's Markdown note for optuna-dashboard (problem, device, best flags, how to reproduce)."""
     from tuner.store.notes import write_study_note
-    from tuner.store.storage import redact
+    from tuner.store.url import redact
 
     write_study_note(runner.study, redact(runner.storage_url))
 
@@ -387,7 +387,8 @@ def write_note(runner) -> None:
 def open_study(storage_url: str | None, study_file: str | Path | None = None, name: str | None = None) -> optuna.Study:
     """A stored study by ``name``, or the one run from ``study_file``: stored under its name by a
     GPU run, ``NAME.grid`` by ``tuner grid``, ``NAME.replay`` by a replay (the first found)."""
-    from tuner.store.storage import check_study_name, open_storage, redact, resolve_url, stored_as
+    from tuner.store.storage import check_study_name, open_storage, resolve_url, stored_as
+    from tuner.store.url import redact
 
     if name is not None:
         check_study_name(name, "--study")

@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial
 
 from tuner.store import optuna_private
 from tuner.store.results import best_trial, metric_of, status_of, time_of, value_text
-from tuner.store.storage import redact
+from tuner.store.url import redact
 
 #: optuna-dashboard's note format: a version counter and the body in chunks of this many characters
 NOTE_VERSION_KEY = "dashboard:note_ver"

@@ -34,8 +34,6 @@ from tuner.store.journal_file import TolerantJournalFile
 from tuner.store.liveness import grace_s, heartbeat_s, pid_space, process_gone
 from tuner.store.url import hidden, optuna_template, raw_password, redact, remember, sqlite_file, sqlite_url
 
-__all__ = ["redact"]  # the one redaction lives in tuner.store.url; importers of it here keep working
-
 DEFAULT_URL = "sqlite:///tuner.db"
 
 def describe_storage(storage: optuna.storages.BaseStorage) -> str:
