@@ -61,8 +61,8 @@ from tuner.table import printable
 SEARCH_ATTR = "search"
 #: fingerprint keys a resumed study must match
 BINDING_KEYS = ("kind", "device_name", "source_hash", "nvrtc_version", "arch", "problem", "objective")
-#: what a study's values meant before paired timing (and still mean in replay): raw milliseconds
-LEGACY_OBJECTIVE = {"metric": "ms"}
+#: what the values of a study without an objective record mean (a replay's): milliseconds
+MS_OBJECTIVE = {"metric": "ms"}
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 STORAGE_WAIT_S = 60.0  # how long to wait for a restarted database; 3 outages ridden out per phase
 
@@ -107,7 +107,7 @@ def fingerprint(attrs: dict[str, Any]) -> dict[str, Any]:
 
 def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool) -> None:
     """Record the study's fingerprint, or stop if a resumed study was made elsewhere."""
-    stored = {"objective": LEGACY_OBJECTIVE, **study.user_attrs}  # one read: a second may see another worker's "kind"
+    stored = {"objective": MS_OBJECTIVE, **study.user_attrs}  # one read: a second may see another worker's "kind"
     objective = stored["objective"]
     if isinstance(objective, dict) and "precision" not in objective and "precision" in attrs.get("objective", {}):
         stored["objective"] = {**objective, "precision": "fast"}  # checked as the spec says: the default class
@@ -119,7 +119,7 @@ def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool
                 study.set_user_attr(key, value)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            time_metric = attrs.get("objective", LEGACY_OBJECTIVE)["metric"]
+            time_metric = attrs.get("objective", MS_OBJECTIVE)["metric"]
             study.set_metric_names(pareto.metric_names(time_metric, pareto.OBJECTIVES[:len(study.directions)]))
         study.set_user_attr("kind", attrs.get("kind"))
         return
@@ -225,7 +225,7 @@ def study_attrs(kind: str, space: Space, arch: str, device: dict, nvrtc: str, sh
         "tier2": list(space.tier2),
         "flops": float(spec.flops(space.problem)),
         "created": _now(),
-        "objective": LEGACY_OBJECTIVE,
+        "objective": MS_OBJECTIVE,
     }
     attrs.update(extra or {})
     return attrs
@@ -337,7 +337,7 @@ class Runner:
             prior = prior_trials(space, sources)
             self.sampler.set_prior(prior)
             self.transfer = transfer_message(warm_queued, prior_sources(prior), [source.label for source in sources])
-        if len(self.study.get_trials(deepcopy=False)) >= PLANNER_STATISTICS_FROM:  # a study file from before
+        if len(self.study.get_trials(deepcopy=False)) >= PLANNER_STATISTICS_FROM:  # a resumed study past that size
             give_planner_statistics(self.storage)
         self._bar = None
         self.flops = settings.study_attrs.get("flops") or None

@@ -38,7 +38,7 @@ def space_distributions(axes: dict[str, list[Value]], study: optuna.Study | None
     stored = _stored_distributions(study) if study is not None else {}
     out: dict[str, BaseDistribution] = {}
     for name, values in axes.items():
-        if isinstance(stored.get(name), CategoricalDistribution):  # a study stored the old way
+        if isinstance(stored.get(name), CategoricalDistribution):  # a study whose trials hold categorical ones
             out[name] = CategoricalDistribution(list(values))
         else:
             out[name] = axis_distribution(values)

@@ -96,7 +96,7 @@ class OpeningStorage:
     modules are imported there, and a new SQLite study file's schema (0.2-0.7 s) is made there,
     aside, in a draft file of this process. Other storages are opened when taken.
 
-    :meth:`take` gives the storage, or raises what opening raised, where opening used to raise. A
+    :meth:`take` gives the storage, or raises what opening raised, at the point the run needs it. A
     draft becomes the study file then, unless a file of that name appeared meanwhile (another
     process's: it is opened as it is). :meth:`discard` (a run that failed before taking it) removes
     the draft: a run that fails before it leaves no database behind, and never touches a file another
@@ -471,7 +471,7 @@ def _sqlite_tables(path: Path) -> set[str]:
 
 
 def _sqlite_wal(engine) -> None:
-    """Write-ahead log, synced at checkpoints: a trial's ~20 attribute writes no longer wait
+    """Write-ahead log, synced at checkpoints: a trial's ~20 attribute writes do not wait
     for an fsync each (the loop's largest cost on SQLite). A killed process loses nothing
     committed; a power cut at most the last commits, never the file's consistency."""
     import sqlalchemy
