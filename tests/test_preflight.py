@@ -206,9 +206,9 @@ def test_the_scalar_types_are_one_list():
     preflight knows each one's size: the three name the same types."""
     from tuner.check.preflight import _SCALAR_LAYOUT
     from tuner.contract.kernel_spec import SCALAR_CTYPES
-    from tuner.device.driver import _CTYPES
+    from tuner.device.driver import CTYPES
 
-    assert set(SCALAR_CTYPES) == set(_CTYPES) == set(_SCALAR_LAYOUT)
+    assert set(SCALAR_CTYPES) == set(CTYPES) == set(_SCALAR_LAYOUT)
 
 
 def test_stratified_sample_covers_every_value():

@@ -317,7 +317,7 @@ def _launch_shape(launch: Launch, row: ArchLimits) -> list[str]:
 
 
 def _arguments(spec: KernelSpec, launch: Launch, buffers: Mapping[str, tuple[tuple[int, ...], str]]) -> list[str]:
-    from tuner.device.driver import _CTYPES
+    from tuner.device.driver import CTYPES
 
     reasons = []
     for i, arg in enumerate(launch.args, start=1):  # counted from 1, as a reader counts them
@@ -338,7 +338,7 @@ def _arguments(spec: KernelSpec, launch: Launch, buffers: Mapping[str, tuple[tup
                 reasons.append(f"argument {i}: tensor map dtype {arg.dtype} / box {arg.box} not encodable "
                                "(box edges 1..256)")
         elif isinstance(arg, Scalar):
-            maker = _CTYPES[arg.ctype]  # (a Scalar's type is checked when it is made)
+            maker = CTYPES[arg.ctype]  # (a Scalar's type is checked when it is made)
             try:
                 built = maker(arg.value)
             except TypeError:

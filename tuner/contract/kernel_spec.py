@@ -60,7 +60,7 @@ class TensorMap:
     l2_promotion: int = 0  # bytes: 0, 64, 128 or 256
 
 
-#: the by-value argument types a launch passes (:data:`tuner.device.driver._CTYPES` builds them)
+#: the by-value argument types a launch passes (:data:`tuner.device.driver.CTYPES` builds them)
 SCALAR_CTYPES = ("int32", "uint32", "int64", "uint64", "float32")
 
 

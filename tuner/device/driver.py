@@ -14,7 +14,7 @@ from typing import Any
 from tuner.contract.kernel_spec import Buffer, Launch, Scalar, TensorMap
 
 #: the ctypes type of each Scalar ctype (ctypes checks the value's type when it builds one)
-_CTYPES: dict[str, Callable[..., ctypes._SimpleCData[Any]]] = {
+CTYPES: dict[str, Callable[..., ctypes._SimpleCData[Any]]] = {
     "int32": ctypes.c_int32,
     "uint32": ctypes.c_uint32,
     "int64": ctypes.c_int64,
@@ -95,7 +95,7 @@ def kernel_params(launch: Launch, address_of: Callable[[str], int]) -> tuple[int
             keep.append(pointer)
             addresses.append(ctypes.addressof(pointer))
         elif isinstance(arg, Scalar):
-            scalar = _CTYPES[arg.ctype](arg.value)
+            scalar = CTYPES[arg.ctype](arg.value)
             keep.append(scalar)
             addresses.append(ctypes.addressof(scalar))
         elif isinstance(arg, TensorMap):
