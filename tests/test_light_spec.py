@@ -60,6 +60,24 @@ def test_an_unknown_name_in_a_restriction_is_one_clear_error(tmp_path):
         spec.check({"T": 1}, {})
 
 
+def test_restrictions_written_as_kernel_tuner_writes_them(tmp_path):
+    """Kernel Tuner's restrictions call int(), pow() and the like, and divide by a tunable that may be
+    0: such a config fails the restriction (Kernel Tuner skips it), the study goes on."""
+    (tmp_path / "k.cu").write_text("#ifndef T\n#define T 1\n#endif\n#ifndef U\n#define U 1\n#endif\n"
+                                   "extern \"C\" __global__ void k() {}\n")
+    (tmp_path / "k.py").write_text("from tuner.contract.light import LightSpec\n\nclass Spec(LightSpec):\n"
+                                   "    source = 'k.cu'\n    problem_keys = ('N',)\n"
+                                   "    restrictions = ['int(T / 32) >= 1', 'pow(2, int(log2(T))) == T', 'N % U == 0']\n")
+    spec = load_spec(tmp_path / "k.py")
+    assert spec.check({"T": 64, "U": 4}, {"N": 64}) is None
+    assert "int(T / 32)" in spec.check({"T": 16, "U": 4}, {"N": 64})
+    assert "pow(2" in spec.check({"T": 96, "U": 4}, {"N": 64})
+    assert "N % U == 0" in spec.check({"T": 64, "U": 0}, {"N": 64})  # a division by zero: the config fails it
+    (tmp_path / "k2.py").write_text((tmp_path / "k.py").read_text().replace("'N % U == 0'", "'len(T) > 0'"))
+    with pytest.raises(UserError, match=r"name 'len' is not defined; known: .*; functions: min, max, abs, ceil_div, int"):
+        load_spec(tmp_path / "k2.py").check({"T": 64, "U": 1}, {"N": 64})
+
+
 def test_source_hash_covers_included_headers_like_the_compile_cache(tmp_path):
     (tmp_path / "k.cuh").write_text("#define SCALE 2\n")
     (tmp_path / "k.cu").write_text('#include "k.cuh"\n#ifndef T\n#define T 1\n#endif\n'

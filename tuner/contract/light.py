@@ -18,6 +18,7 @@ encodings) keep the full :class:`~tuner.contract.kernel_spec.KernelSpec`.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,7 +48,9 @@ from tuner.errors import UserError
 
 _GUARD = re.compile(r"^[ \t]*#[ \t]*ifndef[ \t]+(\w+)[^\n]*\n[ \t]*#[ \t]*define[ \t]+(\1)[ \t]+([^\s/]+)", re.MULTILINE)
 #: names an expression may call besides the defines
-_FUNCTIONS = {"min": min, "max": max, "abs": abs, "ceil_div": lambda a, b: -(-a // b)}
+#: what an expression may call (Kernel Tuner's restrictions use these too)
+_FUNCTIONS = {"min": min, "max": max, "abs": abs, "ceil_div": lambda a, b: -(-a // b), "int": int, "float": float,
+              "round": round, "pow": pow, "ceil": math.ceil, "floor": math.floor, "log2": math.log2, "sqrt": math.sqrt}
 
 Dim = int | str  # a number, or the name of a problem key / define / derived value
 
@@ -170,20 +173,25 @@ class LightSpec(KernelSpec):
                             f"({exc.msg} at column {exc.offset}){hint}") from None
 
     # -- names ------------------------------------------------------------------------
-    def _eval(self, expr: str, names: Mapping[str, Any]) -> Any:
+    def _eval(self, expr: str, names: Mapping[str, Any], zero_division_holds: bool | None = None) -> Any:
         try:
             return eval(self._code[expr], {"__builtins__": {}, **_FUNCTIONS}, dict(names))
         except NameError as exc:
             known = ", ".join(sorted(names))
-            raise UserError(f"kernel spec {self.path.name}: {expr!r}: {exc}; known: {known}") from None
+            raise UserError(f"kernel spec {self.path.name}: {expr!r}: {exc}; known: {known}; functions: "
+                            f"{', '.join(_FUNCTIONS)}") from None
         except Exception as exc:  # a value of the wrong type, a division by zero: name the values it read
+            if isinstance(exc, ZeroDivisionError) and zero_division_holds is not None:
+                return zero_division_holds
             used = {n: names[n] for n in self._code[expr].co_names if n in names}
             values = " ".join(f"{k}={v!r}" for k, v in used.items())
             raise UserError(f"kernel spec {self.path.name}: {expr!r} raised {type(exc).__name__}: {exc} "
                             f"(with {values})") from None
 
     def _holds(self, expr: str, names: Names) -> Any:
-        return self._eval(expr, vars(names))
+        """A restriction over one config; one that divides by a value of it that is zero does not
+        hold for it (as Kernel Tuner skips such a config), where a derived value's is an error."""
+        return self._eval(expr, vars(names), zero_division_holds=False)
 
     def names(self, config: Config, problem: Problem) -> dict[str, Any]:
         """Problem, defaults, config and derived values in one dict (what expressions see)."""
