@@ -5,6 +5,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
+from tests.conftest import ROOT, tuner
 from tests.test_sampler import recorded_space
 from tuner.evaluate.replay import Record, make_replay_spec
 from tuner.search import parzen
@@ -338,3 +339,16 @@ def test_a_warm_started_search_climbs_from_the_best_transferred_config_at_once()
         pool.observations.add(code, 2.0)
     assert consulted == [0, 2, 4, 6, 8]  # without a prior: from the 5th (the axes) on
     assert all(np.count_nonzero(pool.codes[row] != best) == 1 for row in moves)
+
+
+def test_a_warm_start_from_another_kernel_says_so():
+    """Defines of one name in two kernels (block_size_x) need not behave alike: the run names both kernels."""
+    caches = ROOT / "tests" / "data" / "kernel_tuner"
+    other = tuner("run", "--replay", caches / "pnpoly_RTX_3090.json.gz", "--warm-start",
+                  caches / "convolution_RTX_Titan.json.gz", "--storage", "memory", "--trials", 3)
+    assert other.returncode == 0, other.stderr
+    assert ("(another kernel: convolution_RTX_Titan.json.gz measured convolution_kernel; this study's is cn_pnpoly)"
+            in other.stderr)
+    same = tuner("run", "--replay", caches / "pnpoly_RTX_3090.json.gz", "--warm-start",
+                 caches / "pnpoly_RTX_2080_Ti.json.gz", "--storage", "memory", "--trials", 3)
+    assert same.returncode == 0 and "warm start:" in same.stderr and "another kernel" not in same.stderr

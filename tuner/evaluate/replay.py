@@ -663,4 +663,4 @@ def recording_source(path: str | Path) -> Source:
         trials.append(finished_trial(TrialState.COMPLETE if complete else TrialState.PRUNED, record.ms,
                                      dict(zip(recording.axes, key, strict=True)), distributions,
                                      {"status": record.status}, number=len(trials)))
-    return Source(recording.path.name, trials, "; ".join(recording.notes))
+    return Source(recording.path.name, trials, "; ".join(recording.notes), kernel=recording.kernel)

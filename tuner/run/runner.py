@@ -42,6 +42,7 @@ from tuner.search.start import start_params
 from tuner.search.warm_start import (
     Source,
     check_shares_axes,
+    other_kernels,
     prior_sources,
     prior_trials,
     queue_start_configs,
@@ -336,7 +337,8 @@ class Runner:
         if sources:  # the sources' trials shape the sampler's model (each run: a resume too)
             prior = prior_trials(space, sources)
             self.sampler.set_prior(prior)
-            self.transfer = transfer_message(warm_queued, prior_sources(prior), [source.label for source in sources])
+            self.transfer = (transfer_message(warm_queued, prior_sources(prior), [source.label for source in sources])
+                             + other_kernels(sources, str(settings.study_attrs.get("kernel") or "")))
         if len(self.study.get_trials(deepcopy=False)) >= PLANNER_STATISTICS_FROM:  # a resumed study past that size
             give_planner_statistics(self.storage)
         self._bar = None

@@ -53,6 +53,8 @@ class Source:
     name: str
     trials: list[FrozenTrial]
     note: str = ""
+    #: the kernel it measured, where it names one
+    kernel: str = ""
 
     @property
     def label(self) -> str:
@@ -201,7 +203,8 @@ def study_source(storage: optuna.storages.BaseStorage, name: str) -> Source:
         raise UserError(f"--warm-start: no study {name!r} in this storage, nor a recording file of that name; "
                         f"studies there: {', '.join(names) or 'none'}")
     source = optuna.load_study(study_name=found, storage=storage)
-    return Source(found, source.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+    return Source(found, source.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)),
+                  kernel=str(source.user_attrs.get("kernel") or ""))
 
 
 def prior_trials(space: Space, sources: list[Source]) -> list[FrozenTrial]:
@@ -244,6 +247,13 @@ def spread_untuned(params: dict, space: Space) -> list[tuple[dict, float]]:
         return [(params, 1.0)]
     return [({**params, **dict(zip(untuned, values, strict=True))}, 1.0 / combinations)
             for values in itertools.product(*(space.axes[a] for a in untuned))]
+
+
+def other_kernels(sources: list[Source], kernel: str) -> str:
+    """What the run says of sources that name a kernel other than this study's: '' where none does
+    (what one kernel learnt may not carry over to another whose defines share names)."""
+    other = [f"{s.name} measured {s.kernel}" for s in sources if s.kernel and kernel and s.kernel != kernel]
+    return f" (another kernel: {'; '.join(other)}; this study's is {kernel})" if other else ""
 
 
 def transfer_message(queued: list[Mapped] | None, prior: int, source_names: list[str]) -> str:
