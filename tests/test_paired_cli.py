@@ -179,3 +179,15 @@ def test_a_run_with_one_measured_config_promises_no_confirmation(tmp_path, cache
                    "--cache-dir", cache_dir, env=FAKE)  # the grid's second config spills
     assert result.returncode == 0, result.stderr
     assert "2 trials (ok=1, spills=1)" in result.stdout and "confirming" not in result.stdout + result.stderr
+
+
+def test_a_reference_whose_output_fails_its_check_is_warned_of(tmp_path, cache_dir):
+    """The reference is the yardstick, timed and never checked as such: measured as a trial (a start
+    config), its mismatch is said once, with what it means for every value."""
+    study = write_study(tmp_path, "refbug", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
+                        tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4], "PLANT_BUG": [1, 0]},
+                        search={"trials": 4, "confirm_top": 0, "start": [{"BLOCK": 32, "THREAD_TILE": 2, "PLANT_BUG": 1}]},
+                        measure={"timeout_s": 20})
+    result = tuner("run", study, "--storage", f"sqlite:///{tmp_path / 's.db'}", "--cache-dir", cache_dir, env=FAKE)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("warning: the reference config fails its output check (trial 0: ") == 1

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
+from optuna.trial import TrialState
 
 from tuner.errors import UserError
 from tuner.store.storage import GRID_SUFFIX, REPLAY_SUFFIX
@@ -284,6 +285,7 @@ class Session:
                 self._say(f"the study holds its --trials {trials} already: nothing ran (raise --trials to go on)")
             if self.command != "grid":
                 summary["startup_s"] = dict(sorted(startup.marks.items(), key=lambda mark: mark[1]))
+            self._warn_of_a_wrong_reference(loaded.space, evaluation, runner.study)
             self._confirm_after_run(loaded, evaluation, runner.study, summary)
             write_note(runner)
         finally:
@@ -300,6 +302,21 @@ class Session:
             self._say(runner.transfer)
         if runner.start_queued:
             self._say(f"start: {len(runner.start_queued)} config(s) from [search] start queued first")
+
+    def _warn_of_a_wrong_reference(self, space: Space, evaluation: Evaluation, study: optuna.Study) -> None:
+        """The reference is timed, never checked, as the yardstick of every trial: where its config,
+        measured as a trial, failed its output check, say that the values are ratios to a wrong kernel."""
+        reference = getattr(evaluation.evaluator, "reference", None)
+        if not isinstance(reference, dict) or not all(a in reference for a in space.axis_names):
+            return
+        key = space.key(reference)
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
+            if trial.user_attrs.get("status") == "mismatch" and len(trial.params) == len(space.axis_names) \
+                    and space.key(trial.params) == key:
+                self._say(f"warning: the reference config fails its output check (trial {trial.number}: "
+                          f"{trial.user_attrs.get('reason', 'mismatch')}): every value is a ratio to a wrong kernel's "
+                          "time; name a reference that passes ([measure] reference, or the first [search] start)")
+                return
 
     def _confirm_after_run(self, loaded: Loaded, evaluation: Evaluation, study: optuna.Study, summary: dict) -> None:
         search = self.search(loaded.cfg) if loaded.cfg else None
