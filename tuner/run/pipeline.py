@@ -33,7 +33,7 @@ from optuna.trial import TrialState
 
 from tuner.measurement.value import Measurement
 from tuner.run.objective import Begun, Objective
-from tuner.store.liveness import StaleCheck, beat, has_lease, heartbeat_s, runner_attrs
+from tuner.store.liveness import StaleCheck, beat, has_lease, heartbeat_s, requeue, runner_attrs
 from tuner.store.optuna_private import ask_with_user_attrs, storage_of, trial_id
 
 if TYPE_CHECKING:
@@ -387,10 +387,7 @@ class Pipeline:
             self._requeue(trial, begun.params)
 
     def _requeue(self, trial: optuna.Trial, params: dict) -> None:
-        """Queue an abandoned trial's config again (only a whole one: a partial config was never chosen)."""
-        if set(params) != set(self.objective.space.axis_names):
-            return
         try:
-            self.study.enqueue_trial(params, user_attrs={"requeued_from": trial.number}, skip_if_exists=False)
-        except Exception:
+            requeue(self.study, trial.number, params, self.objective.space.axis_names)
+        except Exception:  # the storage gone too: the next run re-queues it by its dead runner
             pass

@@ -213,10 +213,16 @@ def recover_stale_trials(study: optuna.Study, axes: Collection[str], mine: bool 
             fail_trial(study, trial, {"status": "killed", "reason": reason})
         except optuna.exceptions.UpdateFinishedTrialError:  # another process got there first
             continue
-        if set(trial.params) == set(axes):
-            study.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number}, skip_if_exists=False)
+        requeue(study, trial.number, trial.params, axes)
         requeued.append(trial.number)
     return requeued
+
+
+def requeue(study: optuna.Study, number: int, params: Mapping[str, object], axes: Collection[str]) -> None:
+    """Queue an abandoned trial's config again, marked ``requeued_from`` it: only a whole config (one
+    with every name in ``axes``; a partial one was never chosen)."""
+    if set(params) == set(axes):
+        study.enqueue_trial(dict(params), user_attrs={"requeued_from": number}, skip_if_exists=False)
 
 
 def _death(trial: FrozenTrial, ages: Mapping[int, float]) -> str:
