@@ -17,31 +17,10 @@ from tuner.store.storage import DEFAULT_URL, open_storage, resolve_url
 from tuner.store.url import redact
 
 
-def _check_exists(url: str) -> None:
-    """Viewing must not create an empty database: a missing file is a clear error."""
-    from tuner.store.url import sqlite_file
-
-    path = None
-    if url.startswith("sqlite"):
-        try:
-            found = sqlite_file(url)  # ?mode=ro and other query keys are not part of the file name
-        except Exception:  # not a valid URL: opening it says so
-            found = None
-        path = str(found) if found else None
-    elif url.startswith("journal:"):
-        path = url[len("journal:"):]
-    elif "://" not in url:
-        path = url
-    if path and path != ":memory:" and not Path(path).exists():
-        raise UserError(f"no storage at {redact(path)}: pass --storage URL (default {DEFAULT_URL}, "
-                        "or $TUNER_STORAGE), or run `tuner run` here first")
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     from dashboards.report import write_report
 
     url = resolve_url(args.storage)
-    _check_exists(url)
     names = args.studies if args.studies else None
     before = (Path(args.out) / "index.html").exists()
     paths = write_report(url, args.out, study_names=names, force=args.force)
@@ -57,14 +36,13 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from tuner.store.notes import write_study_note
 
     url = resolve_url(args.storage)
-    _check_exists(url)
-    if args.notes:
-        storage = open_storage(url)
-        for name in optuna.get_all_study_names(storage):
-            write_study_note(optuna.load_study(study_name=name, storage=storage), url)
     if args.port < 0 or args.port > 65535:
         raise UserError(f"--port {args.port} is not a TCP port (0-65535)")
-    run_dashboard(url, host=args.host, port=args.port, artifact_dir=args.artifacts)
+    storage = open_storage(url, create=False)  # viewing never makes an empty database
+    if args.notes:
+        for name in optuna.get_all_study_names(storage):
+            write_study_note(optuna.load_study(study_name=name, storage=storage), url)
+    run_dashboard(storage, host=args.host, port=args.port, artifact_dir=args.artifacts)
     return 0
 
 
