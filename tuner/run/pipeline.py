@@ -17,7 +17,6 @@ the same PID space, by their expired lease from another host or container).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import queue
 import signal
@@ -26,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import TrialState
@@ -37,9 +36,8 @@ from tuner.store.liveness import StaleCheck, beat, has_lease, heartbeat_s, reque
 from tuner.store.optuna_private import ask_with_user_attrs, storage_of, trial_id
 
 if TYPE_CHECKING:
-    import sqlalchemy
-
     from tuner.run.probe import Probe
+    from tuner.store.locks import ProposalLock
 
 #: status of a trial another worker's race pushed past the study's budget (FAIL, never measured)
 OVER_BUDGET = "over_budget"
@@ -138,73 +136,6 @@ def _ctrl_c_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
         if pending:
             raise KeyboardInterrupt
-
-
-class ProposalLock:
-    """Makes "choose a config, store it on the trial" one step across the workers of a study.
-
-    Without it two workers that sample at the same moment both see the other's trial without
-    params and may choose the same config (the second then reuses the first's value, but its
-    place in the run is lost). One host (journal or SQLite file): a lock file beside it;
-    Postgres: an advisory lock on the study; in-process storages need none. Best effort: if the
-    lock cannot be had the proposal goes on unlocked (the twin check still catches repeats).
-    """
-
-    def __init__(self, storage, url: str, study_name: str):
-        from tuner.store.storage import is_journal, journal_path
-        from tuner.store.url import sqlite_file
-
-        self._file: IO[str] | None = None  # the lock file (journal storage)
-        self._conn: sqlalchemy.Connection | None = None  # the advisory lock's session (Postgres)
-        self._key = int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:8], "big") >> 1  # a bigint
-        beside = journal_path(url) if is_journal(url) else sqlite_file(url) if url.startswith("sqlite") else None
-        if beside is not None:
-            try:
-                self._file = open(f"{beside}.propose.lock", "a+")
-            except OSError:
-                self._file = None
-        elif getattr(storage, "engine", None) is not None and storage.engine.dialect.name == "postgresql":
-            self._engine = storage.engine
-
-    def __enter__(self) -> ProposalLock:
-        try:
-            if self._file is not None:
-                import fcntl
-
-                fcntl.flock(self._file, fcntl.LOCK_EX)
-            elif getattr(self, "_engine", None) is not None:
-                self._sql("select pg_advisory_lock(:k)")
-        except Exception:
-            pass
-        return self
-
-    def __exit__(self, *exc) -> None:
-        try:
-            if self._file is not None:
-                import fcntl
-
-                fcntl.flock(self._file, fcntl.LOCK_UN)
-            elif self._conn is not None:
-                self._sql("select pg_advisory_unlock(:k)")
-        except Exception:
-            pass
-
-    def _sql(self, statement: str) -> None:
-        import sqlalchemy
-
-        if self._conn is None:
-            self._conn = self._engine.connect()
-        self._conn.execute(sqlalchemy.text(statement), {"k": self._key})
-        self._conn.commit()
-
-    def close(self) -> None:
-        for thing in (self._file, self._conn):
-            try:
-                if thing is not None:
-                    thing.close()
-            except Exception:
-                pass
-        self._file = self._conn = None
 
 
 class Pipeline:

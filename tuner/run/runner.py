@@ -31,7 +31,7 @@ from tuner.measurement import pareto
 from tuner.measurement.paired import SlowerTest
 from tuner.measurement.value import Measurement
 from tuner.run.objective import Evaluator, Objective
-from tuner.run.pipeline import Pipeline, ProposalLock, Timeline
+from tuner.run.pipeline import Pipeline, Timeline
 from tuner.run.probe import Probe, adopt
 from tuner.run.probe import describe as describe_reference
 from tuner.search.distributions import store_axes, stored_axes
@@ -51,6 +51,7 @@ from tuner.search.warm_start import (
     warm_start,
 )
 from tuner.store.liveness import recover_stale_trials
+from tuner.store.locks import ProposalLock
 from tuner.store.optuna_private import TrialFeed, waiting_trials
 from tuner.store.results import best_trial, metric_of, status_of, time_of, value_of, value_text
 from tuner.store.storage import PLANNER_STATISTICS_FROM, give_planner_statistics, open_storage, resolve_url
