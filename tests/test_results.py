@@ -182,7 +182,7 @@ def test_a_trial_without_its_own_time_shows_its_ratio_on_the_studys_scale():
     """The reference paired with itself before the GPU was steady keeps no raw times: its time in
     the table (and as the best) is its ratio x the median of the other trials' reference times, and
     its TFLOPS are those of that time."""
-    from tuner.run.runner import summarize
+    from tuner.run.summary import summarize
 
     study = optuna.create_study()
     study.set_metric_names(["ratio"])
@@ -201,7 +201,7 @@ def test_a_trial_without_its_own_time_shows_its_ratio_on_the_studys_scale():
 
 def test_a_trial_without_a_recorded_status_is_named_alike_by_status_export_and_note():
     """A trial that failed outside the objective (no status attribute) reads "failed" everywhere."""
-    from tuner.run.runner import summarize
+    from tuner.run.summary import summarize
     from tuner.store.notes import study_note
 
     study = optuna.create_study()

@@ -251,7 +251,7 @@ def _check_output(path: Path | None, flag: str) -> None:
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:
-    from tuner.run.runner import best_line, study_line
+    from tuner.run.summary import best_line, study_line
     from tuner.table import printable
 
     if as_json:
@@ -473,7 +473,7 @@ def cmd_best(args) -> int:
 def cmd_status(args) -> int:
     from tuner.evaluate.confirm import CONFIRMATIONS, factor_warning, session_factors
     from tuner.measurement.paired import CI_TARGET
-    from tuner.run.runner import summarize
+    from tuner.run.summary import summarize
     from tuner.store.storage import open_storage, resolve_url
     from tuner.store.url import redact
     from tuner.table import printable, render

@@ -14,7 +14,6 @@ import math
 import sys
 import time
 import warnings
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ from tuner.measurement.value import Measurement
 from tuner.run.objective import Evaluator, Objective
 from tuner.run.pipeline import Pipeline, Timeline
 from tuner.run.probe import Probe, adopt
-from tuner.run.probe import describe as describe_reference
+from tuner.run.summary import summarize
 from tuner.search.distributions import store_axes, stored_axes
 from tuner.search.pruner import BEST_MAX_AGE_S, MarginPruner
 from tuner.search.sampler import ValidOnlySampler, make_base_sampler
@@ -53,11 +52,10 @@ from tuner.search.warm_start import (
 from tuner.store.liveness import recover_stale_trials
 from tuner.store.locks import ProposalLock
 from tuner.store.optuna_private import TrialFeed, waiting_trials
-from tuner.store.results import best_trial, metric_of, status_of, time_of, value_of, value_text
+from tuner.store.results import best_trial, metric_of, value_of, value_text
 from tuner.store.storage import PLANNER_STATISTICS_FROM, give_planner_statistics, open_storage, resolve_url
 from tuner.store.url import redact
 from tuner.study.file import SearchSettings
-from tuner.table import printable
 
 #: study attribute: the sampler and seed of a study's first run
 SEARCH_ATTR = "search"
@@ -556,48 +554,3 @@ class Runner:
 
     def summary(self) -> dict:
         return {**summarize(self.study, self.storage_url), **self.timeline.report()}
-
-
-def summarize(study: optuna.Study, storage_url: str) -> dict:
-    trials = study.get_trials(deepcopy=False)
-    statuses = Counter(status_of(t) for t in trials)
-    best = None
-    b = best_trial(trials, study.directions[0])  # several objectives: the fastest (tuner best --pareto: the front)
-    if b is not None:
-        metric = metric_of(study)
-        best = {"params": b.params, "ms": time_of(b, trials), metric: value_of(b),
-                "flags": b.user_attrs.get("flags", ""), "trial": b.number}
-    summary = {
-        "study": study.study_name,
-        "storage": redact(storage_url),
-        "trials": len(trials),
-        "statuses": dict(statuses),
-        "best": best,
-    }
-    reference = describe_reference(study)
-    if reference is not None:  # the study chose its reference (tuner.run.probe)
-        summary["reference"] = reference
-    if pareto.is_multi(study):
-        summary["front"] = pareto.front_rows(study)
-    return summary
-
-
-def study_line(summary: dict) -> str:
-    """The summary's study in one line: its trials by status, and the queued ones apart (a warm
-    start's or the start configs a short run left: the next run of the study measures them first)."""
-    statuses = dict(summary["statuses"])
-    waiting = statuses.pop("waiting", 0)
-    counts = ", ".join(f"{k}={v}" for k, v in sorted(statuses.items()))
-    line = f"study {printable(summary['study'])} in {printable(summary['storage'])}: {summary['trials'] - waiting} trials ({counts})"
-    if waiting:
-        line += f", {waiting} more queued: the study's next run measures {'it' if waiting == 1 else 'them'} first"
-    return line
-
-
-def best_line(best: dict | None) -> str:
-    """The summary's best trial in one line, with its unit (``best`` as :func:`summarize` gives it)."""
-    if not best:
-        return "best: none yet (no trial completed)"
-    if "ratio" in best:
-        return f"best: {value_text(best['ratio'], 'ratio')}, {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}"
-    return f"best: {value_text(best['ms'], 'ms')} (trial {best['trial']})  {best['flags']}"

@@ -126,7 +126,7 @@ def run_workers(args) -> int:
         if not any(m.startswith("tuner: error") for m in messages):
             print(f"tuner: error: none of the {n} workers finished (exit codes {codes})", file=sys.stderr)
         return code
-    from tuner.run.runner import best_line, study_line
+    from tuner.run.summary import best_line, study_line
 
     summary = aggregate(names[0], url)
     summary.update(workers=n, worker_exit_codes=codes, elapsed_s=round(elapsed, 2))
@@ -163,7 +163,7 @@ def _signal_name(number: int) -> str:
 
 def aggregate(study_name: str, url: str) -> dict:
     """The study's summary, as ``tuner run --json`` prints it."""
-    from tuner.run.runner import summarize
+    from tuner.run.summary import summarize
 
     try:
         study = optuna.load_study(study_name=study_name, storage=open_storage(url))

@@ -1,0 +1,59 @@
+"""A run in words: its study's trials by status, best and reference (``--json``), and the lines
+``tuner run`` prints of them."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import optuna
+
+from tuner.measurement import pareto
+from tuner.run.probe import describe as describe_reference
+from tuner.store.results import best_trial, metric_of, status_of, time_of, value_of, value_text
+from tuner.store.url import redact
+from tuner.table import printable
+
+
+def summarize(study: optuna.Study, storage_url: str) -> dict:
+    trials = study.get_trials(deepcopy=False)
+    statuses = Counter(status_of(t) for t in trials)
+    best = None
+    b = best_trial(trials, study.directions[0])  # several objectives: the fastest (tuner best --pareto: the front)
+    if b is not None:
+        metric = metric_of(study)
+        best = {"params": b.params, "ms": time_of(b, trials), metric: value_of(b),
+                "flags": b.user_attrs.get("flags", ""), "trial": b.number}
+    summary = {
+        "study": study.study_name,
+        "storage": redact(storage_url),
+        "trials": len(trials),
+        "statuses": dict(statuses),
+        "best": best,
+    }
+    reference = describe_reference(study)
+    if reference is not None:  # the study chose its reference (tuner.run.probe)
+        summary["reference"] = reference
+    if pareto.is_multi(study):
+        summary["front"] = pareto.front_rows(study)
+    return summary
+
+
+def study_line(summary: dict) -> str:
+    """The summary's study in one line: its trials by status, and the queued ones apart (a warm
+    start's or the start configs a short run left: the next run of the study measures them first)."""
+    statuses = dict(summary["statuses"])
+    waiting = statuses.pop("waiting", 0)
+    counts = ", ".join(f"{k}={v}" for k, v in sorted(statuses.items()))
+    line = f"study {printable(summary['study'])} in {printable(summary['storage'])}: {summary['trials'] - waiting} trials ({counts})"
+    if waiting:
+        line += f", {waiting} more queued: the study's next run measures {'it' if waiting == 1 else 'them'} first"
+    return line
+
+
+def best_line(best: dict | None) -> str:
+    """The summary's best trial in one line, with its unit (``best`` as :func:`summarize` gives it)."""
+    if not best:
+        return "best: none yet (no trial completed)"
+    if "ratio" in best:
+        return f"best: {value_text(best['ratio'], 'ratio')}, {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}"
+    return f"best: {value_text(best['ms'], 'ms')} (trial {best['trial']})  {best['flags']}"
