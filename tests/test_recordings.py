@@ -591,3 +591,16 @@ def test_a_time_pair_other_than_hip_success_and_ms_is_one_line(pair, tmp_path, c
     path, result = _replay(tmp_path, capsys, monkeypatch, data)
     line = assert_one_line_exit_2(result, "'times'")
     assert "cache entry '1'" in line
+
+
+def test_a_replay_says_how_close_its_best_came_to_the_recordings_fastest(tmp_path, capsys, monkeypatch):
+    """What a search comparison reports: the recording's fastest config in the space, and the fraction
+    of its speed the study's best reaches."""
+    data = _cache("time")
+    path, result = _replay(tmp_path, capsys, monkeypatch, data, "--trials", 1)  # the grid's first config: x=1
+    run = json.loads(result.stdout.strip().splitlines()[-1])
+    assert run["recorded_best_ms"] == pytest.approx(min(TIMES.values()))
+    assert run["fraction_of_recorded_best"] < 1
+    assert run["fraction_of_recorded_best"] == pytest.approx(min(TIMES.values()) / run["best"]["ms"], abs=1e-4)
+    path, result = _replay(tmp_path, capsys, monkeypatch, data)  # all three
+    assert json.loads(result.stdout.strip().splitlines()[-1])["fraction_of_recorded_best"] == 1.0

@@ -261,6 +261,10 @@ def _print_summary(summary: dict, as_json: bool) -> None:
     print(best_line(summary.get("best")))
     if summary.get("reference"):
         print(printable(summary["reference"]))
+    if summary.get("recorded_best_ms"):
+        reached = summary.get("fraction_of_recorded_best")
+        print(f"the recording's fastest config: {summary['recorded_best_ms']:.4g} ms"
+              + (f" (this study's best reaches {reached:.3f} of its speed)" if reached else ""))
     if summary.get("trials_run"):
         rate = summary.get("trials_per_s")
         print(f"this run: {summary['trials_run']} trials in {summary['run_s']:.1f} s, first result after "

@@ -280,6 +280,8 @@ class Session:
             startup.mark("storage_and_space_ready")
             self._say_queued(runner)
             summary = runner.run()
+            if loaded.recording is not None:
+                summary.update(recorded_best(loaded.recording, loaded.space, summary.get("best")))
             trials = runner.settings.trials
             if not summary.get("trials_run") and trials and summary["trials"] >= trials:  # a re-run of a finished study
                 self._say(f"the study holds its --trials {trials} already: nothing ran (raise --trials to go on)")
@@ -372,6 +374,20 @@ class Session:
         if cfg.measure.reference is not None or cfg.search.start:
             return None
         return cfg.measure.reference_probe if self.command in ("run", "grid") else 0
+
+
+def recorded_best(recording: Recording, space: Space, best: dict | None) -> dict:
+    """A replay's yardstick: the fastest config the recording holds in the study's space, and the
+    fraction of its speed the study's best reaches (1: found it), as search comparisons report."""
+    keys = {tuple({**recording.pinned, **config}[a] for a in recording.axes) for config in space.valid}
+    times = [r.ms for key, r in recording.records.items() if r.status == "ok" and r.ms and key in keys]
+    if not times:
+        return {}
+    fastest = min(times)
+    out: dict = {"recorded_best_ms": fastest}
+    if best and best.get("ms"):
+        out["fraction_of_recorded_best"] = round(fastest / best["ms"], 4)
+    return out
 
 
 def precompile(loaded: Loaded, mode: str, arch: str, cache_dir: Path | None, progress: bool) -> None:
