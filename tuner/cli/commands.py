@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import typing
 import warnings
 from pathlib import Path
@@ -37,6 +38,8 @@ if typing.TYPE_CHECKING:
     from tuner.run.early_build import EarlyBuild
     from tuner.run.session import Session
 
+#: commands that store trials or a confirmation: SIGTERM stops them as Ctrl-C does (a view just ends)
+STUDY_COMMANDS = ("run", "grid", "worker", "confirm")
 #: entry points in this group add subcommands: each is called with the subparsers object
 #: (views such as ``dashboards`` register ``report`` and ``dashboard`` this way)
 COMMANDS_GROUP = "tuner.commands"
@@ -48,6 +51,10 @@ def main(argv: list[str] | None = None, worker: Supervisor | None = None, early_
     parser = build_parser()
     args = parser.parse_args(argv)
     args.gpu_worker, args.early_build = worker, early_build
+    if args.command in STUDY_COMMANDS and threading.current_thread() is threading.main_thread():
+        from tuner.lifetime import stop_on_sigterm
+
+        stop_on_sigterm()
     # tuner reports every trial's outcome itself; Optuna's per-trial warnings would repeat it
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

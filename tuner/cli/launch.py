@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from tuner.device.supervisor import Supervisor
-from tuner.lifetime import start_helpers, stop_helpers, stop_on_sigterm
+from tuner.lifetime import start_helpers, stop_helpers
 from tuner.run.early_build import EarlyBuild
 
 
@@ -37,7 +37,6 @@ def runs_on_the_gpu(argv: Sequence[str]) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    stop_on_sigterm()
     worker, early_build = None, None
     if runs_on_the_gpu(argv):
         worker = Supervisor.from_env()
