@@ -58,6 +58,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from tuner.contract.arch import limits
 from tuner.contract.numerics import bf16_to_f32, f32_to_bf16, fp8_to_f32, random_fp8
 from tuner.contract.rules import Names, Rule, first_violation, one_of
 from tuner.errors import UserError
@@ -70,7 +71,7 @@ CTA_GROUP = 2
 MMA_M = TM * CTA_GROUP
 MMA_K = 32
 COMB_BLOCK = 32
-MAX_DYN_SMEM_B200 = 232448
+MAX_DYN_SMEM_B200 = limits("sm_100a").max_smem_per_block  # 232448: 227 KB
 GRID_PLAN_SMEM_LIMIT = 233472  # grid_plan_is_valid()'s limit (228 KB)
 
 EPILOGUES = ("BIAS_POS", "BIAS_GELU", "BIAS_RESIDUAL")

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tuner.contract.arch import limits
 from tuner.errors import UserError
 from tuner.plugin import import_file
 
@@ -160,9 +161,9 @@ class DeviceInfo:
     """What a spec may need to know about the GPU to build its launch."""
 
     name: str = ""
-    sm_count: int = 132
+    sm_count: int = 132  # an H100 / H200 SXM's (the arch table holds per-target limits, not SKUs)
     cc: tuple[int, int] = (9, 0)
-    max_smem_per_block: int = 232448
+    max_smem_per_block: int = limits("sm_90a").max_smem_per_block
 
 
 class KernelSpec:
