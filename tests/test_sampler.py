@@ -17,7 +17,7 @@ from tuner.search import parzen
 from tuner.search.distributions import suggest
 from tuner.search.parzen import ParzenSearch, choose_kernels
 from tuner.search.pool import Observations, Pool
-from tuner.search.sampler import BASE_SAMPLERS, ValidOnlySampler, make_base_sampler
+from tuner.search.sampler import PROPOSERS, ValidOnlySampler, make_proposer
 from tuner.search.space import Space
 from tuner.study.options import SAMPLERS
 from tuner.testing import ask_seconds, replay_space
@@ -107,7 +107,7 @@ def test_few_failures_on_a_recorded_space_where_a_fifth_fail():
 def test_substitution_does_not_favour_the_axis_with_most_values():
     recording, space = recorded_space({"wide": list(range(32)), "narrow": [0, 1, 2]},
                                       lambda c: Record("ok", 1.0 + c["wide"] + c["narrow"], [1.0]))
-    sampler = ValidOnlySampler(space, make_base_sampler("random", 0), seed=0)
+    sampler = ValidOnlySampler(space, make_proposer("random", 0), seed=0)
     pool = sampler.pool
     centre = pool.encode({"wide": 16, "narrow": 1})
     pool.tried[pool.row(centre)] = 1  # the proposal is taken: it must move one axis by one level
@@ -121,7 +121,7 @@ def test_substitution_does_not_favour_the_axis_with_most_values():
 
 def test_a_failed_trial_frees_its_config_and_nothing_is_proposed_twice():
     recording, space = recorded_space({"a": [1, 2, 3], "b": [0, 1]}, lambda c: Record("ok", float(c["a"] + c["b"]), [1.0]))
-    sampler = ValidOnlySampler(space, make_base_sampler("tpe", 0), seed=0)
+    sampler = ValidOnlySampler(space, make_proposer("tpe", 0), seed=0)
     study = optuna.create_study(sampler=sampler)
     first = study.ask()
     params = {a: first.suggest_categorical(a, v) for a, v in space.axes.items()}
@@ -473,9 +473,9 @@ def test_warm_start_prior_shapes_the_first_proposals(tmp_path):
 
 
 def test_every_sampler_the_options_table_names_has_a_maker():
-    assert set(SAMPLERS) == set(BASE_SAMPLERS)
+    assert set(SAMPLERS) == set(PROPOSERS)
     for name in SAMPLERS:
-        assert make_base_sampler(name, seed=0) is not None
+        assert make_proposer(name, seed=0) is not None
 
 
 def test_a_grid_spreads_its_first_configs_over_the_space_then_walks_in_order():
@@ -483,7 +483,7 @@ def test_a_grid_spreads_its_first_configs_over_the_space_then_walks_in_order():
                                       lambda c: Record("ok", 1.0, [1.0]))  # 32 configs, A the slowest-moving axis
 
     def order(spread: int) -> list[tuple]:
-        study = optuna.create_study(sampler=ValidOnlySampler(space, make_base_sampler("grid", 0, n_startup_trials=spread), seed=0))
+        study = optuna.create_study(sampler=ValidOnlySampler(space, make_proposer("grid", 0, n_startup_trials=spread), seed=0))
         for _ in range(32):
             trial = study.ask()
             for axis, distribution in space.distributions.items():

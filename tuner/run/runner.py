@@ -35,7 +35,7 @@ from tuner.run.probe import Probe, adopt
 from tuner.run.summary import summarize
 from tuner.search.distributions import store_axes, stored_axes
 from tuner.search.pruner import BEST_MAX_AGE_S, MarginPruner
-from tuner.search.sampler import ValidOnlySampler, make_base_sampler
+from tuner.search.sampler import ValidOnlySampler, make_proposer
 from tuner.search.space import Space
 from tuner.search.start import start_params
 from tuner.search.warm_start import (
@@ -287,7 +287,7 @@ class Runner:
         self.multi = pareto.multi(settings.objectives)
         # several objectives: Optuna's multi-objective TPE inside our valid-only wrapper (tuner.measurement.pareto)
         base = (pareto.sampler(settings.seed) if self.multi and settings.sampler == "tpe"
-                else make_base_sampler(settings.sampler, settings.seed))
+                else make_proposer(settings.sampler, settings.seed))
         self.sampler = ValidOnlySampler(space, base, seed=settings.seed)
         prunes = settings.pruner and not self.multi  # the pruner judges time alone: off for a front
         margin = prunes and settings.prune_by == "margin"

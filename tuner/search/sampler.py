@@ -33,8 +33,8 @@ from tuner.search.parzen import ParzenSearch
 from tuner.search.pool import TRIED_STATES, Observations, Pool, trial_params
 from tuner.search.space import Space
 
-__all__ = ["BASE_SAMPLERS", "TRIED_STATES", "GridWalk", "OptunaProposer", "ParzenProposer", "Proposer", "RandomPick",
-           "ValidOnlySampler", "as_proposer", "make_base_sampler"]
+__all__ = ["PROPOSERS", "TRIED_STATES", "GridWalk", "OptunaProposer", "ParzenProposer", "Proposer", "RandomPick",
+           "ValidOnlySampler", "as_proposer", "make_proposer"]
 
 #: candidates drawn when an Optuna sampler's proposal has no untried one-axis neighbour
 NEAREST_SAMPLE = 2048
@@ -138,7 +138,7 @@ class OptunaProposer(Proposer):
 
 #: sampler name -> factory(seed, n_startup_trials) of its proposer.
 #: The study-file key and the --sampler flag take their choices from here.
-BASE_SAMPLERS: dict[str, Callable[[int | None, int], Proposer]] = {
+PROPOSERS: dict[str, Callable[[int | None, int], Proposer]] = {
     "tpe": lambda seed, n_startup_trials: ParzenProposer(ParzenSearch(seed=seed, n_startup_trials=n_startup_trials)),
     "gp": lambda seed, n_startup_trials: OptunaProposer(_gp(seed, n_startup_trials)),
     "random": lambda seed, n_startup_trials: OptunaProposer(RandomSampler(seed=seed)),
@@ -146,10 +146,10 @@ BASE_SAMPLERS: dict[str, Callable[[int | None, int], Proposer]] = {
 }
 
 
-def make_base_sampler(name: str, seed: int | None, n_startup_trials: int = 10) -> Proposer:
-    if name not in BASE_SAMPLERS:
-        raise UserError(f"unknown sampler {name!r}: use {', '.join(BASE_SAMPLERS)}")
-    return BASE_SAMPLERS[name](seed, n_startup_trials)
+def make_proposer(name: str, seed: int | None, n_startup_trials: int = 10) -> Proposer:
+    if name not in PROPOSERS:
+        raise UserError(f"unknown sampler {name!r}: use {', '.join(PROPOSERS)}")
+    return PROPOSERS[name](seed, n_startup_trials)
 
 
 def as_proposer(base: Proposer | ParzenSearch | BaseSampler | None) -> Proposer:

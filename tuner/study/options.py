@@ -12,7 +12,7 @@ that table come:
   :func:`decode`): the settings as JSON in an environment variable, not re-spelled flags.
 
 Adding a setting is one field here; adding a sampler is its name in :data:`SAMPLERS` and its
-maker in :data:`tuner.search.sampler.BASE_SAMPLERS` (a test holds the two together).
+maker in :data:`tuner.search.sampler.PROPOSERS` (a test holds the two together).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ ENV = "TUNER_OPTIONS"
 #: commands that run a search and take the search settings as flags
 SEARCH_COMMANDS = ("run", "worker")
 SEED_MAX = 2**32 - 1  # numpy's and Optuna's samplers take seeds below 2**32
-#: the base samplers ``[search] sampler`` names (made by :data:`tuner.search.sampler.BASE_SAMPLERS`)
+#: the base samplers ``[search] sampler`` names (made by :data:`tuner.search.sampler.PROPOSERS`)
 SAMPLERS = ("tpe", "gp", "random", "grid")
 MODES = ("joint", "tiered")
 PRUNE_BY = ("sign", "margin")

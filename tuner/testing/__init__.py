@@ -96,9 +96,9 @@ def ask_seconds(space: Space, recording: Recording, trials: int) -> list[float]:
     import optuna
 
     from tuner.search.distributions import suggest
-    from tuner.search.sampler import ValidOnlySampler, make_base_sampler
+    from tuner.search.sampler import ValidOnlySampler, make_proposer
 
-    study = optuna.create_study(sampler=ValidOnlySampler(space, make_base_sampler("tpe", 0), seed=0))
+    study = optuna.create_study(sampler=ValidOnlySampler(space, make_proposer("tpe", 0), seed=0))
     costs = []
     for _ in range(trials):
         started = time.perf_counter()
