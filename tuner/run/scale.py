@@ -28,7 +28,7 @@ from tuner.table import printable
 #: the pid of the ``tuner run --workers N`` process, in its workers' environment
 PARENT_ENV = "TUNER_PARENT_PID"
 #: how many workers share the study's budget, in each worker's environment
-PEERS_ENV = "TUNER_WORKERS"
+PEERS_ENV = "TUNER_PEERS"
 STOP_GRACE_S = 20.0  # after Ctrl-C, how long workers get to record their trial before SIGKILL
 
 
