@@ -329,3 +329,28 @@ def test_the_probe_queues_its_draws_after_the_queue_and_none_where_the_space_is_
     empty = optuna.create_study()
     assert Probe(empty, None, 100).queue_draws(space, [], None, seed=1) == 0 and not empty.trials
     assert Probe(empty, None, 100).queue_draws(space, [], 2, seed=1) == 2  # a run of 2 trials probes 2
+
+
+def test_a_run_stopped_while_choosing_keeps_the_failures_it_measured(tmp_path, cache_dir):
+    """A config whose output failed is failed whatever the reference: a Ctrl-C during the probe keeps it
+    as measured (mismatch), and only the configs that measured ok wait for the next run's choice."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    cmd = [sys.executable, "-m", "tuner", "run", str(study_file(tmp_path)), "--storage", url, "--cache-dir", str(cache_dir)]
+    checked = tmp_path / "checked.log"
+    env = {**os.environ, **FAKE, "FAKE_TRIAL_DELAY_S": "1", "FAKE_TOLERANCE_LOG": str(checked), "FAKE_MISMATCH_IF": "BLOCK=32"}
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # Ctrl-C once three configs are measured: within the probe of 4
+        time.sleep(0.1)
+        if checked.exists() and len(checked.read_text().splitlines()) >= 3:
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            break
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    study = optuna.load_study(study_name="probe", storage=url)
+    measured = study.get_trials(states=(TrialState.PRUNED,))
+    assert measured and all(t.user_attrs["status"] == "mismatch" and t.params["BLOCK"] == 32 for t in measured)
+    held = [t for t in study.trials if "chose its reference" in t.user_attrs.get("reason", "")]
+    assert all(t.params["BLOCK"] == 64 for t in held)
+    assert not study.get_trials(states=(TrialState.COMPLETE,))

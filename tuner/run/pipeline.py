@@ -307,9 +307,16 @@ class Pipeline:
 
     def _abandon(self) -> None:
         """Trials asked and not recorded (the one measured at a Ctrl-C, those asked ahead, those
-        held for a probe): failed, and their configs queued again."""
+        held for a probe): failed, and their configs queued again. A held config that failed (its
+        output, a hang, a build) is recorded as measured: that needs no reference."""
         while self.hold is not None and self.hold.held:
-            trial, begun, _ = self.hold.held.pop(0)
+            trial, begun, measured = self.hold.held.pop(0)
+            if measured.status != "ok":
+                try:
+                    self._record(trial, begun, measured, held=True)
+                    continue
+                except Exception:  # the storage gone too: failed below, and queued again
+                    pass
             self._fail(trial, "interrupted", "the run stopped before the study chose its reference: queued again")
             self._requeue(trial, begun.params)
         while self._in_flight:
