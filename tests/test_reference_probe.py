@@ -241,23 +241,28 @@ def test_the_probed_configs_are_measured_again_against_the_chosen_one(tmp_path):
     assert wrong.status == "mismatch" and chosen.ratio == pytest.approx(1.0)
 
 
-def test_a_run_stopped_while_choosing_stores_no_value_and_the_next_run_chooses(tmp_path, cache_dir):
-    db = tmp_path / "s.db"
-    url = f"sqlite:///{db}"
+def stopped_while_choosing(tmp_path, cache_dir, measured: int, **env) -> tuple[optuna.Study, str]:
+    """A first run Ctrl-C'd once ``measured`` configs of its probe of 4 are measured (1 s each): the
+    study, and its storage URL."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
     cmd = [sys.executable, "-m", "tuner", "run", str(study_file(tmp_path)), "--storage", url, "--cache-dir", str(cache_dir)]
-    checked = tmp_path / "checked.log"  # a line per output check: a config measured (1 s each)
-    proc = subprocess.Popen(cmd, env={**os.environ, **FAKE, "FAKE_TRIAL_DELAY_S": "1", "FAKE_TOLERANCE_LOG": str(checked)},
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    checked = tmp_path / "checked.log"  # a line per output check: a config measured
+    env = {**os.environ, **FAKE, "FAKE_TRIAL_DELAY_S": "1", "FAKE_TOLERANCE_LOG": str(checked), **env}
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # Ctrl-C once two configs are measured: within the probe of 4
+    while time.monotonic() < deadline:
         time.sleep(0.1)
-        if checked.exists() and len(checked.read_text().splitlines()) >= 2:
+        if checked.exists() and len(checked.read_text().splitlines()) >= measured:
             time.sleep(0.5)
             proc.send_signal(signal.SIGINT)
             break
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    study = optuna.load_study(study_name="probe", storage=url)
+    return optuna.load_study(study_name="probe", storage=url), url
+
+
+def test_a_run_stopped_while_choosing_stores_no_value_and_the_next_run_chooses(tmp_path, cache_dir):
+    study, url = stopped_while_choosing(tmp_path, cache_dir, 2)
     assert study.user_attrs[CHOICE]["state"] == PROBING
     assert not study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))  # nothing told against the defaults
     held = [t for t in study.trials if "chose its reference" in t.user_attrs.get("reason", "")]
@@ -334,21 +339,7 @@ def test_the_probe_queues_its_draws_after_the_queue_and_none_where_the_space_is_
 def test_a_run_stopped_while_choosing_keeps_the_failures_it_measured(tmp_path, cache_dir):
     """A config whose output failed is failed whatever the reference: a Ctrl-C during the probe keeps it
     as measured (mismatch), and only the configs that measured ok wait for the next run's choice."""
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    cmd = [sys.executable, "-m", "tuner", "run", str(study_file(tmp_path)), "--storage", url, "--cache-dir", str(cache_dir)]
-    checked = tmp_path / "checked.log"
-    env = {**os.environ, **FAKE, "FAKE_TRIAL_DELAY_S": "1", "FAKE_TOLERANCE_LOG": str(checked), "FAKE_MISMATCH_IF": "BLOCK=32"}
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # Ctrl-C once three configs are measured: within the probe of 4
-        time.sleep(0.1)
-        if checked.exists() and len(checked.read_text().splitlines()) >= 3:
-            time.sleep(0.5)
-            proc.send_signal(signal.SIGINT)
-            break
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    study = optuna.load_study(study_name="probe", storage=url)
+    study, _ = stopped_while_choosing(tmp_path, cache_dir, 3, FAKE_MISMATCH_IF="BLOCK=32")
     measured = study.get_trials(states=(TrialState.PRUNED,))
     assert measured and all(t.user_attrs["status"] == "mismatch" and t.params["BLOCK"] == 32 for t in measured)
     held = [t for t in study.trials if "chose its reference" in t.user_attrs.get("reason", "")]

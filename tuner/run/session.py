@@ -25,7 +25,7 @@ from tuner.study import options
 
 if TYPE_CHECKING:
     from tuner.device.supervisor import Supervisor
-    from tuner.evaluate.replay import Recording
+    from tuner.evaluate.replay import Record, Recording
     from tuner.run.early_build import EarlyBuild
     from tuner.run.runner import RunSettings
     from tuner.search.space import Space
@@ -146,7 +146,7 @@ class Session:
                 raise UserError(f"replay file {recording.path} has define columns {', '.join(extra)} that are not axes of "
                                 f"{Path(self.study_file).name}: add them to its space, or hold each at one of its "
                                 "recorded values in [fixed]")
-            recorded = sum(recording.lookup(config) is not None for config in space.valid)
+            recorded = len(records_in_space(recording, space))
             if recorded < len(space.valid):
                 self._say(f"replay file {recording.path} records {recorded} of the study's {len(space.valid)} valid "
                           "configs: the others read as invalid (not in the recording)")
@@ -376,11 +376,20 @@ class Session:
         return cfg.measure.reference_probe if self.command in ("run", "grid") else 0
 
 
+def records_in_space(recording: Recording, space: Space) -> list[Record]:
+    """The recording's records of the study's valid configs (the slice its pinned columns hold)."""
+    found = []
+    for key, record in recording.records.items():
+        params = dict(zip(recording.axes, key, strict=True))
+        if all(params[a] == v for a, v in recording.pinned.items()) and space.key(params) in space.valid_keys:
+            found.append(record)
+    return found
+
+
 def recorded_best(recording: Recording, space: Space, best: dict | None) -> dict:
     """A replay's yardstick: the fastest config the recording holds in the study's space, and the
     fraction of its speed the study's best reaches (1: found it), as search comparisons report."""
-    keys = {tuple({**recording.pinned, **config}[a] for a in recording.axes) for config in space.valid}
-    times = [r.ms for key, r in recording.records.items() if r.status == "ok" and r.ms and key in keys]
+    times = [r.ms for r in records_in_space(recording, space) if r.status == "ok" and r.ms]
     if not times:
         return {}
     fastest = min(times)
