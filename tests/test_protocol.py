@@ -63,6 +63,7 @@ def test_a_jobs_timing_defaults_are_the_options_tables():
     from tuner.evaluate.gpu import GpuEvaluator
     from tuner.study.options import MeasureSettings
 
-    evaluator = GpuEvaluator.__new__(GpuEvaluator)  # only its settings are read
+    evaluator = GpuEvaluator.__new__(GpuEvaluator)  # only its settings and its kernel's kind are read
     evaluator.measure_settings = MeasureSettings()
+    evaluator.spec = None
     assert evaluator.timing == Timing()

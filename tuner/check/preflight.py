@@ -5,6 +5,8 @@ and its CUBIN checked against the launch the spec describes for it: the entry ex
 arguments match the kernel's parameters in count, size and alignment; threads, registers x
 threads, static + dynamic shared memory and the cluster fit the target (:mod:`tuner.contract.arch`).
 Once per target, the spec's inputs, outputs and reference (a few rows, on the CPU) evaluate.
+A kernel that is its own program (:mod:`tuner.contract.program`) is built with its own command,
+and the rest is its program's: only its builds are checked.
 
 A config passes, is rejected (by the study's compile limits: registers, spills), or fails with
 reasons. Exit codes: 0 when none fails, :data:`EXIT_FAILED` when any does (a spec or study that
@@ -41,6 +43,7 @@ from tuner.contract.kernel_spec import (
     Value,
     user_code,
 )
+from tuner.contract.program import ProgramSpec
 from tuner.errors import UserError
 from tuner.search.enumeration import reason_kind
 
@@ -188,7 +191,7 @@ def inert_axes(spec: KernelSpec, problem: Problem, configs: Sequence[Config],
         if check.status != "passed" or not check.compiled.cubin_path:
             continue
         try:
-            launch = spec.launch(config, problem, device_for(check.arch))
+            launch = None if isinstance(spec, ProgramSpec) else spec.launch(config, problem, device_for(check.arch))
             cubin = hashlib.sha256(Path(check.compiled.cubin_path).read_bytes()).hexdigest()
         except (UserError, OSError):
             continue
@@ -214,6 +217,8 @@ def check_spec(spec: KernelSpec, problem: Problem, arch: str) -> tuple[dict[str,
     and reference for ``problem``."""
     failures: list[str] = []
     buffers: dict[str, tuple[tuple[int, ...], str]] = {}
+    if isinstance(spec, ProgramSpec):  # its program makes its inputs and checks its outputs
+        return buffers, failures
     rng = np.random.default_rng(0)
     try:
         with user_code(spec.path, "outputs()"):
@@ -272,8 +277,8 @@ def check_config(spec: KernelSpec, config: Config, problem: Problem, row: ArchLi
     """Why this config would fail on a GPU of ``row``'s target ([] when it would not)."""
     if compiled.status == "compile_error":
         return [f"compile_error: {compiled.reason}"]  # the compiler's own line: file(line): error ...
-    if not compiled.ok:
-        return []  # rejected by the study's compile limits: never launched
+    if not compiled.ok or isinstance(spec, ProgramSpec):
+        return []  # rejected by the study's compile limits (never launched), or launched by its own program
     try:
         with user_code(spec.path, "launch()"):
             launch = spec.launch(config, problem, device_for(row.name))

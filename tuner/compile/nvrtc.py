@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Protocol, TypedDict
 
 from tuner.contract.kernel_spec import Config, KernelSpec, Problem, load_spec
+from tuner.contract.program import ProgramSpec
 from tuner.contract.source import SourceBundle
 from tuner.lifetime import helper_pool
 from tuner.plugin import load_object
@@ -137,8 +138,13 @@ def compile_kernel(
     cache_dir: Path | str | None = None,
     limits: CompileLimits | None = None,
 ) -> CompileResult:
-    """Compile ``config`` for ``arch``; return stats, the CUBIN's path and a status."""
+    """Compile ``config`` for ``arch``; return stats, the CUBIN's path and a status. (A kernel that is
+    its own program is built by its own command: :mod:`tuner.compile.program`.)"""
     limits = limits or CompileLimits()
+    if isinstance(spec, ProgramSpec):
+        from tuner.compile.program import build_program
+
+        return build_program(spec, config, problem, arch, cache_dir, limits)
     build = _Build.of(spec, config, problem, arch, cache_dir)
     hit = build.cached(limits)
     if hit is not None:
@@ -154,7 +160,7 @@ def compile_kernel(
     stats = parse_ptxas(log)
     result = CompileResult("ok", compile_s=elapsed, log=log, flags=build.flags, **stats)
     build.cache.put(build.key, result, cubin)
-    return _apply_limits(result, limits)
+    return apply_limits(result, limits)
 
 
 @dataclass(frozen=True)
@@ -165,14 +171,14 @@ class _Build:
     options: list[str]
     flags: str
     key: str
-    cache: _Cache
+    cache: BuildCache
 
     @classmethod
     def of(cls, spec: KernelSpec, config: Config, problem: Problem, arch: str, cache_dir: Path | str | None) -> _Build:
         bundle = SourceBundle.load(spec.source_path)
         options = compile_options(spec, config, problem, arch)
         return cls(bundle, options, spec.flags(config, problem), cache_key(bundle, [arch, *options]),
-                   _Cache(Path(cache_dir) if cache_dir else default_cache_dir()))
+                   BuildCache(Path(cache_dir) if cache_dir else default_cache_dir()))
 
     def cached(self, limits: CompileLimits) -> CompileResult | None:
         hit = self.cache.get(self.key)
@@ -180,7 +186,7 @@ class _Build:
             return None
         hit.cached = True
         hit.flags = self.flags
-        return _apply_limits(hit, limits)
+        return apply_limits(hit, limits)
 
 
 def kernel_ptx(spec: KernelSpec, config: Config, problem: Problem, arch: str, fast: bool = False) -> str:
@@ -209,7 +215,7 @@ def helper_cubin(name: str, text: str, arch: str) -> bytes:
     options = [f"--gpu-architecture={arch}", "-std=c++17"]
     bundle = SourceBundle(name, text)
     key = "helper-" + cache_key(bundle, options)
-    cache = _Cache(default_cache_dir())
+    cache = BuildCache(default_cache_dir())
     hit = cache.get(key)
     if hit is not None and hit.cubin_path:
         try:
@@ -232,7 +238,7 @@ def wgmma_serialized(log: str) -> str | None:
     return " ".join(found.group(1).split()) if found else None
 
 
-def _apply_limits(result: CompileResult, limits: CompileLimits) -> CompileResult:
+def apply_limits(result: CompileResult, limits: CompileLimits) -> CompileResult:
     if result.status not in ("ok", "too_many_regs", "spills", "wgmma_serialized"):
         return result
     result.status, result.reason = "ok", ""
@@ -305,14 +311,17 @@ def _nvrtc_compile(bundle: SourceBundle, options: Sequence[str], output: str = "
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-class _Cache:
-    """``<key>.json`` (the result) and ``<key>.cubin`` in one directory, written atomically.
+class BuildCache:
+    """``<key>.json`` (the result) and ``<key><suffix>`` (the build's output: a CUBIN, or a program
+    kept ``executable``) in one directory, written atomically.
 
     An unwritable or full cache directory is not fatal: compiles go on uncached.
     """
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, suffix: str = ".cubin", executable: bool = False):
         self.root = root
+        self.suffix = suffix
+        self.executable = executable
 
     def get(self, key: str) -> CompileResult | None:
         meta = self.root / f"{key}.json"
@@ -322,24 +331,26 @@ class _Cache:
             return None
         result = CompileResult(**data)
         if result.cubin_path is not None:
-            cubin = self.root / f"{key}.cubin"
-            if not cubin.is_file():
+            output = self.root / f"{key}{self.suffix}"
+            if not output.is_file():
                 return None
-            result.cubin_path = str(cubin)
+            result.cubin_path = str(output)
         return result
 
-    def put(self, key: str, result: CompileResult, cubin: bytes | None) -> None:
+    def put(self, key: str, result: CompileResult, output: bytes | None) -> None:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            if cubin is not None:
-                result.cubin_path = str(self.root / f"{key}.cubin")
-                self._write(f"{key}.cubin", cubin)
+            if output is not None:
+                result.cubin_path = str(self.root / f"{key}{self.suffix}")
+                self._write(f"{key}{self.suffix}", output)
             self._write(f"{key}.json", json.dumps(result.to_json()).encode())
         except OSError as exc:
-            if cubin is not None:  # keep the binary usable for this run
-                fd, tmp = tempfile.mkstemp(suffix=".cubin")
+            if output is not None:  # keep the binary usable for this run
+                fd, tmp = tempfile.mkstemp(suffix=self.suffix)
                 with os.fdopen(fd, "wb") as f:
-                    f.write(cubin)
+                    f.write(output)
+                if self.executable:
+                    os.chmod(tmp, 0o755)
                 result.cubin_path = tmp
             _warn_once(f"compile cache {self.root} not writable ({exc.strerror}); compiling uncached")
 
@@ -348,6 +359,8 @@ class _Cache:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+            if self.executable and not name.endswith(".json"):
+                os.chmod(tmp, 0o755)
             os.replace(tmp, self.root / name)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -442,7 +455,7 @@ class CompilePool:
     def result(self, config: Config) -> CompileResult:
         with self._lock:
             future = self._pending.pop(self._key(config), None)
-        if future is not None and not future.done():  # a config built before is read here, not after a process starts
+        if future is not None and not future.done() and not isinstance(self.spec, ProgramSpec):  # a config built before is read here, not after a process starts
             hit = _Build.of(self.spec, config, self.problem, self.arch, self.cache_dir).cached(self.limits)
             if hit is not None:
                 future.cancel()

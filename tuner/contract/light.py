@@ -101,8 +101,13 @@ class Out:
 
 def guarded_defines(path: Path) -> dict[str, Value]:
     """``{NAME: default}`` of every ``#ifndef NAME / #define NAME value`` guard in a source file."""
+    return guarded_defines_in(path.read_text())
+
+
+def guarded_defines_in(text: str) -> dict[str, Value]:
+    """``{NAME: default}`` of every ``#ifndef NAME / #define NAME value`` guard in source text."""
     found: dict[str, Value] = {}
-    for name, _, value in _GUARD.findall(path.read_text()):
+    for name, _, value in _GUARD.findall(text):
         found[name] = int(value) if re.fullmatch(r"-?\d+", value) else value
     return found
 

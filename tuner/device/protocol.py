@@ -42,6 +42,9 @@ class Timing:
     # sustained: the reference's own config, as a trial, is measured before the session warm-up ends (a kernel
     # paired with itself reads 1 at any clock), so a study's first result need not wait for a steady GPU
     early_self_pair: bool = True
+    # each launch is a run of the kernel's own program (tuner.contract.program), which warms the GPU and
+    # times many launches itself: no session warm-up, and warm-up by rounds only
+    program: bool = False
 
     @property
     def stop_rule(self) -> StopRule:

@@ -153,11 +153,11 @@ class Measurer:
         timing = job.timing
         handle = None
         try:
+            reference = self._reference_handle(job, spec, problem)  # (before the check: some check against it)
             handle = self.backend.load(spec, job.candidate.config, problem, job.candidate.cubin_path)
             checked = self._check(handle, job, spec, problem)
             if checked.status != "ok":
                 return checked, False
-            reference = self._reference_handle(job, spec, problem)
             result = self._paired(handle, reference, timing, channel, itself=_paired_with_itself(job))
             for key in ("checksum", "max_err"):
                 setattr(result, key, getattr(checked, key))
@@ -224,7 +224,7 @@ class Measurer:
         kept, so the study's first result need not wait for it; ``next_job`` shows the job waiting,
         if any, so that this trial, asked while it is measured, lets it end."""
         timing = job.timing
-        if timing.regime != "sustained" or self._session is not None:
+        if timing.regime != "sustained" or timing.program or self._session is not None:
             return
         spec, problem = self._prepare(job)
 
@@ -244,6 +244,10 @@ class Measurer:
                 self._run_for([reference], 20.0, 1)
         finally:
             self._beat("job")
+
+    def beat(self) -> None:
+        """Tell the parent that what runs now goes on (a long launch is not a hang)."""
+        self._beat(self._told[0])
 
     def _beat(self, what: str) -> None:
         """Tell the parent what runs now: at once when it changed, else at most every ``BEAT_S``."""
@@ -303,6 +307,9 @@ class Measurer:
             else:
                 handle = self.backend.load_baseline(spec, problem)
             self._reference = (key, handle)
+            use = getattr(self.backend, "use_reference", None)  # a backend that checks outputs against it
+            if use is not None:
+                use(handle)
         return self._reference[1]
 
     def _drop_reference(self) -> None:
@@ -321,6 +328,10 @@ class Measurer:
             time.sleep(timing.idle_s)
             self.backend.time(handles, 1)
             return
+        if timing.program:  # each run of a program warms up on its own
+            if timing.warmup:
+                self.backend.time(handles, timing.warmup)
+            return
         if session and self._session is None:
             self._warm_session(handles[0], timing)
         # (the reference paired with itself measured early needs no clocks either: only the first rounds' start-up)
@@ -337,7 +348,7 @@ class Measurer:
         """Pairs until the stop rule holds or the parent says stop. ``itself``: the candidate is the
         reference's own config, whose ratio needs no steady GPU; measured before the session is
         steady, its raw times are the warming GPU's and are not kept (``ms`` and ``reference_ms`` None)."""
-        early = itself and timing.early_self_pair and self._session is None
+        early = itself and timing.early_self_pair and self._session is None and not timing.program
         self._warm_up([reference, candidate], timing, session=not early)
         series = PairSeries()
         rule = timing.stop_rule

@@ -28,6 +28,7 @@ from tuner.device import echo_stub, protocol
 from tuner.device.driver import CudaError, kernel_params, launch_config, tensor_map
 from tuner.device.driver import check as _ck
 from tuner.device.inputs import GENERATOR_SOURCE, InputGenerator, input_seed
+from tuner.device.program import ProgramBackend
 from tuner.device.protocol import (
     Answer,
     Block,
@@ -99,10 +100,10 @@ class Inbox:
         return job if job is not None else protocol.decode(self.conn.recv())
 
 
-def _load_backend(name: str):
-    if name == "cuda":
-        return CudaBackend()
-    return load_object(name, "tuner_test_backend")()
+def _load_backend(name: str) -> ProgramBackend:
+    """The device's backend (CUDA, or a test double), able to run kernels that are their own programs too."""
+    device = CudaBackend() if name == "cuda" else load_object(name, "tuner_test_backend")()
+    return ProgramBackend(device)
 
 
 def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
@@ -121,6 +122,7 @@ def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
     inbox = Inbox(conn)
     measurer = Measurer(backend)
     measurer.tell = lambda what: conn.send(protocol.encode(Launching(what)))
+    backend.beat = measurer.beat
     while True:
         try:
             job = inbox.take()
@@ -143,7 +145,7 @@ def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
             elif isinstance(job, ConfirmJob):
                 measurement, restart = measurer.confirm(job, channel)
             elif isinstance(job, HostDryRunJob):
-                measurement, restart = echo_stub.worker_job(measurer, backend, job, channel)
+                measurement, restart = echo_stub.worker_job(measurer, backend.device, job, channel)
             else:
                 continue
         except Exception as exc:  # a bug or an unexpected driver error: report, then restart

@@ -19,6 +19,7 @@ from tuner.compile.targets import run_target
 from tuner.contract.arch import NATIVE
 from tuner.contract.kernel_spec import KernelSpec, Problem, Value
 from tuner.contract.precision import Tolerance
+from tuner.contract.program import ProgramSpec
 from tuner.device.protocol import Baseline, ConfirmJob, Kernel, MeasureJob, PrepareJob, Reference, WarmUpJob
 from tuner.device.supervisor import REFERENCE_HANG, Report, Supervisor, WorkerDied
 from tuner.device.timing import Timing
@@ -77,7 +78,8 @@ class GpuEvaluator:
                       max_pairs=m.repeats, ci_target=m.ci_target, regime=m.regime, idle_s=m.idle_s,
                       energy_s=m.energy_s,
                       # raw times and energy of the reference paired with itself wait for a steady GPU
-                      early_self_pair=m.value == "ratio" and m.energy_s == 0)
+                      early_self_pair=m.value == "ratio" and m.energy_s == 0,
+                      program=isinstance(self.spec, ProgramSpec))
 
     def objective_attrs(self) -> dict:
         """What a study's values mean: a resumed study must have been measured the same way."""

@@ -103,6 +103,7 @@ class Session:
         """Study file (or a Kernel Tuner replay file alone) -> its space and the recording."""
         from tuner.compile.targets import check_supported
         from tuner.contract.kernel_spec import load_spec
+        from tuner.contract.program import ProgramSpec
         from tuner.evaluate.replay import load_recording, recording_space
         from tuner.search.space import Space
         from tuner.study.file import load_study
@@ -133,6 +134,8 @@ class Session:
                       f"{DEFAULT_ENERGY_S:g} s per config")
         spec = load_spec(cfg.kernel)
         check_supported(cfg.arch, spec, str(cfg.path))
+        if isinstance(spec, ProgramSpec):
+            self._program_defaults(cfg)
         space = Space.from_study(cfg, spec)
         if recording is not None:
             missing = [a for a in space.axes if a not in recording.axes]
@@ -151,6 +154,17 @@ class Session:
                 self._say(f"replay file {recording.path} records {recorded} of the study's {len(space.valid)} valid "
                           "configs: the others read as invalid (not in the recording)")
         return Loaded(cfg, space, recording)
+
+    def _program_defaults(self, cfg: StudyConfig) -> None:
+        """A program kernel's settings where neither the study file nor the command line sets them."""
+        from tuner.contract.program import PROGRAM_DEFAULTS
+
+        unset = {k: v for k, v in PROGRAM_DEFAULTS.items() if k not in cfg.given and k not in self.given}
+        cfg.measure = options.apply(cfg.measure, unset)
+        cfg.search = options.apply(cfg.search, unset)
+        for key in ("block", "min_pairs"):  # as a study file's short repeats shrink them
+            if key in unset:
+                setattr(cfg.measure, key, min(getattr(cfg.measure, key), cfg.measure.repeats))
 
     def search(self, cfg: StudyConfig | None) -> options.SearchSettings:
         """The study file's [search] settings with the given ones on top."""

@@ -47,6 +47,8 @@ class StudyConfig:
     baseline: dict[str, float] = field(default_factory=dict)
     #: "fast", "precise" or an error budget (tuner.contract.precision): the full-output check's tolerance
     precision: str | float = "fast"
+    #: the [search] and [measure] keys the file sets (the others take defaults, which a kernel may change)
+    given: frozenset[str] = frozenset()
 
     @property
     def axes(self) -> dict[str, list[Value]]:
@@ -158,7 +160,9 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
         baseline[key] = float(value)
 
     precision = parse_precision(study.get("precision", "fast"), f"{where}: [study.precision]")
-    return StudyConfig(path, name, kernel, arch, problem, tier1, tier2, fixed, search, measure, shape, baseline, precision)
+    given = frozenset(k for k in [*data.get("search", {}), *data.get("measure", {})])
+    return StudyConfig(path, name, kernel, arch, problem, tier1, tier2, fixed, search, measure, shape, baseline, precision,
+                       given)
 
 
 def _axes(table: Any, prefix: str, fail) -> dict[str, list[Value]]:

@@ -1,0 +1,172 @@
+"""A kernel that is its own program (tuner.contract.program): the user's build command and harness.
+
+The fixture kernel (tests/fixtures/program/) is "built" by build_fake.py into a Python program that
+prints the @@RESULT line a CUDA harness would; its ``PLANT`` define plants one fault per value. The
+worker runs those programs for real; only the device's name and clocks come from the fake backend.
+"""
+
+import json
+import os
+import stat
+import sys
+import textwrap
+
+import optuna
+import pytest
+
+from tests.conftest import FAKE_BACKEND, ROOT, tuner
+from tuner.compile.program import build_program
+from tuner.contract.kernel_spec import load_spec
+from tuner.contract.program import NoResult, checksum_differs, parse_result
+from tuner.errors import UserError
+from tuner.testing import write_study
+
+FIXTURE = ROOT / "tests" / "fixtures" / "program"
+KERNEL = FIXTURE / "scale.py"
+
+
+def fake_ms(tile: int, unroll: int) -> float:
+    """The time build_fake.py's programs print."""
+    return round(1.0 + abs(tile - 128) / 256 + 0.05 * unroll, 4)
+
+
+def env(cache_dir) -> dict[str, str]:
+    return {"TUNER_WORKER_BACKEND": FAKE_BACKEND, "TUNER_CACHE_DIR": str(cache_dir)}
+
+
+def trials_by_config(db, name) -> dict[tuple, optuna.trial.FrozenTrial]:
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+    return {(t.params["TILE"], t.params.get("UNROLL", 1), t.params.get("PLANT", 0)): t for t in study.trials}
+
+
+def test_a_program_kernel_is_timed_by_its_own_program_against_the_reference(tmp_path):
+    study = write_study(tmp_path, "prog", kernel=KERNEL, tier1={"TILE": [32, 64, 128, 256], "UNROLL": [1, 2]})
+    db = tmp_path / "t.db"
+    done = tuner("grid", study, "--storage", f"sqlite:///{db}", "--csv", tmp_path / "g.csv", env=env(tmp_path / "c"),
+                 cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr
+    trials = trials_by_config(db, "prog.grid")
+    assert len(trials) == 8 and all(t.user_attrs["status"] == "ok" for t in trials.values())
+    reference_ms = fake_ms(128, 1)  # the fastest of the first configs becomes the reference
+    for (tile, unroll, _), trial in trials.items():
+        assert trial.value == pytest.approx(fake_ms(tile, unroll) / reference_ms, rel=1e-6)
+        assert trial.user_attrs["checksum"] == 1769472.0
+        assert trial.user_attrs["regs"] == 32 + unroll  # read from the build's ptxas lines
+    assert "-DTILE=128 -DUNROLL=1" in done.stdout.split("best:")[1].splitlines()[0]
+    # the program's own figures are kept with the trial
+    assert trials[(64, 1, 0)].user_attrs["program_tflops"] == f"{1 / fake_ms(64, 1):.2f}"
+
+
+def test_each_fault_of_a_program_becomes_the_trials_status_with_its_reason(tmp_path):
+    # PLANT: 1 the build fails, 2 the program exits 3, 3 a wrong checksum, 4 it hangs, 5 no @@RESULT, 6 spills
+    study = write_study(tmp_path, "faults", kernel=KERNEL, tier1={"TILE": [128], "PLANT": [0, 1, 2, 3, 4, 5, 6]},
+                        measure={"timeout_s": 3})
+    db = tmp_path / "t.db"
+    done = tuner("grid", study, "--storage", f"sqlite:///{db}", "--csv", tmp_path / "g.csv", env=env(tmp_path / "c"),
+                 cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr
+    attrs = {plant: t.user_attrs for (_, _, plant), t in trials_by_config(db, "faults.grid").items()}
+    assert attrs[0]["status"] == "ok"
+    assert attrs[1]["status"] == "compile_error" and "planted build failure" in attrs[1]["reason"]
+    assert attrs[2]["status"] == "launch_error"
+    assert "exited 3" in attrs[2]["reason"] and "illegal memory access" in attrs[2]["reason"]
+    assert attrs[3]["status"] == "mismatch" and "differs from the reference config's" in attrs[3]["reason"]
+    assert attrs[4]["status"] == "hang"
+    assert attrs[5]["status"] == "launch_error" and "no @@RESULT line" in attrs[5]["reason"]
+    assert attrs[6]["status"] == "spills"
+
+
+def test_a_program_that_hangs_dies_with_its_worker(tmp_path):
+    """The supervisor kills a worker whose program hangs; the program must not outlive it (on a GPU it would
+    keep the device busy for every later trial)."""
+    study = write_study(tmp_path, "hang", kernel=KERNEL, tier1={"TILE": [128], "PLANT": [0, 4]}, measure={"timeout_s": 2})
+    done = tuner("grid", study, "--storage", f"sqlite:///{tmp_path / 't.db'}", "--csv", tmp_path / "g.csv",
+                 env=env(tmp_path / "c"), cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "hang=1" in done.stdout
+    cache = tmp_path / "c"
+    programs = {str(p) for p in cache.glob("*.program")}
+    alive = []
+    for proc in os.listdir("/proc"):
+        if proc.isdigit():
+            try:
+                cmdline = (os.sep.join(["/proc", proc, "cmdline"]))
+                with open(cmdline, "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if any(a.decode(errors="replace") in programs for a in argv):
+                alive.append(proc)
+    assert alive == []
+
+
+def test_program_defaults_apply_only_where_the_study_sets_nothing(tmp_path):
+    from tuner.run.session import Session
+
+    study = write_study(tmp_path, "prog", kernel=KERNEL, tier1={"TILE": [64, 128]}, measure={"min_pairs": 9, "repeats": 12})
+    loaded = Session(study, command="run").load()
+    measure, search = loaded.cfg.measure, loaded.cfg.search
+    assert (measure.min_pairs, measure.repeats) == (9, 12)  # the study's own
+    assert (measure.warmup, measure.block, measure.timeout_s, search.confirm_rounds) == (1, 5, 120.0, 20)
+
+
+def test_a_build_is_cached_by_source_command_and_config(tmp_path):
+    spec = load_spec(KERNEL)
+    config = {**spec.params, "TILE": 64}
+    first = build_program(spec, config, {}, "sm_90a", tmp_path)
+    again = build_program(spec, config, {}, "sm_90a", tmp_path)
+    other = build_program(spec, {**config, "TILE": 128}, {}, "sm_90a", tmp_path)
+    assert first.ok and not first.cached and again.cached and not other.cached
+    assert again.cubin_path == first.cubin_path != other.cubin_path
+    assert os.stat(first.cubin_path).st_mode & stat.S_IXUSR  # kept runnable
+    assert "-DTILE=64" in first.log.splitlines()[0]  # the log starts with the command as run
+
+
+def test_result_lines_are_read_or_refused_in_one_line():
+    assert parse_result("x\n@@RESULT ms=0.630 tflops=1739 checksum=1769472.0\n").ms == 0.630
+    last = parse_result("@@RESULT ms=2\n@@RESULT ms=1 checksum=3")
+    assert (last.ms, last.checksum, last.extra) == (1.0, 3.0, {})
+    for output, says in [("no line", "printed no @@RESULT line"), ("@@RESULT tflops=3", "no positive ms="),
+                         ("@@RESULT ms=abc", "is not a number"), ("@@RESULT ms=1 junk", "is not key=value"),
+                         ("@@RESULT ms=nan", "not finite"), ("@@RESULT ms=0", "no positive ms=")]:
+        with pytest.raises(NoResult, match=says):
+            parse_result(output)
+    assert checksum_differs(100.0, 100.00001, 1e-6) is None
+    assert "differs" in checksum_differs(100.0, 101.0, 1e-6)
+    assert checksum_differs(None, 101.0, 1e-6) is None  # a program that prints none is not checked
+
+
+@pytest.mark.parametrize("body, says", [
+    ('build = ""', "needs build ="),
+    ('build = "nvcc {flags} {source}"', "must write the program to {binary}"),
+    ('build = "nvcc {source} -o {binary}"', "must pass the config's defines"),
+    ('build = "nvcc {flags} {cuda} -o {binary}"', "uses {cuda}; the names are"),
+])
+def test_a_program_spec_with_a_bad_command_fails_in_one_line(tmp_path, body, says):
+    (tmp_path / "k.cu").write_text("#ifndef TILE\n#define TILE 64\n#endif\n")
+    (tmp_path / "k.py").write_text(textwrap.dedent(f"""
+        from tuner.spec import ProgramSpec
+        class Spec(ProgramSpec):
+            source = "k.cu"
+            archs = ("sm_90a",)
+            {body}
+    """))
+    with pytest.raises(UserError, match=says.replace("{", r"\{").replace("}", r"\}")):
+        load_spec(tmp_path / "k.py")
+
+
+def test_the_check_builds_a_program_kernel_without_asking_for_a_launch(tmp_path):
+    study = write_study(tmp_path, "faults", kernel=KERNEL, tier1={"TILE": [64, 128], "PLANT": [0, 1, 6]})
+    done = tuner("check", "--compile", "--json", study, env={"TUNER_CACHE_DIR": str(tmp_path / "c")}, cwd=tmp_path)
+    report = json.loads(done.stdout)
+    statuses = {(c["params"]["TILE"], c["params"]["PLANT"]): c["preflight"] for c in report["configs"]}
+    assert statuses == {(64, 0): "passed", (128, 0): "passed", (64, 6): "rejected", (128, 6): "rejected",
+                        (64, 1): "failed", (128, 1): "failed"}
+    assert done.returncode == 1  # a build that fails is a config that would fail on the GPU
+
+
+def test_the_example_harness_reads_its_kernels_defines_through_its_include():
+    spec = load_spec(ROOT / "kernel" / "example_sgemm_program.py")
+    assert {"BLOCK", "BLOCK_K", "THREAD_TILE", "UNROLL_K"} <= set(spec.params)  # guarded in example_sgemm.cu
+    assert spec.problem_defaults == {"M_DIM": 2048, "N_DIM": 2048, "K_DIM": 2048}
+    assert sys.executable  # (the fixture's build runs under this interpreter)

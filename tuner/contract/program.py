@@ -1,0 +1,165 @@
+"""A kernel that is its own program: the user's build command and a binary that times itself.
+
+Many kernel engineers already have a harness: a ``.cu`` file with a ``main`` that builds its
+inputs, launches the kernel, checks it and prints a time. :class:`ProgramSpec` tunes that
+program as it is. Per config the tuner runs the spec's ``build`` command (``nvcc`` with the
+config's ``-D`` flags, a ``make`` target, ...) and then runs the binary; the binary prints one
+line the tuner reads::
+
+    @@RESULT ms=0.630 checksum=1769472.0 [tflops=1739 ...]
+
+``ms`` is required (the program's own timing of its kernel). ``checksum``, where printed, must
+equal the reference config's within ``checksum_rtol``: a config whose checksum differs fails its
+check (status ``mismatch``). Trials are timed as every kernel is: runs of the candidate's
+program alternate with runs of the reference's, and a trial's value is the median ratio.
+
+The space's defaults, restrictions and derived values work as in a :class:`LightSpec`; the
+kernel's arguments, grid and block are the program's business.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from tuner.contract.kernel_spec import Config, Problem, Value
+from tuner.contract.light import LightSpec, guarded_defines_in
+from tuner.contract.source import SourceBundle
+from tuner.errors import UserError
+
+#: the names a ``build`` or ``run`` command may use
+PLACEHOLDERS = ("source", "flags", "binary", "arch", "dir")
+#: what a program prints for the tuner
+RESULT_MARK = "@@RESULT"
+#: [measure] and [search] defaults for a program kernel, where a study sets none: a launch is a whole
+#: program run (start-up, inputs, its own warm-up and timed loop), seconds rather than microseconds
+PROGRAM_DEFAULTS: dict[str, Any] = {"warmup": 1, "min_pairs": 5, "block": 5, "repeats": 30, "ci_target": 0.005,
+                                    "timeout_s": 120.0, "confirm_rounds": 20}
+
+
+class ProgramSpec(LightSpec):
+    """A light spec whose kernel is built and timed by the user's own program.
+
+    Subclasses set ``source``, ``archs``, ``build`` and, where the binary needs arguments,
+    ``run``; optionally ``problem_keys``, ``restrictions``, ``derived`` and ``flops``.
+    """
+
+    #: the shell command that builds one config: ``{source}``, ``{flags}`` (the ``-D`` options),
+    #: ``{binary}`` (where to write the program), ``{arch}`` (e.g. sm_90a), ``{dir}`` (the spec's folder)
+    build: ClassVar[str] = ""
+    #: how to run the program (no shell: a program that hangs dies with the tuner's worker)
+    run: ClassVar[str] = "{binary}"
+    #: how far a config's checksum may be from the reference config's, relative to it
+    checksum_rtol: ClassVar[float] = 1e-6
+    #: the longest a build may take
+    build_timeout_s: ClassVar[float] = 600.0
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        if self.source_path.is_file():  # a harness often includes the kernel's own file: its guards are defines too
+            bundle = SourceBundle.load(self.source_path)
+            guards: dict[str, Value] = {}
+            for text in [*bundle.headers.values(), bundle.text]:
+                guards.update(guarded_defines_in(text))
+            self.params = {k: v for k, v in guards.items() if k not in self.problem_keys}
+            self.problem_defaults = {k: v for k, v in guards.items() if k in self.problem_keys}
+        if not isinstance(self.build, str) or not self.build.strip():
+            raise UserError(f"kernel spec {self.path.name}: a ProgramSpec needs build = \"...\": the command that "
+                            "builds one config, e.g. \"nvcc -O3 -arch={arch} {flags} {source} -o {binary}\"")
+        for name, template in (("build", self.build), ("run", self.run)):
+            _check_template(self.path.name, name, template)
+        if "{binary}" not in self.build:
+            raise UserError(f"kernel spec {self.path.name}: build must write the program to {{binary}}")
+        if "{flags}" not in self.build:
+            raise UserError(f"kernel spec {self.path.name}: build must pass the config's defines: put {{flags}} in it")
+
+    def build_command(self, config: Config, problem: Problem, arch: str, binary: Path) -> str:
+        """The shell command that builds ``config`` into ``binary``."""
+        return self.build.format(source=shlex.quote(str(self.source_path)), flags=self.flags(config, problem),
+                                 binary=shlex.quote(str(binary)), arch=arch, dir=shlex.quote(str(self.path.parent)))
+
+    def run_argv(self, binary: str | Path) -> list[str]:
+        """The command line that runs a built program."""
+        return [part.format(binary=str(binary), dir=str(self.path.parent), source=str(self.source_path), flags="", arch="")
+                for part in shlex.split(self.run)]
+
+    def launch(self, *args, **kwargs):
+        raise UserError(f"kernel spec {self.path.name}: a ProgramSpec's kernel is launched by its own program")
+
+    def inputs(self, *args, **kwargs):  # the program builds its own
+        return {}
+
+    def outputs(self, *args, **kwargs):  # and checks them itself, or prints a checksum
+        return {}
+
+
+def _check_template(spec_name: str, name: str, template: str) -> None:
+    if not isinstance(template, str):
+        raise UserError(f"kernel spec {spec_name}: {name} must be a command string")
+    for used in re.findall(r"{([^{}]*)}", template):
+        if used not in PLACEHOLDERS:
+            raise UserError(f"kernel spec {spec_name}: {name} uses {{{used}}}; the names are "
+                            f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
+
+
+@dataclass
+class ProgramResult:
+    """What one run of a program printed on its ``@@RESULT`` line."""
+
+    ms: float
+    checksum: float | None = None
+    #: every other key=value of the line, as text
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class NoResult(ValueError):
+    """The program's output has no usable ``@@RESULT`` line; the message says what is wrong."""
+
+
+def parse_result(output: str) -> ProgramResult:
+    """The last ``@@RESULT`` line of a program's output."""
+    lines = [line for line in output.splitlines() if line.startswith(RESULT_MARK)]
+    if not lines:
+        raise NoResult(f"printed no {RESULT_MARK} line (print one: {RESULT_MARK} ms=<time of one launch>)")
+    fields: dict[str, str] = {}
+    for item in lines[-1].split()[1:]:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise NoResult(f"{RESULT_MARK} item {item!r} is not key=value")
+        fields[key] = value
+    ms = _number(fields.pop("ms", None), "ms")
+    if ms is None or not ms > 0:
+        raise NoResult(f"{RESULT_MARK} line has no positive ms=: {lines[-1][:200]!r}")
+    checksum = _number(fields.pop("checksum", None), "checksum")
+    return ProgramResult(ms, checksum, fields)
+
+
+def _number(text: str | None, key: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise NoResult(f"{RESULT_MARK} {key}={text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise NoResult(f"{RESULT_MARK} {key}={text} is not finite")
+    return value
+
+
+def checksum_differs(checksum: float | None, expected: float | None, rtol: float) -> str | None:
+    """Why ``checksum`` is not the reference's, or None (also when either printed none)."""
+    if checksum is None or expected is None:
+        return None
+    if abs(checksum - expected) <= rtol * max(abs(expected), 1e-30):
+        return None
+    return f"checksum {checksum!r} differs from the reference config's {expected!r} (checksum_rtol {rtol:g})"
+
+
+def program_fields(result: ProgramResult) -> Mapping[str, str]:
+    """The extra keys a program printed, as a trial keeps them (``program_<key>``)."""
+    return {f"program_{k}": v for k, v in result.extra.items()}
