@@ -2,7 +2,7 @@
 // kernel engineers already have one: main() makes the inputs, launches, times and checks the
 // kernel, and prints one line for the tuner:
 //
-//   @@RESULT ms=<one launch> tflops=<...> checksum=<sum of C>
+//   @@RESULT ms=<one launch> tflops=<...> checksum=<sum of C, each element weighed by its place>
 //
 // Built per config by example_sgemm_program.py's command (nvcc with the config's -D flags);
 // by hand: nvcc -O3 -arch=sm_90 example_sgemm_program.cu -o sgemm && ./sgemm
@@ -67,8 +67,9 @@ int main() {
     const double ms = total_ms / TIMED_LAUNCHES;
 
     CHECK(cudaMemcpy(c.data(), d_c, c_n * sizeof(float), cudaMemcpyDeviceToHost));
+    // Each element weighed by its place: an output written to the wrong place changes the sum too.
     double checksum = 0.0;
-    for (size_t i = 0; i < c_n; ++i) checksum += c[i];
+    for (size_t i = 0; i < c_n; ++i) checksum += c[i] * (double)(1 + i % 1021);
     printf("example_sgemm %dx%dx%d: %.4f ms\n", M_DIM, N_DIM, K_DIM, ms);
     printf("@@RESULT ms=%.5f tflops=%.3f checksum=%.10e\n", ms, 2.0 * M_DIM * N_DIM * K_DIM / ms / 1e9, checksum);
     return 0;

@@ -239,3 +239,20 @@ def test_backend_public_steps_load_launch_read_and_check(tmp_path):
     good, off_by_one = outputs
     assert np.isfinite(good).all() and np.abs(good - expected).max() <= 0.01 * np.abs(expected).max()
     assert not np.array_equal(good, off_by_one)
+
+
+def test_a_kernels_own_program_is_built_with_nvcc_and_timed_like_its_nvrtc_build(tmp_path):
+    """The example GEMM in its own harness (kernel/example_sgemm_program.*): built with nvcc, run as a
+    program; a hang and a wrong output become statuses, and a config's ratio to the defaults agrees with
+    the one the same kernel gets through NVRTC and the worker's own launches."""
+    problem = {"M_DIM": 2048, "N_DIM": 2048, "K_DIM": 2048}  # (at 1024 the program's 20 launches back to back
+    faster = {"BLOCK": 128, "BLOCK_K": 32, "THREAD_TILE": 8}  # and the worker's one by one: 1.31 against 1.70)
+    _, programs = evaluate("example_sgemm_program.py", problem, [{"PLANT_HANG": 1}, {}, {"PLANT_BUG": 1}, faster],
+                           arch="sm_90", timeout_s=10, tmp_path=tmp_path)
+    assert [m.status for m in programs] == ["hang", "ok", "mismatch", "ok"], [m.reason for m in programs]
+    assert programs[1].checksum is not None and programs[1].ratio == pytest.approx(1.0, abs=0.02)
+    _, (launched,) = evaluate("example_sgemm.py", problem, [faster], arch="sm_90", tmp_path=tmp_path)
+    # the program times its own launches back to back, with the GPU idle between runs: close, not equal
+    # (H200, 2026-12-01: 0.708 against 0.751)
+    assert programs[3].ratio < 0.9 and launched.ratio < 0.9
+    assert programs[3].ratio == pytest.approx(launched.ratio, rel=0.10)

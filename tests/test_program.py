@@ -128,12 +128,14 @@ def test_result_lines_are_read_or_refused_in_one_line():
     assert (last.ms, last.checksum, last.extra) == (1.0, 3.0, {})
     for output, says in [("no line", "printed no @@RESULT line"), ("@@RESULT tflops=3", "no positive ms="),
                          ("@@RESULT ms=abc", "is not a number"), ("@@RESULT ms=1 junk", "is not key=value"),
-                         ("@@RESULT ms=nan", "not finite"), ("@@RESULT ms=0", "no positive ms=")]:
+                         ("@@RESULT ms=nan", "no positive ms="), ("@@RESULT ms=inf", "no positive ms="),
+                         ("@@RESULT ms=0", "no positive ms=")]:
         with pytest.raises(NoResult, match=says):
             parse_result(output)
     assert checksum_differs(100.0, 100.00001, 1e-6) is None
     assert "differs" in checksum_differs(100.0, 101.0, 1e-6)
     assert checksum_differs(None, 101.0, 1e-6) is None  # a program that prints none is not checked
+    assert "not a number (never written" in checksum_differs(parse_result("@@RESULT ms=1 checksum=nan").checksum, 1.0, 1e-6)
 
 
 @pytest.mark.parametrize("body, says", [
