@@ -172,3 +172,34 @@ def test_the_example_harness_reads_its_kernels_defines_through_its_include():
     assert {"BLOCK", "BLOCK_K", "THREAD_TILE", "UNROLL_K"} <= set(spec.params)  # guarded in example_sgemm.cu
     assert spec.problem_defaults == {"M_DIM": 2048, "N_DIM": 2048, "K_DIM": 2048}
     assert sys.executable  # (the fixture's build runs under this interpreter)
+
+
+@pytest.mark.parametrize("settings, says", [
+    ({"measure": {"reference": "baseline"}}, 'reference = "baseline": a program kernel has no host-side baseline'),
+    ({"search": {"objectives": ["time", "energy"]}}, "a program kernel's energy per launch cannot be measured"),
+])
+def test_settings_a_program_cannot_serve_are_refused_in_one_line(tmp_path, settings, says):
+    study = write_study(tmp_path, "prog", kernel=KERNEL, tier1={"TILE": [64, 128]}, **settings)
+    done = tuner("run", study, "--storage", f"sqlite:///{tmp_path / 't.db'}", env=env(tmp_path / "c"), cwd=tmp_path)
+    assert done.returncode == 2 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_a_build_command_not_found_says_so(tmp_path):
+    (tmp_path / "k.cu").write_text("#ifndef TILE\n#define TILE 64\n#endif\n")
+    (tmp_path / "k.py").write_text(textwrap.dedent("""
+        from tuner.spec import ProgramSpec
+        class Spec(ProgramSpec):
+            source = "k.cu"
+            build = "no_such_compiler_here {flags} {source} -o {binary}"
+    """))
+    spec = load_spec(tmp_path / "k.py")
+    built = build_program(spec, dict(spec.params), {}, "sm_90a", tmp_path / "c")
+    assert built.status == "compile_error"
+    assert "no_such_compiler_here" in built.reason and "not found" in built.reason and "exited 127" in built.reason
+
+
+def test_a_host_dry_run_of_a_program_kernel_is_refused_in_one_line(tmp_path):
+    study = write_study(tmp_path, "prog", kernel=KERNEL, tier1={"TILE": [64, 128]})
+    done = tuner("check", "--host-dry-run", study, env=env(tmp_path / "c"), cwd=tmp_path)
+    assert done.returncode == 2 and "launches its kernel itself: build it with --compile" in done.stderr

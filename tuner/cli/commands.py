@@ -373,7 +373,11 @@ def _check_study(args, path: Path) -> int:
     space = Space.from_study(cfg, spec)
     if args.host_dry_run:
         from tuner.check.host_dry_run import command
+        from tuner.contract.program import ProgramSpec
 
+        if isinstance(spec, ProgramSpec):
+            raise UserError(f"{path}: --host-dry-run checks the launch a spec describes; {cfg.kernel.name}'s program "
+                            "launches its kernel itself: build it with --compile, run it with `tuner run`")
         return command(cfg, spec, space, args.run.jobs, args.json)
     summary = space.summary()
     configs: list[dict[str, typing.Any]] = []

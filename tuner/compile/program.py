@@ -81,5 +81,7 @@ def _run_build(command: str, cwd: Path, timeout_s: float) -> tuple[int | None, s
 
 
 def _first_error(log: str, code: int) -> str:
-    first = next((line for line in log.splitlines()[1:] if "error" in line.lower()), None)
-    return (first.strip() if first else f"the build command exited {code}")[:300]
+    """The compiler's first error line, else the build's last line of output (``nvcc: not found``)."""
+    output = [line.strip() for line in log.splitlines()[1:] if line.strip()]
+    first = next((line for line in output if "error" in line.lower()), output[-1] if output else "")
+    return (f"{first} (the build command exited {code})" if first else f"the build command exited {code}")[:300]

@@ -124,6 +124,10 @@ class Session:
         if recording is not None and len(self.search(cfg).objectives) > 1:
             raise UserError(f"replay file {recording.path} records times, no energy: replay the study with "
                             'objectives = ["time"] (time and energy are measured on a GPU)')
+        spec = load_spec(cfg.kernel)
+        check_supported(cfg.arch, spec, str(cfg.path))
+        if isinstance(spec, ProgramSpec):
+            self._program_settings(cfg)
         cfg.measure = options.apply(cfg.measure, self.given)
         objectives = self.search(cfg).objectives
         if len(objectives) > 1 and cfg.measure.energy_s <= 0:  # energy is an objective: measure it
@@ -132,10 +136,6 @@ class Session:
             cfg.measure.energy_s = DEFAULT_ENERGY_S
             self._say(f"objectives {objectives}: [measure] energy_s not set, measuring energy for "
                       f"{DEFAULT_ENERGY_S:g} s per config")
-        spec = load_spec(cfg.kernel)
-        check_supported(cfg.arch, spec, str(cfg.path))
-        if isinstance(spec, ProgramSpec):
-            self._program_defaults(cfg)
         space = Space.from_study(cfg, spec)
         if recording is not None:
             missing = [a for a in space.axes if a not in recording.axes]
@@ -155,10 +155,18 @@ class Session:
                           "configs: the others read as invalid (not in the recording)")
         return Loaded(cfg, space, recording)
 
-    def _program_defaults(self, cfg: StudyConfig) -> None:
-        """A program kernel's settings where neither the study file nor the command line sets them."""
+    def _program_settings(self, cfg: StudyConfig) -> None:
+        """A program kernel's settings where neither the study file nor the command line sets them;
+        those it cannot serve are refused."""
         from tuner.contract.program import PROGRAM_DEFAULTS
 
+        where = cfg.path or "the study"
+        if options.apply(cfg.measure, self.given).reference == "baseline":
+            raise UserError(f'{where}: [measure] reference = "baseline": a program kernel has no host-side baseline; '
+                            "name one of its configs, or leave reference out")
+        if len(self.search(cfg).objectives) > 1:
+            raise UserError(f"{where}: [search] objectives: a program kernel's energy per launch cannot be measured "
+                            '(a run of its program is more than its launches): use objectives = ["time"]')
         unset = {k: v for k, v in PROGRAM_DEFAULTS.items() if k not in cfg.given and k not in self.given}
         cfg.measure = options.apply(cfg.measure, unset)
         cfg.search = options.apply(cfg.search, unset)
