@@ -1,6 +1,7 @@
 """The CLI as a user runs it: check, run (with notes and artifacts), best, status, export, grid."""
 
 import csv
+import itertools
 import json
 
 import optuna
@@ -83,13 +84,18 @@ def test_grid_table_and_csv_replay_roundtrip(tmp_path, cache_dir):
     assert lines[0].split()[-7:] == ["REGS", "SPILL", "SMEM_KB", "MS", "TFLOPS", "CHECKSUM", "STATUS"]
     assert lines[1].split()[-1] == "BEST"
     rows = list(csv.DictReader(csv_path.open()))
-    assert len(rows) == 48 and {r["status"] for r in rows} == {"ok", "spills"}
+    measured = [r for r in rows if r["status"] != "invalid"]
+    assert len(measured) == 48 and {r["status"] for r in measured} == {"ok", "spills"}
+    # the configs the kernel's model rejected are listed too, with why, as the seed's table lists them
+    rejected = [r for r in rows if r["status"] == "invalid"]
+    assert len(rejected) == 24 and all("threads per block" in r["reason"] for r in rejected)
+    assert "48 configs measured and 24 rejected before compiling" in grid.stdout
     # the recorded table replays: the same study name is refused (another setup), a new one works
     replay = tuner("run", ROOT / "studies" / "example_sgemm.toml", "--replay", csv_path, "--storage", db, "--trials", 10, "--json")
     assert replay.returncode == 0, replay.stderr
     summary = json.loads(replay.stdout.strip().splitlines()[-1])
     assert summary["study"] == "example_sgemm.replay" and summary["trials"] == 10
-    best_recorded = min(float(r["ms"]) for r in rows if r["status"] == "ok")
+    best_recorded = min(float(r["ms"]) for r in measured if r["status"] == "ok")
     assert summary["best"]["ms"] >= best_recorded
 
 
@@ -112,6 +118,15 @@ def test_a_tiered_studys_grid_measures_tier_1_then_tier_2_on_its_winner(tmp_path
     summary = json.loads(grid.stdout.strip().splitlines()[-1])
     tier1 = len(space.tier1_candidates())
     assert summary["trials"] == tier1 + len(space.tier2_candidates(summary["best"]["params"])) - 1 < len(space.valid)
+    # its table lists the configs of that plan the kernel's model rejected, not the whole product's
+    winner = summary["best"]["params"]
+    product = [dict(zip(space.axes, v)) for v in itertools.product(*space.axes.values())]
+    planned = [p for p in product if p["UNROLL_K"] == space.defaults()["UNROLL_K"]
+               or all(p[a] == winner[a] for a in space.tier1)]
+    expected = {tuple(p.values()) for p in planned if not space.is_valid(p)}
+    rows = list(csv.DictReader((tmp_path / "g.csv").open()))
+    listed = {(int(r["BLOCK"]), int(r["THREAD_TILE"]), int(r["UNROLL_K"])) for r in rows if r["status"] == "invalid"}
+    assert listed == expected and expected
 
 
 def test_no_gpu_says_so_and_shows_replay():

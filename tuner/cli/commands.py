@@ -325,8 +325,31 @@ def cmd_worker(args) -> int:
     return cmd_run(args)
 
 
+def _rejected_rows(space, measured, tiered: bool) -> list[dict[str, typing.Any]] | None:
+    """Rows (status ``invalid``, with the reason) for the configs of the grid's plan that the kernel's
+    model rejected before compiling, as the seed's table lists them: the whole product, or tiered,
+    tier 1 with tier 2 at its defaults and tier 2 on tier 1's winner (``measured``'s best row).
+    None when the plan's product is too large to list."""
+    plans: list[dict[str, typing.Any] | None] = [None]
+    if tiered:
+        plans = [{a: v for a, v in space.defaults().items() if a in space.tier2}]
+        best = measured[measured["status"] == "ok"].head(1).to_dict("records")
+        if best:
+            plans.append({a: best[0][a] for a in space.tier1})
+    rows: dict[tuple, dict[str, typing.Any]] = {}
+    for held in plans:
+        found = space.rejected(held)
+        if found is None:
+            return None
+        for params, reason in found:
+            rows.setdefault(space.key(params), {**params, "status": "invalid", "reason": reason})
+    return list(rows.values())
+
+
 def cmd_grid(args) -> int:
     import datetime as dt
+
+    import pandas as pd
 
     from tuner.store.results import ranked, trials_frame, write_table
     from tuner.table import seed_table
@@ -339,14 +362,18 @@ def cmd_grid(args) -> int:
 
     summary, runner = _session(args).run(named=default_csv_writable)
     axes = runner.space.axis_names
-    table = ranked(trials_frame(runner.study.get_trials(deepcopy=False), axes))
+    measured = ranked(trials_frame(runner.study.get_trials(deepcopy=False), axes))
+    rejected = _rejected_rows(runner.space, measured, runner.settings.mode == "tiered")
+    table = measured if rejected is None else pd.concat([measured, pd.DataFrame(rejected, columns=measured.columns)],
+                                                        ignore_index=True)
     csv_path = args.csv or _file_named(runner.settings.study_name, ".csv")
     write_table(table, csv_path, device=runner.study.user_attrs.get("device_name", ""), date=dt.date.today().isoformat())
     if args.json:
         _print_summary(summary, True)
     else:
         print(seed_table(table, axes))
-        print(f"\n{len(table)} configs; CSV written to {csv_path}")
+        rejected_note = "" if rejected is None else f" and {len(rejected)} rejected before compiling"
+        print(f"\n{len(measured)} configs measured{rejected_note}; CSV written to {csv_path}")
         _print_summary(summary, False)
     return 0
 

@@ -7,9 +7,11 @@ compile or a GPU launch.
 
 from __future__ import annotations
 
+import itertools
+import math
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -216,6 +218,20 @@ class Space:
     def tier2_candidates(self, winner: dict[str, Value]) -> list[dict[str, Value]]:
         """Tier 2 of the tiered plan: every tier-2 combination on the tier-1 winner."""
         return [p for p in self.valid if all(p[a] == winner[a] for a in self.tier1)]
+
+    def rejected(self, held: Mapping[str, Value] | None = None, limit: int = 10_000) -> list[tuple[dict[str, Value], str]] | None:
+        """The configs of the axes' product (the axes in ``held`` at those values) that the kernel's
+        model rejects, each with why, in the product's order; None when the product is over ``limit``."""
+        axes = {a: [held[a]] if held and a in held else v for a, v in self.axes.items()}
+        if math.prod(len(v) for v in axes.values()) > limit:
+            return None
+        valid = self.valid_keys
+        out = []
+        for values in itertools.product(*axes.values()):
+            params = dict(zip(axes, values, strict=True))
+            if self.key(params) not in valid:
+                out.append((params, self.check(params) or "rejected"))
+        return out
 
     def summary(self) -> dict:
         return {"total": self.total, "valid": len(self.valid), "invalid": dict(self.invalid.most_common())}
