@@ -120,7 +120,7 @@ def test_a_tiered_studys_grid_measures_tier_1_then_tier_2_on_its_winner(tmp_path
     assert summary["trials"] == tier1 + len(space.tier2_candidates(summary["best"]["params"])) - 1 < len(space.valid)
     # its table lists the configs of that plan the kernel's model rejected, not the whole product's
     winner = summary["best"]["params"]
-    product = [dict(zip(space.axes, v)) for v in itertools.product(*space.axes.values())]
+    product = [dict(zip(space.axes, v, strict=True)) for v in itertools.product(*space.axes.values())]
     planned = [p for p in product if p["UNROLL_K"] == space.defaults()["UNROLL_K"]
                or all(p[a] == winner[a] for a in space.tier1)]
     expected = {tuple(p.values()) for p in planned if not space.is_valid(p)}
