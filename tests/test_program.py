@@ -7,9 +7,12 @@ worker runs those programs for real; only the device's name and clocks come from
 
 import json
 import os
+import signal
 import stat
+import subprocess
 import sys
 import textwrap
+import time
 
 import optuna
 import pytest
@@ -84,20 +87,50 @@ def test_a_program_that_hangs_dies_with_its_worker(tmp_path):
                  env=env(tmp_path / "c"), cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "hang=1" in done.stdout
-    cache = tmp_path / "c"
+    assert live_programs(tmp_path / "c") == []
+
+
+def live_programs(cache) -> list[str]:
+    """The pids of processes running a program built into ``cache``."""
     programs = {str(p) for p in cache.glob("*.program")}
     alive = []
     for proc in os.listdir("/proc"):
         if proc.isdigit():
             try:
-                cmdline = (os.sep.join(["/proc", proc, "cmdline"]))
-                with open(cmdline, "rb") as f:
-                    argv = f.read().split(b"\0")
+                with open(os.path.join("/proc", proc, "cmdline"), "rb") as f:
+                    argv = [a.decode(errors="replace") for a in f.read().split(b"\0")]
             except OSError:
                 continue
-            if any(a.decode(errors="replace") in programs for a in argv):
+            if programs & set(argv):
                 alive.append(proc)
-    assert alive == []
+    return alive
+
+
+def test_a_ctrl_c_during_a_program_stops_the_run_cleanly(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group, the program too: the run stops in one line,
+    records no config as failed for it, and leaves no program running."""
+    study = write_study(tmp_path, "prog", kernel=KERNEL, tier1={"TILE": [32, 64, 128, 256], "UNROLL": [1, 2, 4]},
+                        search={"trials": 40, "seed": 0})
+    db = tmp_path / "t.db"
+    run = subprocess.Popen([sys.executable, "-m", "tuner", "run", study, "--storage", f"sqlite:///{db}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path,
+                           env={**os.environ, **env(tmp_path / "c"), "FAKE_PROGRAM_S": "0.2"})
+    try:
+        deadline = time.monotonic() + 120
+        while not (db.exists() and len(optuna.load_study(study_name="prog", storage=f"sqlite:///{db}")
+                                        .get_trials(states=(optuna.trial.TrialState.COMPLETE,))) >= 9):
+            assert time.monotonic() < deadline and run.poll() is None, "no measured trials"
+            time.sleep(0.2)
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "tuner: interrupted; finished trials are stored, run the same command to resume"
+    statuses = {t.user_attrs.get("status") for t in optuna.load_study(study_name="prog", storage=f"sqlite:///{db}").trials}
+    assert "launch_error" not in statuses and "ok" in statuses
+    assert live_programs(tmp_path / "c") == []
 
 
 def test_program_defaults_apply_only_where_the_study_sets_nothing(tmp_path):
