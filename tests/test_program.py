@@ -7,17 +7,16 @@ worker runs those programs for real; only the device's name and clocks come from
 
 import json
 import os
-import signal
 import stat
 import subprocess
 import sys
 import textwrap
-import time
 
 import optuna
 import pytest
 
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
+from tests.test_reliability import stop_when
 from tuner.compile.program import build_program
 from tuner.contract.kernel_spec import load_spec
 from tuner.contract.program import NoResult, checksum_differs, parse_result
@@ -115,17 +114,9 @@ def test_a_ctrl_c_during_a_program_stops_the_run_cleanly(tmp_path):
     run = subprocess.Popen([sys.executable, "-m", "tuner", "run", study, "--storage", f"sqlite:///{db}"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path,
                            env={**os.environ, **env(tmp_path / "c"), "FAKE_PROGRAM_S": "0.2"})
-    try:
-        deadline = time.monotonic() + 120
-        while not (db.exists() and len(optuna.load_study(study_name="prog", storage=f"sqlite:///{db}")
-                                        .get_trials(states=(optuna.trial.TrialState.COMPLETE,))) >= 9):
-            assert time.monotonic() < deadline and run.poll() is None, "no measured trials"
-            time.sleep(0.2)
-        os.killpg(run.pid, signal.SIGINT)
-        _, err = run.communicate(timeout=60)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
+    err = stop_when(run, lambda: db.exists() and len(optuna.load_study(study_name="prog", storage=f"sqlite:///{db}")
+                                                    .get_trials(states=(optuna.trial.TrialState.COMPLETE,))) >= 9,
+                    "nine measured trials")
     assert run.returncode == 130 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == "tuner: interrupted; finished trials are stored, run the same command to resume"
     statuses = {t.user_attrs.get("status") for t in optuna.load_study(study_name="prog", storage=f"sqlite:///{db}").trials}

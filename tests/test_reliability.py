@@ -102,6 +102,23 @@ def wait_for(predicate, timeout_s: float, what: str, period_s: float = 0.2):
     pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
 
 
+def stop_when(run: subprocess.Popen, ready, what: str, sig: int = signal.SIGINT, group: bool = True,
+              timeout_s: float = 120) -> str:
+    """Send ``sig`` to ``run`` once ``ready()`` holds (``group``: to its whole process group, as a terminal's
+    Ctrl-C does); its stderr once it stopped. A run still there after a minute is killed."""
+    try:
+        wait_for(ready, timeout_s, what)
+        if group:
+            os.killpg(run.pid, sig)
+        else:
+            run.send_signal(sig)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    return err
+
+
 def running_with_finished(url: str, name: str, n_finished: int):
     study = load(url, name)
     trials = study.get_trials(deepcopy=False)

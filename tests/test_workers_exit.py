@@ -14,7 +14,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import FAKE_BACKEND, ROOT
-from tests.test_reliability import wait_for
+from tests.test_reliability import stop_when, wait_for
 from tuner.run.scale import WORKER_KILLED, exit_code
 from tuner.store.storage import open_storage
 
@@ -83,17 +83,9 @@ def test_a_ctrl_c_or_a_sigterm_stops_a_run_in_one_line(tmp_path, how):
     run = subprocess.Popen([sys.executable, "-m", "tuner", "run", ROOT / "studies" / "example_sgemm.toml", "--storage",
                             f"sqlite:///{db}", "--trials", "200"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True, env=env, cwd=tmp_path)
-    try:
-        wait_for(lambda: db.exists() and len(optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
-                                             .get_trials(states=(TrialState.COMPLETE,))) >= 2, 120, "two trials")
-        if how == "ctrl-c":
-            os.killpg(run.pid, signal.SIGINT)
-        else:
-            run.send_signal(signal.SIGTERM)
-        _, err = run.communicate(timeout=60)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
+    err = stop_when(run, lambda: db.exists() and len(optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
+                                                    .get_trials(states=(TrialState.COMPLETE,))) >= 2, "two trials",
+                    *((signal.SIGINT, True) if how == "ctrl-c" else (signal.SIGTERM, False)))
     assert run.returncode == 130 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == "tuner: interrupted; finished trials are stored, run the same command to resume"
     study = optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
