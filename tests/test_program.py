@@ -131,7 +131,7 @@ def test_program_defaults_apply_only_where_the_study_sets_nothing(tmp_path):
     loaded = Session(study, command="run").load()
     measure, search = loaded.cfg.measure, loaded.cfg.search
     assert (measure.min_pairs, measure.repeats) == (9, 12)  # the study's own
-    assert (measure.warmup, measure.block, measure.timeout_s, search.confirm_rounds) == (1, 5, 120.0, 20)
+    assert (measure.warmup, measure.block, measure.timeout_s, search.confirm_rounds) == (1, 3, 120.0, 20)
 
 
 def test_a_build_is_cached_by_source_command_and_config(tmp_path):

@@ -38,7 +38,7 @@ PLACEHOLDERS = ("source", "flags", "binary", "arch", "dir")
 RESULT_MARK = "@@RESULT"
 #: [measure] and [search] defaults for a program kernel, where a study sets none: a launch is a whole
 #: program run (start-up, inputs, its own warm-up and timed loop), seconds rather than microseconds
-PROGRAM_DEFAULTS: dict[str, Any] = {"warmup": 1, "min_pairs": 5, "block": 5, "repeats": 30, "ci_target": 0.005,
+PROGRAM_DEFAULTS: dict[str, Any] = {"warmup": 1, "min_pairs": 3, "block": 3, "repeats": 20, "ci_target": 0.005,
                                     "timeout_s": 120.0, "confirm_rounds": 20}
 
 
