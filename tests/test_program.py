@@ -7,10 +7,12 @@ worker runs those programs for real; only the device's name and clocks come from
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import optuna
 import pytest
@@ -60,8 +62,9 @@ def test_a_program_kernel_is_timed_by_its_own_program_against_the_reference(tmp_
 
 
 def test_each_fault_of_a_program_becomes_the_trials_status_with_its_reason(tmp_path):
-    # PLANT: 1 the build fails, 2 the program exits 3, 3 a wrong checksum, 4 it hangs, 5 no @@RESULT, 6 spills
-    study = write_study(tmp_path, "faults", kernel=KERNEL, tier1={"TILE": [128], "PLANT": [0, 1, 2, 3, 4, 5, 6]},
+    # PLANT: 1 the build fails, 2 the program exits 3, 3 a wrong checksum, 4 it hangs, 5 no @@RESULT, 6 spills,
+    # 7 no checksum (where the reference prints one), 8 it hangs in a child it started
+    study = write_study(tmp_path, "faults", kernel=KERNEL, tier1={"TILE": [128], "PLANT": [0, 1, 2, 3, 4, 5, 6, 7, 8]},
                         measure={"timeout_s": 3})
     db = tmp_path / "t.db"
     done = tuner("grid", study, "--storage", f"sqlite:///{db}", "--csv", tmp_path / "g.csv", env=env(tmp_path / "c"),
@@ -76,6 +79,9 @@ def test_each_fault_of_a_program_becomes_the_trials_status_with_its_reason(tmp_p
     assert attrs[4]["status"] == "hang"
     assert attrs[5]["status"] == "launch_error" and "no @@RESULT line" in attrs[5]["reason"]
     assert attrs[6]["status"] == "spills"
+    assert attrs[7]["status"] == "mismatch" and "printed no checksum" in attrs[7]["reason"]
+    assert attrs[8]["status"] == "hang"
+    assert live_programs(tmp_path / "c") == [] and not sleepers()  # the child it started is gone too
 
 
 def test_a_program_that_hangs_dies_with_its_worker(tmp_path):
@@ -87,6 +93,20 @@ def test_a_program_that_hangs_dies_with_its_worker(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "hang=1" in done.stdout
     assert live_programs(tmp_path / "c") == []
+
+
+def sleepers() -> list[str]:
+    """Processes the fixture's planted hangs start (``time.sleep(3600)``)."""
+    found = []
+    for proc in os.listdir("/proc"):
+        if proc.isdigit():
+            try:
+                with open(os.path.join("/proc", proc, "cmdline"), "rb") as f:
+                    if b"time.sleep(3600)" in f.read():
+                        found.append(proc)
+            except OSError:
+                continue
+    return found
 
 
 def live_programs(cache) -> list[str]:
@@ -148,9 +168,12 @@ def test_a_build_is_cached_by_source_command_and_config(tmp_path):
 
 def test_result_lines_are_read_or_refused_in_one_line():
     assert parse_result("x\n@@RESULT ms=0.630 tflops=1739 checksum=1769472.0\n").ms == 0.630
-    last = parse_result("@@RESULT ms=2\n@@RESULT ms=1 checksum=3")
-    assert (last.ms, last.checksum, last.extra) == (1.0, 3.0, {})
+    indented = parse_result("  @@RESULT ms=1 checksum=3e+06\n")
+    assert (indented.ms, indented.checksum, indented.extra) == (1.0, 3e6, {})
+    with pytest.raises(NoResult, match="printed no @@RESULT line on stdout"):
+        parse_result("", errors="@@RESULT ms=1\n")
     for output, says in [("no line", "printed no @@RESULT line"), ("@@RESULT tflops=3", "no positive ms="),
+                         ("@@RESULT ms=2\n@@RESULT ms=1", "printed 2 @@RESULT lines; print one"),
                          ("@@RESULT ms=abc", "is not a number"), ("@@RESULT ms=1 junk", "is not key=value"),
                          ("@@RESULT ms=nan", "no positive ms="), ("@@RESULT ms=inf", "no positive ms="),
                          ("@@RESULT ms=0", "no positive ms=")]:
@@ -158,7 +181,8 @@ def test_result_lines_are_read_or_refused_in_one_line():
             parse_result(output)
     assert checksum_differs(100.0, 100.00001, 1e-6) is None
     assert "differs" in checksum_differs(100.0, 101.0, 1e-6)
-    assert checksum_differs(None, 101.0, 1e-6) is None  # a program that prints none is not checked
+    assert checksum_differs(None, None, 1e-6) is None  # neither printed one: nothing to hold it against
+    assert "printed no checksum, where the reference config printed one" in checksum_differs(None, 101.0, 1e-6)
     assert "not a number (never written" in checksum_differs(parse_result("@@RESULT ms=1 checksum=nan").checksum, 1.0, 1e-6)
 
 
@@ -166,7 +190,7 @@ def test_result_lines_are_read_or_refused_in_one_line():
     ('build = ""', "needs build ="),
     ('build = "nvcc {flags} {source}"', "must write the program to {binary}"),
     ('build = "nvcc {source} -o {binary}"', "must pass the config's defines"),
-    ('build = "nvcc {flags} {cuda} -o {binary}"', "uses {cuda}; the names are"),
+    ('build = "nvcc {flags} {cuda} -o {binary}"', "uses {cuda}; its names are"),
 ])
 def test_a_program_spec_with_a_bad_command_fails_in_one_line(tmp_path, body, says):
     (tmp_path / "k.cu").write_text("#ifndef TILE\n#define TILE 64\n#endif\n")
@@ -227,3 +251,82 @@ def test_a_host_dry_run_of_a_program_kernel_is_refused_in_one_line(tmp_path):
     study = write_study(tmp_path, "prog", kernel=KERNEL, tier1={"TILE": [64, 128]})
     done = tuner("check", "--host-dry-run", study, env=env(tmp_path / "c"), cwd=tmp_path)
     assert done.returncode == 2 and "launches its kernel itself: build it with --compile" in done.stderr
+
+
+def write_spec(folder, body: str, source: str = "#ifndef TILE\n#define TILE 64\n#endif\n"):
+    (folder / "k.cu").write_text(source)
+    (folder / "k.py").write_text("from tuner.spec import ProgramSpec\nclass Spec(ProgramSpec):\n    source = 'k.cu'\n"
+                                 + textwrap.indent(textwrap.dedent(body), "    "))
+    return load_spec(folder / "k.py")
+
+
+def test_parallel_builds_each_write_in_a_folder_of_their_own(tmp_path):
+    """A build that writes a file by a relative name (an object file, as make does) sees its own only."""
+    spec = write_spec(tmp_path, """
+        build = "echo {flags} > obj.txt && sleep 0.3 && printf '#!/bin/sh\\necho @@RESULT ms=1 flags=' > {binary} && cat obj.txt | tr ' =' '_:' >> {binary}"
+    """)
+    from tuner.compile.nvrtc import CompilePool
+
+    configs = [{"TILE": t} for t in (16, 32, 64, 128)]
+    with CompilePool(spec, {}, "sm_90a", tmp_path / "c", jobs=4) as pool:
+        for config in configs:
+            pool.submit(config)
+        built = [pool.result(c) for c in configs]
+    for config, result in zip(configs, built, strict=True):
+        assert result.ok, result.reason
+        assert f"-DTILE:{config['TILE']}" in open(result.cubin_path).read()
+
+
+def test_a_build_is_keyed_by_the_files_it_names_and_its_compiler_and_a_failure_is_not_kept(tmp_path):
+    spec = write_spec(tmp_path, """
+        build = "cat {dir}/part.txt > {binary} && echo {flags} > /dev/null"
+        build_inputs = ("*.txt",)
+    """)
+    config = dict(spec.params)
+    missing = build_program(spec, config, {}, "sm_90a", tmp_path / "c")
+    assert missing.status == "compile_error" and "part.txt" in missing.reason
+    (tmp_path / "part.txt").write_text("one")
+    first = build_program(spec, config, {}, "sm_90a", tmp_path / "c")
+    assert first.ok and not first.cached  # the failure was not kept
+    assert build_program(spec, config, {}, "sm_90a", tmp_path / "c").cached
+    (tmp_path / "part.txt").write_text("two")
+    again = build_program(spec, config, {}, "sm_90a", tmp_path / "c")
+    assert again.ok and not again.cached and open(again.cubin_path).read() == "two"
+
+
+def test_a_hanging_build_is_killed_when_the_run_stops(tmp_path):
+    from tuner.compile.nvrtc import CompilePool
+
+    spec = load_spec(KERNEL)
+    pool = CompilePool(spec, {}, "sm_90a", tmp_path / "c", jobs=2)
+    pool.submit({**spec.params, "PLANT": 9})
+    deadline = time.monotonic() + 30
+    while not sleepers():
+        assert time.monotonic() < deadline, "the build never started"
+        time.sleep(0.1)
+    started = time.monotonic()
+    pool.close()
+    assert time.monotonic() - started < 10 and not sleepers()
+
+
+@pytest.mark.parametrize("body, says", [
+    ('build = "nvcc {flags} ${CUDA_HOME} -o {binary}"', "uses {CUDA_HOME}"),
+    ('build = "nvcc {flags} {source} -o {binary} }"', "Single '}' encountered"),
+    ('build = "nvcc {flags} {source} -o {binary}"\nrun = "{binary} {arch}"', "run uses {arch}; its names are {binary}, {dir}"),
+])
+def test_braces_in_commands_are_read_or_refused_in_one_line(tmp_path, body, says):
+    with pytest.raises(UserError, match=re.escape(says)):
+        write_spec(tmp_path, body)
+
+
+def test_a_shells_braces_are_written_twice_and_a_harness_s_other_macros_are_no_defines(tmp_path):
+    spec = write_spec(tmp_path, 'build = "${{CC:-cc}} {flags} {source} -o {binary}"',
+                      source='#include "consts.h"\n#ifndef TILE\n#define TILE 64\n#endif\n')
+    assert "${CC:-cc} -DTILE=64" in spec.build_command(dict(spec.params), {}, "sm_90a", "/tmp/b")
+    (tmp_path / "consts.h").write_text('#ifndef M_PI\n#define M_PI 3.14159265358979\n#endif\n'
+                                       '#ifndef NAME\n#define NAME "my kernel"\n#endif\n'
+                                       '#ifndef VEC\n#define VEC 4\n#endif\n')
+    from tuner.contract import kernel_spec
+
+    kernel_spec._loaded.clear()  # (load_spec keeps what it loaded)
+    assert set(load_spec(tmp_path / "k.py").params) == {"TILE", "VEC"}

@@ -19,7 +19,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol, TypedDict
@@ -421,9 +421,10 @@ class CompilePool:
         self.cache_dir = str(cache_dir) if cache_dir else None
         self.limits = limits or CompileLimits()
         self.jobs = default_jobs() if jobs is None else jobs
-        self._executor: ProcessPoolExecutor | None = None
         self._pending: dict[str, Future] = {}
         self._lock = threading.Lock()  # the runner submits while its measuring thread takes results
+        self._programs = isinstance(spec, ProgramSpec)
+        self._executor: ProcessPoolExecutor | ThreadPoolExecutor | None = None
 
     def job(self, config: Config) -> tuple:
         """What this pool's build of ``config`` runs (:func:`compile_job`)."""
@@ -449,13 +450,15 @@ class CompilePool:
             if key in self._pending:
                 return
             if self._executor is None:
-                self._executor = helper_pool(self.jobs)
-            self._pending[key] = self._executor.submit(compile_job, self.job(config))
+                # a program's build is a command of its own: a thread waits for it, and a stop kills it (a
+                # helper process would be waited for, however long the build hangs)
+                self._executor = ThreadPoolExecutor(self.jobs) if self._programs else helper_pool(self.jobs)
+            self._pending[key] = self._executor.submit(compile_job, self.job(config), not self._programs)
 
     def result(self, config: Config) -> CompileResult:
         with self._lock:
             future = self._pending.pop(self._key(config), None)
-        if future is not None and not future.done() and not isinstance(self.spec, ProgramSpec):  # a config built before is read here, not after a process starts
+        if future is not None and not future.done() and not self._programs:  # a config built before is read here, not after a process starts
             hit = _Build.of(self.spec, config, self.problem, self.arch, self.cache_dir).cached(self.limits)
             if hit is not None:
                 future.cancel()
@@ -472,6 +475,10 @@ class CompilePool:
             for future in self._pending.values():
                 future.cancel()
             self._pending.clear()
+            if self._programs:
+                from tuner.compile.program import stop_builds
+
+                stop_builds()
             if self._executor is not None:
                 # Waiting costs no more than the interpreter's own join of the pool at exit (the
                 # compiles already running), and leaves no pool thread closing its pipe while

@@ -20,8 +20,8 @@ kernel's arguments, grid and block are the program's business.
 from __future__ import annotations
 
 import math
-import re
 import shlex
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +32,9 @@ from tuner.contract.light import LightSpec, guarded_defines_in
 from tuner.contract.source import SourceBundle
 from tuner.errors import UserError
 
-#: the names a ``build`` or ``run`` command may use
+#: the names a ``build`` command may use, and a ``run`` command
 PLACEHOLDERS = ("source", "flags", "binary", "arch", "dir")
+RUN_PLACEHOLDERS = ("binary", "dir")
 #: what a program prints for the tuner
 RESULT_MARK = "@@RESULT"
 #: [measure] and [search] defaults for a program kernel, where a study sets none: a launch is a whole
@@ -49,8 +50,9 @@ class ProgramSpec(LightSpec):
     ``run``; optionally ``problem_keys``, ``restrictions``, ``derived`` and ``flops``.
     """
 
-    #: the shell command that builds one config: ``{source}``, ``{flags}`` (the ``-D`` options),
-    #: ``{binary}`` (where to write the program), ``{arch}`` (e.g. sm_90a), ``{dir}`` (the spec's folder)
+    #: the shell command that builds one config, run in an empty folder: ``{source}``, ``{flags}`` (the ``-D``
+    #: options), ``{binary}`` (where to write the program), ``{arch}`` (e.g. sm_90a), ``{dir}`` (the spec's
+    #: folder); paths come quoted for the shell
     build: ClassVar[str] = ""
     #: how to run the program (no shell: a program that hangs dies with the tuner's worker)
     run: ClassVar[str] = "{binary}"
@@ -58,6 +60,12 @@ class ProgramSpec(LightSpec):
     checksum_rtol: ClassVar[float] = 1e-6
     #: the longest a build may take
     build_timeout_s: ClassVar[float] = 600.0
+    #: builds run in parallel, each in an empty folder of its own; False: one at a time on this host (a build
+    #: that writes into a shared folder, e.g. ``make -C {dir}`` with its objects there)
+    parallel_builds: ClassVar[bool] = True
+    #: other files the build reads, relative to the spec (globs): the compile cache keys on them too (the
+    #: source and the local files it includes are keyed already; so are the build command and the compiler)
+    build_inputs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, path: Path):
         super().__init__(path)
@@ -66,13 +74,15 @@ class ProgramSpec(LightSpec):
             guards: dict[str, Value] = {}
             for text in [*bundle.headers.values(), bundle.text]:
                 guards.update(guarded_defines_in(text))
+            # a harness guards other macros too (M_PI, a name string): only what a -D could tune is a define
+            guards = {k: v for k, v in guards.items() if isinstance(v, int) or str(v).isidentifier()}
             self.params = {k: v for k, v in guards.items() if k not in self.problem_keys}
             self.problem_defaults = {k: v for k, v in guards.items() if k in self.problem_keys}
         if not isinstance(self.build, str) or not self.build.strip():
             raise UserError(f"kernel spec {self.path.name}: a ProgramSpec needs build = \"...\": the command that "
                             "builds one config, e.g. \"nvcc -O3 -arch={arch} {flags} {source} -o {binary}\"")
-        for name, template in (("build", self.build), ("run", self.run)):
-            _check_template(self.path.name, name, template)
+        _check_template(self.path.name, "build", self.build, PLACEHOLDERS)
+        _check_template(self.path.name, "run", self.run, RUN_PLACEHOLDERS)
         if "{binary}" not in self.build:
             raise UserError(f"kernel spec {self.path.name}: build must write the program to {{binary}}")
         if "{flags}" not in self.build:
@@ -85,8 +95,7 @@ class ProgramSpec(LightSpec):
 
     def run_argv(self, binary: str | Path) -> list[str]:
         """The command line that runs a built program."""
-        return [part.format(binary=str(binary), dir=str(self.path.parent), source=str(self.source_path), flags="", arch="")
-                for part in shlex.split(self.run)]
+        return [part.format(binary=str(binary), dir=str(self.path.parent)) for part in shlex.split(self.run)]
 
     def launch(self, *args, **kwargs):
         raise UserError(f"kernel spec {self.path.name}: a ProgramSpec's kernel is launched by its own program")
@@ -98,13 +107,19 @@ class ProgramSpec(LightSpec):
         return {}
 
 
-def _check_template(spec_name: str, name: str, template: str) -> None:
+def _check_template(spec_name: str, name: str, template: str, names: tuple[str, ...]) -> None:
     if not isinstance(template, str):
         raise UserError(f"kernel spec {spec_name}: {name} must be a command string")
-    for used in re.findall(r"{([^{}]*)}", template):
-        if used not in PLACEHOLDERS:
-            raise UserError(f"kernel spec {spec_name}: {name} uses {{{used}}}; the names are "
-                            f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
+    try:
+        used = [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
+    except ValueError as exc:
+        raise UserError(f"kernel spec {spec_name}: {name} {template!r}: {exc}; a brace the tuner does not fill "
+                        "is written twice: ${{CUDA_HOME}}") from None
+    for placeholder in used:
+        if placeholder not in names:
+            raise UserError(f"kernel spec {spec_name}: {name} uses {{{placeholder}}}; its names are "
+                            f"{', '.join('{' + p + '}' for p in names)} (write a brace the tuner does not fill twice: "
+                            "${{CUDA_HOME}})")
 
 
 @dataclass
@@ -121,11 +136,14 @@ class NoResult(ValueError):
     """The program's output has no usable ``@@RESULT`` line; the message says what is wrong."""
 
 
-def parse_result(output: str) -> ProgramResult:
-    """The last ``@@RESULT`` line of a program's output."""
-    lines = [line for line in output.splitlines() if line.startswith(RESULT_MARK)]
+def parse_result(output: str, errors: str = "") -> ProgramResult:
+    """The ``@@RESULT`` line of a program's output (``errors``: its stderr, where a misplaced line is found)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip().startswith(RESULT_MARK)]
     if not lines:
-        raise NoResult(f"printed no {RESULT_MARK} line (print one: {RESULT_MARK} ms=<time of one launch>)")
+        where = " on stdout (it printed one on stderr)" if RESULT_MARK in errors else ""
+        raise NoResult(f"printed no {RESULT_MARK} line{where} (print one: {RESULT_MARK} ms=<time of one launch>)")
+    if len(lines) > 1:
+        raise NoResult(f"printed {len(lines)} {RESULT_MARK} lines; print one, for the timed launches")
     fields: dict[str, str] = {}
     for item in lines[-1].split()[1:]:
         key, sep, value = item.partition("=")
@@ -149,9 +167,9 @@ def _number(text: str | None, key: str) -> float | None:
 
 
 def checksum_differs(checksum: float | None, expected: float | None, rtol: float) -> str | None:
-    """Why ``checksum`` is not the reference's, or None (also when either printed none)."""
+    """Why ``checksum`` is not the reference's, or None (also when neither printed one)."""
     if checksum is None:
-        return None
+        return None if expected is None else "printed no checksum, where the reference config printed one"
     if not math.isfinite(checksum):
         return f"checksum {checksum!r}: part of the output is not a number (never written, or overflowed)"
     if expected is None or not math.isfinite(expected):

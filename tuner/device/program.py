@@ -14,6 +14,7 @@ with its worker when the worker is killed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -41,8 +42,9 @@ class ProgramBackend:
 
     def __init__(self, device: Backend):
         self.device = device
-        #: called before each run of a program: the parent hears that the launch goes on
-        self.beat: Callable[[], None] = lambda: None
+        #: called as each run of a program starts, with its process group: the parent hears that the launch goes
+        #: on, and whom to kill with the worker if it hangs (0: none runs now)
+        self.beat: Callable[[int], None] = lambda group: None
         self._reference: Program | None = None
         self._checksums: dict[str, float | None] = {}  # a program's path -> the checksum it printed
         self._rounds = 0
@@ -122,19 +124,28 @@ class ProgramBackend:
     def _run(self, program: Program) -> ProgramResult:
         """Run ``program`` once; what it printed, or :class:`LaunchFailed` saying why not."""
         argv = program.spec.run_argv(program.path)
-        self.beat()
         try:
-            done = subprocess.run(argv, cwd=program.spec.path.parent, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, errors="replace",
-                                  preexec_fn=functools.partial(die_with_parent, os.getpid(), signal.SIGKILL))
+            # a group of its own, which the parent kills when the worker is killed for a hang (what the program
+            # started too); a program dies with its worker all the same
+            proc = subprocess.Popen(argv, cwd=program.spec.path.parent, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+                                    preexec_fn=functools.partial(die_with_parent, os.getpid(), signal.SIGKILL))
         except OSError as exc:
-            raise LaunchFailed(f"cannot run {argv[0]}: {exc.strerror}") from None
-        if done.returncode != 0:
-            raise LaunchFailed(f"the program {_ended(done.returncode)}{_last_line(done.stderr or done.stdout)}")
+            raise LaunchFailed(f"cannot run {argv[0]}: {exc.strerror} (run is a command line, not a shell's: "
+                               "put settings such as VAR=value in a script it runs)") from None
+        self.beat(proc.pid)
         try:
-            return parse_result(done.stdout)
+            stdout, stderr = proc.communicate()
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # what it left running
+            self.beat(0)
+        if proc.returncode != 0:
+            raise LaunchFailed(f"the program {_ended(proc.returncode)}{_last_line(stderr or stdout)}")
+        try:
+            return parse_result(stdout, stderr)
         except NoResult as exc:
-            raise LaunchFailed(f"the program {exc}{_last_line(done.stderr)}") from None
+            raise LaunchFailed(f"the program {exc}{_last_line(stderr)}") from None
 
 
 def _ended(code: int) -> str:

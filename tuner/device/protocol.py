@@ -162,9 +162,12 @@ class Ready:
 @dataclass(frozen=True)
 class Launching:
     """Between jobs, the worker launches ``what`` ("reference": the session warm-up, whose silence past
-    the parent's timeout is the reference's hang; "job": that is over). Sent again while it lasts."""
+    the parent's timeout is the reference's hang; "job": that is over). Sent again while it lasts.
+    ``group``: the process group of a program the worker runs now (a kernel in its own harness), which
+    the parent kills with the worker when it hangs; 0 for none."""
 
     what: str
+    group: int = 0
 
 
 @dataclass(frozen=True)

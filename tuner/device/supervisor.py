@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import signal
 import sys
 import threading
 import time
@@ -106,6 +107,7 @@ class Supervisor:
         self._starting: threading.Thread | None = None
         self._start_error: BaseException | None = None
         self._stopping = threading.Lock()  # Ctrl-C stops from the main thread while a job's thread may restart
+        self._program_group = 0  # the process group of the program the worker runs now (0: none)
         self.spawned: float | None = None  # time.monotonic() when the last worker process was spawned
         self.greeted: float | None = None  # and when it said it had started CUDA
 
@@ -211,10 +213,14 @@ class Supervisor:
     def _kill(self) -> None:
         with self._stopping:
             proc, conn, self._proc, self._conn = self._proc, self._conn, None, None
+            group, self._program_group = self._program_group, 0
         if proc is not None:
             if proc.is_alive():
                 proc.kill()
             proc.join(timeout=10)
+        if group:  # the program it ran, with whatever that started (a wrapper script's child too)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
         if conn is not None:
             try:
                 conn.close()
@@ -276,6 +282,7 @@ class Supervisor:
                 return Measurement("launch_error", reason=f"worker died (exit code {code}): restarted", blocks=blocks)
             if isinstance(message, Launching):  # the inputs are in place: launches from here on
                 launching = message.what
+                self._program_group = message.group
                 deadline_s = timeout_s
             elif isinstance(message, Ready):
                 deadline_s = timeout_s

@@ -138,9 +138,10 @@ class Measurer:
         self._session: WarmUp | None = None  # how the session's warm-up ended (None: not yet)
         self._session_reported = False
         self._ahead: _MeasuredAhead | None = None  # the first trial, measured before it was asked
-        #: tells the parent what runs between jobs (the worker sends a Launching message)
-        self.tell: Callable[[str], None] = lambda what: None
-        self._told: tuple[str, float] = ("job", 0.0)
+        #: tells the parent what runs between jobs, and the process group of a program running now (the
+        #: worker sends a Launching message)
+        self.tell: Callable[[str, int], None] = lambda what, group: None
+        self._told: tuple[str, float, int] = ("job", 0.0, 0)
 
     # -- jobs ----------------------------------------------------------------------------------
     def measure(self, job: MeasureJob, channel: Channel) -> tuple[Measurement, bool]:
@@ -245,16 +246,17 @@ class Measurer:
         finally:
             self._beat("job")
 
-    def beat(self) -> None:
-        """Tell the parent that what runs now goes on (a long launch is not a hang)."""
-        self._beat(self._told[0])
+    def beat(self, group: int = 0) -> None:
+        """Tell the parent that what runs now goes on (a long launch is not a hang); ``group``: the process
+        group of the program that runs now, if any."""
+        self._beat(self._told[0], group)
 
-    def _beat(self, what: str) -> None:
+    def _beat(self, what: str, group: int = 0) -> None:
         """Tell the parent what runs now: at once when it changed, else at most every ``BEAT_S``."""
         now = time.monotonic()
-        if what != self._told[0] or now - self._told[1] >= BEAT_S:
-            self.tell(what)
-            self._told = (what, now)
+        if what != self._told[0] or group != self._told[2] or now - self._told[1] >= BEAT_S:
+            self.tell(what, group)
+            self._told = (what, now, group)
 
     def _measure_ahead(self, job: MeasureJob, job_waiting: Callable[[], bool],
                        next_job: Callable[[], object | None] | None) -> None:

@@ -121,7 +121,7 @@ def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
     channel = Channel(conn)
     inbox = Inbox(conn)
     measurer = Measurer(backend)
-    measurer.tell = lambda what: conn.send(protocol.encode(Launching(what)))
+    measurer.tell = lambda what, group: conn.send(protocol.encode(Launching(what, group)))
     backend.beat = measurer.beat
     while True:
         try:

@@ -224,6 +224,9 @@ class GpuEvaluator:
                             "[measure] reference or the first [search] start config")
         if m.status == "ok" and m.ratio is not None:
             m.value = m.ratio * (self._scale(m.reference_ms) or 1.0)
+        printed = _number(m.extra.get("program_tflops"))
+        if printed is not None and not self.spec.flops(self.problem):  # a program's own figure, where the spec has none
+            m.extra.setdefault("tflops", printed)
         for key, value in common.items():
             if getattr(m, key) in (None, ""):
                 setattr(m, key, value)
@@ -257,6 +260,13 @@ class GpuEvaluator:
         standings = rank_interleaved(times, reference=0, tolerance=self.measure_settings.ci_target)
         # a column of the rounds is a kept config: its index in ``configs`` counts from 1 as well
         return [dataclasses.replace(s, index=kept[s.index - 1] + 1) for s in standings], extra
+
+
+def _number(text: Any) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
 
 
 def _kernel(config: dict[str, Value], built: CompileResult) -> Kernel:
