@@ -345,3 +345,12 @@ def test_a_run_stopped_while_choosing_keeps_the_failures_it_measured(tmp_path, c
     held = [t for t in study.trials if "chose its reference" in t.user_attrs.get("reason", "")]
     assert all(t.params["BLOCK"] == 64 for t in held)
     assert not study.get_trials(states=(TrialState.COMPLETE,))
+
+
+@pytest.mark.parametrize("trials", [6, 7])
+def test_a_budget_as_large_as_the_space_measures_every_config(tmp_path, trials):
+    """The probe queues as many first configs as the space holds: the run must still ask for them (it once
+    saw no untried config left, all being queued, and ran nothing)."""
+    study = study_file(tmp_path, reference_probe=8)
+    summary, err = run(study, f"sqlite:///{tmp_path / 't.db'}", tmp_path / "cache", "--trials", trials)
+    assert summary["trials"] == 6 and summary["statuses"] == {"ok": 6}, err

@@ -486,14 +486,17 @@ class Runner:
 
         def may_ask() -> bool:
             in_flight: set = set()
+            queued = False
             open_trials = tally.open_trials()
             used = tally.used  # after the newly finished are tallied
             for t in open_trials:
                 key, counts = tally.facts(t)
                 used += counts
-                if key is not None:
+                if t.state == TrialState.WAITING:  # a queued config: the next ask runs it
+                    queued = True
+                elif key is not None:
                     in_flight.add(key)
-            return bool(tally.untried - in_flight) and used < target
+            return (queued or bool(tally.untried - in_flight)) and used < target
 
         return may_ask
 
