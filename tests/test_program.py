@@ -330,3 +330,12 @@ def test_a_shells_braces_are_written_twice_and_a_harness_s_other_macros_are_no_d
 
     kernel_spec._loaded.clear()  # (load_spec keeps what it loaded)
     assert set(load_spec(tmp_path / "k.py").params) == {"TILE", "VEC"}
+
+
+def test_a_run_where_every_trial_failed_says_how(tmp_path):
+    write_spec(tmp_path, 'build = "no_such_compiler_here {flags} {source} -o {binary}"')
+    study = write_study(tmp_path, "broken", kernel=tmp_path / "k.py", tier1={"TILE": [32, 64, 128]}, search={"trials": 3})
+    done = tuner("run", study, "--storage", f"sqlite:///{tmp_path / 't.db'}", env=env(tmp_path / "c"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("best:"))
+    assert line.startswith("best: none yet (no trial completed: compile_error x3, e.g. ") and "not found" in line

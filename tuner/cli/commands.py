@@ -265,7 +265,7 @@ def _print_summary(summary: dict, as_json: bool) -> None:
         print(json.dumps(summary))
         return
     print(study_line(summary))
-    print(best_line(summary.get("best")))
+    print(best_line(summary.get("best"), summary.get("failure", "")))
     if summary.get("reference"):
         print(printable(summary["reference"]))
     if summary.get("recorded_best_ms"):

@@ -134,7 +134,7 @@ def run_workers(args) -> int:
         print(json.dumps(summary))
     else:
         print(f"{study_line(summary)}; {n} workers in {elapsed:.1f} s")
-        print(best_line(summary.get("best")))
+        print(best_line(summary.get("best"), summary.get("failure", "")))
         if failed:
             print(f"{len(failed)} worker(s) failed: exit codes {codes}", file=sys.stderr)
     return exit_code(codes)

@@ -9,9 +9,13 @@ import optuna
 
 from tuner.measurement import pareto
 from tuner.run.probe import describe as describe_reference
+from tuner.search.enumeration import reason_kind
 from tuner.store.results import best_trial, metric_of, status_of, time_of, value_of, value_text
 from tuner.store.url import redact
 from tuner.table import printable
+
+#: statuses that are no failure of the config (a run stopped, a reused value)
+NOT_FAILURES = ("ok", "duplicate", "interrupted", "killed", "waiting", "running")
 
 
 def summarize(study: optuna.Study, storage_url: str) -> dict:
@@ -30,6 +34,8 @@ def summarize(study: optuna.Study, storage_url: str) -> dict:
         "statuses": dict(statuses),
         "best": best,
     }
+    if best is None and (failure := commonest_failure(trials)):  # what to fix before anything is measured
+        summary["failure"] = failure
     reference = describe_reference(study)
     if reference is not None:  # the study chose its reference (tuner.run.probe)
         summary["reference"] = reference
@@ -50,10 +56,27 @@ def study_line(summary: dict) -> str:
     return line
 
 
-def best_line(best: dict | None) -> str:
-    """The summary's best trial in one line, with its unit (``best`` as :func:`summarize` gives it)."""
+def commonest_failure(trials: list[optuna.trial.FrozenTrial]) -> str:
+    """The commonest way the finished trials failed, with one of its reasons ("" when none failed)."""
+    kinds: Counter[tuple[str, str]] = Counter()
+    examples: dict[tuple[str, str], str] = {}
+    for t in trials:
+        status, reason = status_of(t), str(t.user_attrs.get("reason") or "")
+        if t.state.is_finished() and status not in NOT_FAILURES and reason:
+            kind = (status, reason_kind(reason))
+            kinds[kind] += 1
+            examples.setdefault(kind, reason)
+    if not kinds:
+        return ""
+    kind, n = kinds.most_common(1)[0]
+    return f"{kind[0]} x{n}, e.g. {examples[kind]}"
+
+
+def best_line(best: dict | None, failure: str = "") -> str:
+    """The summary's best trial in one line, with its unit (``best`` as :func:`summarize` gives it);
+    without one, ``failure``: the commonest way the trials failed."""
     if not best:
-        return "best: none yet (no trial completed)"
+        return f"best: none yet (no trial completed{': ' + printable(failure) if failure else ''})"
     if "ratio" in best:
         return f"best: {value_text(best['ratio'], 'ratio')}, {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}"
     return f"best: {value_text(best['ms'], 'ms')} (trial {best['trial']})  {best['flags']}"
