@@ -5,7 +5,8 @@ import dataclasses
 import pytest
 
 from tests.conftest import ROOT
-from tuner.compile.nvrtc import CompileLimits, CompilePool
+from tuner.compile.build import CompileLimits
+from tuner.compile.nvrtc import CompilePool
 from tuner.run.early_build import EarlyBuild
 from tuner.run.reference import reference_config
 from tuner.run.session import Session

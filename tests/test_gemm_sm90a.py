@@ -36,7 +36,8 @@ def valid_configs(name):
 
 def nvrtc_build(config, problem, extra=None):
     """The engine's NVRTC build of a config, with ``extra`` defines (kernel-side asserts): (ok, log, cubin, stats)."""
-    from tuner.compile.nvrtc import SourceBundle, _nvrtc_compile, compile_options, parse_ptxas
+    from tuner.compile.build import parse_ptxas
+    from tuner.compile.nvrtc import SourceBundle, _nvrtc_compile, compile_options
 
     options = compile_options(SPEC, config, problem, "sm_90a") + [f"-D{k}={v}" for k, v in (extra or {}).items()]
     ok, log, cubin = _nvrtc_compile(SourceBundle.load(SPEC.source_path), options)

@@ -6,7 +6,8 @@ import stat
 import pytest
 
 from tests.conftest import ROOT
-from tuner.compile.nvrtc import compile_kernel, parse_ptxas
+from tuner.compile.build import parse_ptxas
+from tuner.compile.nvrtc import compile_kernel
 from tuner.contract.kernel_spec import load_spec
 from tuner.search.space import Space
 from tuner.study.file import load_study
@@ -250,7 +251,7 @@ def test_compile_error_is_recorded_with_log(tmp_path, cache_dir):
 
 
 def test_register_and_spill_limits_prune(cache_dir):
-    from tuner.compile.nvrtc import CompileLimits
+    from tuner.compile.build import CompileLimits
 
     spec = load_spec(ROOT / "kernel" / "example_sgemm.py")
     config = dict(spec.params, BLOCK=128, THREAD_TILE=8)
@@ -264,7 +265,7 @@ def test_a_build_whose_wgmmas_ptxas_serializes_is_rejected_before_the_gpu(cache_
     """The Hopper GEMM's 128-row ping-pong tile with its K loop unrolled whole: ptxas makes every wgmma wait for
     the last (its C7520 note). The build is rejected with ptxas's reason, and measured as any other when
     the study turns the rule off; the same tile unrolled not, or promoted in 64-row tiles, passes."""
-    from tuner.compile.nvrtc import CompileLimits
+    from tuner.compile.build import CompileLimits
 
     spec = load_spec(ROOT / "kernel" / "gemm_sm90a.py")
     problem = {"M": 928256, "N": 3072, "K": 768, "EPILOGUE": "BIAS_GELU", "SEQ_LEN": 196}
@@ -281,7 +282,7 @@ def test_a_build_whose_wgmmas_ptxas_serializes_is_rejected_before_the_gpu(cache_
 
 
 def test_wgmma_serialized_reads_ptxas_note():
-    from tuner.compile.nvrtc import wgmma_serialized
+    from tuner.compile.build import wgmma_serialized
 
     note = ("ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
             "non wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline "

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from tuner.compile.build import CompileLimits, CompileResult
 from tuner.compile.cubin import CubinError, CubinKernel, read_cubin
-from tuner.compile.nvrtc import CompileLimits, CompileResult, compile_many
+from tuner.compile.nvrtc import compile_many
 from tuner.contract.arch import ArchLimits, limits
 from tuner.contract.kernel_spec import (
     EXPECTED,

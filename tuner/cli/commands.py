@@ -387,7 +387,7 @@ def cmd_check(args) -> int:
 
 def _check_study(args, path: Path) -> int:
     from tuner.check.preflight import run_preflight
-    from tuner.compile.nvrtc import CompileLimits
+    from tuner.compile.build import CompileLimits
     from tuner.compile.targets import check_supported, check_targets
     from tuner.contract.kernel_spec import load_spec, user_code
     from tuner.search.space import Space

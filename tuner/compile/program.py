@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tuner.compile.nvrtc import BuildCache, CompileLimits, CompileResult, apply_limits, default_cache_dir, parse_ptxas
+from tuner.compile.build import BuildCache, CompileLimits, CompileResult, apply_limits, default_cache_dir, parse_ptxas
 from tuner.contract.kernel_spec import Config, Problem
 from tuner.contract.program import ProgramSpec
 from tuner.contract.source import SourceBundle

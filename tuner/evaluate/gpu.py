@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tuner.compile.nvrtc import CompileLimits, CompilePool, CompileResult
+from tuner.compile.build import CompileLimits, CompileResult
+from tuner.compile.nvrtc import CompilePool
 from tuner.compile.targets import run_target
 from tuner.contract.arch import NATIVE
 from tuner.contract.kernel_spec import KernelSpec, Problem, Value

@@ -107,7 +107,8 @@ def _study_space(study_file: str) -> tuple[StudyConfig, Space]:
 def _reference_job(cfg: StudyConfig, space: Space, cache_dir: str | None) -> tuple | None:
     """The compile job of the study's reference, as the run's GPU evaluator will ask it (None: a
     reference that is no kernel build of a fixed arch)."""
-    from tuner.compile.nvrtc import CompileLimits, CompilePool
+    from tuner.compile.build import CompileLimits
+    from tuner.compile.nvrtc import CompilePool
     from tuner.contract.arch import NATIVE
     from tuner.run.reference import reference_config
     from tuner.search.enumeration import checked_reason

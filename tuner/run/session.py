@@ -424,7 +424,8 @@ def recorded_best(recording: Recording, space: Space, best: dict | None) -> dict
 def precompile(loaded: Loaded, mode: str, arch: str, cache_dir: Path | None, progress: bool) -> None:
     """Compile every valid config the grid measures first into the cache, in parallel (``tuner grid``;
     tiered: tier 1's, as tier 2's depend on its winner and compile as they are measured)."""
-    from tuner.compile.nvrtc import CompileLimits, compile_many
+    from tuner.compile.build import CompileLimits
+    from tuner.compile.nvrtc import compile_many
 
     cfg, space = loaded.cfg, loaded.space
     assert cfg is not None  # a GPU grid has a study file

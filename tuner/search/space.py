@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tuner.compile.nvrtc import default_cache_dir
+from tuner.compile.build import default_cache_dir
 from tuner.contract.kernel_spec import Config, KernelSpec, Problem, Value
 from tuner.errors import UserError
 from tuner.search.enumeration import Enumeration, enumerate_cached

@@ -149,7 +149,7 @@ def write_kernel(
     digest = hashlib.sha256(json.dumps([data, kernel_source, {k: list(v) for k, v in tune_params.items()}, dict(problem)],
                                        sort_keys=True).encode()).hexdigest()[:12]
     if folder is None:
-        from tuner.compile.nvrtc import default_cache_dir
+        from tuner.compile.build import default_cache_dir
 
         folder = default_cache_dir().parent / "kernels" / f"{kernel_name}-{digest}"
     folder = Path(folder)
