@@ -216,7 +216,9 @@ def test_our_own_recording_against_another_study_is_one_line(capsys, monkeypatch
 @pytest.mark.parametrize("text,failed", [
     ("BLOCK,TILE,ms,status\n64,1,3.0,ok\n64,2,2.0,ok\n128,1,1.5,ok\n128,2,,compile_error\n", "compile_error=1"),
     ("BLOCK,TILE,ms\n64,1,3.0\n64,2,2.0\n128,1,1.5\n128,2,\n", "failed=1"),  # no status: a row without a time failed
-], ids=["with status", "times only"])
+    # a grid's table lists the configs the kernel's model rejected too: they are not configs of the space
+    ("BLOCK,TILE,ms,status\n64,1,3.0,ok\n64,2,2.0,ok\n128,1,1.5,ok\n128,2,,compile_error\n256,1,,invalid\n", "compile_error=1"),
+], ids=["with status", "times only", "with rejected rows"])
 def test_a_results_table_without_its_study_file_replays_over_the_configs_it_records(text, failed, tmp_path, capsys,
                                                                                       monkeypatch):
     """A brute-force table from a grid run elsewhere (define columns and times) has no study file: its recorded

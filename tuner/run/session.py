@@ -117,7 +117,8 @@ class Session:
             if recording is None:
                 raise UserError("give a study file (studies/NAME.toml), or --replay FILE (a Kernel Tuner cache, T4 file, KTT output or results table)")
             if recording.format == "csv":  # a study's export, or a table of a grid run elsewhere
-                self._say(f"replay file {recording.path}: no study file: the space is the {len(recording.records)} configs "
+                recorded = sum(r.status != "invalid" for r in recording.records.values())  # (a grid lists its rejects)
+                self._say(f"replay file {recording.path}: no study file: the space is the {recorded} configs "
                           "it records (give the study file for its whole space and constraints)")
             return Loaded(None, recording_space(recording), recording)
         cfg = load_study(self.study_file)
