@@ -90,3 +90,27 @@ def test_a_ctrl_c_or_a_sigterm_stops_a_run_in_one_line(tmp_path, how):
     assert err.strip().splitlines()[-1] == "tuner: interrupted; finished trials are stored, run the same command to resume"
     study = optuna.load_study(study_name="example_sgemm", storage=f"sqlite:///{db}")
     assert not study.get_trials(states=(TrialState.RUNNING,))
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_stop_whose_interrupt_a_finalizer_dropped_is_raised_again(monkeypatch):
+    """Python prints and drops a KeyboardInterrupt raised in a weakref callback (SQLAlchemy has some): a SIGTERM
+    that lands there must still stop the run, at the next wait on the worker or the next trial."""
+    import gc
+    import weakref
+
+    from tuner import lifetime
+
+    monkeypatch.setattr(lifetime, "_stop_asked", False)
+    lifetime.stop_if_asked()  # nothing asked: nothing raised
+
+    class Thing:
+        pass
+
+    thing = Thing()
+    keep = weakref.ref(thing, lambda ref: lifetime._raise_interrupt(signal.SIGTERM, None))
+    del thing
+    gc.collect()  # the callback's KeyboardInterrupt is dropped ("Exception ignored in ...")
+    assert keep() is None
+    with pytest.raises(KeyboardInterrupt):
+        lifetime.stop_if_asked()

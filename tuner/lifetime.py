@@ -122,14 +122,30 @@ def exit_with(pid: int, period_s: float = 1.0) -> None:
     threading.Thread(target=wait_pidfd, args=(fd,), daemon=True, name="tuner-exit-with").start()
 
 
+#: a stop was asked for (SIGTERM, or Ctrl-C where :func:`stop_on_sigterm` handles it)
+_stop_asked = False
+
+
 def stop_on_sigterm() -> None:
     """SIGTERM (``kill``, Slurm's end of a job, ``docker stop``) stops this command as Ctrl-C does:
-    trials in flight are failed and queued again, finished ones stay stored."""
+    trials in flight are failed and queued again, finished ones stay stored. Ctrl-C, where it is not
+    ignored, is handled the same way, so that a stop is never lost (:func:`stop_if_asked`)."""
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _raise_interrupt)
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
+    global _stop_asked
+    _stop_asked = True
     raise KeyboardInterrupt
+
+
+def stop_if_asked() -> None:
+    """Raise the stop asked for again: a KeyboardInterrupt raised in a finalizer or a weakref callback
+    (a database driver's, say) is printed and dropped by Python, and the run would go on."""
+    if _stop_asked:
+        raise KeyboardInterrupt
 
 
 def ignore_interrupts() -> None:

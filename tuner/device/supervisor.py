@@ -39,6 +39,7 @@ from tuner.device.protocol import (
     Ready,
     Reply,
 )
+from tuner.lifetime import stop_if_asked
 from tuner.measurement.value import Measurement
 
 #: called with each block (step, running value, the block's samples); True means stop
@@ -263,6 +264,7 @@ class Supervisor:
         blocks: list[float] = []
         launching = "job"  # what the worker launches: the reference in its warm-up between jobs, else this job
         while True:
+            stop_if_asked()  # a stop whose interrupt was dropped (raised in a finalizer) stops the wait here
             started = time.monotonic()
             message = self._receive(deadline_s)
             if message is None:  # silence: a kernel that never finishes

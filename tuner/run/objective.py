@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.contract.kernel_spec import Value
+from tuner.lifetime import stop_if_asked
 from tuner.measurement import pareto
 from tuner.measurement.paired import SlowerTest
 from tuner.measurement.value import COMPLETE_STATUSES, Measurement
@@ -100,6 +101,7 @@ class Objective:
                 measurement = Measurement("invalid", reason=reason)
             else:
                 try:
+                    stop_if_asked()  # (a replay's trials never wait on the worker)
                     measurement = self.evaluator.evaluate(params, config, self._reporter(trial))
                 except KeyboardInterrupt:  # Ctrl-C: Optuna fails the trial; say why, then stop
                     trial.set_user_attr("status", "interrupted")
