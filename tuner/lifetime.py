@@ -148,6 +148,14 @@ def stop_if_asked() -> None:
         raise KeyboardInterrupt
 
 
+def kill_group(leader: int) -> None:
+    """SIGKILL the process group ``leader`` leads (a build, a program and what they started), if any is left."""
+    try:
+        os.killpg(leader, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def ignore_interrupts() -> None:
     """SIGINT does nothing in this child process: the run that started it stops it (a child
     interrupted too would print its own traceback under the run's one line)."""

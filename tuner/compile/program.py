@@ -16,7 +16,6 @@ import hashlib
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -28,6 +27,7 @@ from tuner.compile.build import BuildCache, CompileLimits, CompileResult, apply_
 from tuner.contract.kernel_spec import Config, Problem
 from tuner.contract.program import ProgramSpec
 from tuner.contract.source import SourceBundle
+from tuner.lifetime import kill_group
 
 #: the compile cache keeps programs under this suffix
 SUFFIX = ".program"
@@ -116,11 +116,11 @@ def _run_build(command: str, cwd: Path, timeout_s: float) -> tuple[int | None, s
         output, _ = proc.communicate(timeout=timeout_s)
         return proc.returncode, output
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        kill_group(proc.pid)
         output, _ = proc.communicate()
         return None, output
     except BaseException:  # Ctrl-C: no build left behind
-        _kill_group(proc)
+        kill_group(proc.pid)
         proc.wait()
         raise
     finally:
@@ -133,12 +133,7 @@ def stop_builds() -> None:
     with _running_lock:
         running = list(_running)
     for proc in running:
-        _kill_group(proc)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc.pid)
 
 
 def _first_error(log: str, code: int) -> str:

@@ -14,7 +14,6 @@ with its worker when the worker is killed.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import signal
@@ -25,7 +24,7 @@ from typing import Any
 
 from tuner.contract.program import NoResult, ProgramResult, ProgramSpec, checksum_differs, parse_result, program_fields
 from tuner.device.timing import Backend, LaunchFailed
-from tuner.lifetime import die_with_parent
+from tuner.lifetime import die_with_parent, kill_group
 from tuner.measurement.value import Measurement
 
 
@@ -137,8 +136,7 @@ class ProgramBackend:
         try:
             stdout, stderr = proc.communicate()
         finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # what it left running
+            kill_group(proc.pid)  # what it left running
             self.beat(0)
         if proc.returncode != 0:
             raise LaunchFailed(f"the program {_ended(proc.returncode)}{_last_line(stderr or stdout)}")

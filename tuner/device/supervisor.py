@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
-import signal
 import sys
 import threading
 import time
@@ -39,7 +38,7 @@ from tuner.device.protocol import (
     Ready,
     Reply,
 )
-from tuner.lifetime import stop_if_asked
+from tuner.lifetime import kill_group, stop_if_asked
 from tuner.measurement.value import Measurement
 
 #: called with each block (step, running value, the block's samples); True means stop
@@ -220,8 +219,7 @@ class Supervisor:
                 proc.kill()
             proc.join(timeout=10)
         if group:  # the program it ran, with whatever that started (a wrapper script's child too)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(group, signal.SIGKILL)
+            kill_group(group)
         if conn is not None:
             try:
                 conn.close()
