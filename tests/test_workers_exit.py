@@ -114,3 +114,28 @@ def test_a_stop_whose_interrupt_a_finalizer_dropped_is_raised_again(monkeypatch)
     assert keep() is None
     with pytest.raises(KeyboardInterrupt):
         lifetime.stop_if_asked()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_inside_a_deferred_block_is_raised_once_the_block_is_done(monkeypatch, sig):
+    """What the run stores in one step (a trial asked and known to the run) is never cut in half by a
+    stop: Ctrl-C, and SIGTERM as ``tuner run`` handles it, wait for the block's end."""
+    import time
+
+    from tuner import lifetime
+
+    monkeypatch.setattr(lifetime, "_stop_asked", False)
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        lifetime.stop_on_sigterm()
+        finished = False
+        with pytest.raises(KeyboardInterrupt):
+            with lifetime.stop_deferred():
+                os.kill(os.getpid(), sig)
+                time.sleep(0.05)  # the handler runs here, in this thread
+                finished = True
+        assert finished
+        assert {s: signal.getsignal(s) for s in before} == {s: lifetime._raise_interrupt for s in before}
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)

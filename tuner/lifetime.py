@@ -9,6 +9,7 @@ helpers come from :func:`helper_pool`.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing as mp
 import os
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -146,6 +148,29 @@ def stop_if_asked() -> None:
     (a database driver's, say) is printed and dropped by Python, and the run would go on."""
     if _stop_asked:
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stop_deferred() -> Iterator[None]:
+    """A stop asked for inside the block (Ctrl-C; SIGTERM where :func:`stop_on_sigterm` handles it) is
+    raised once the block is done, so that what the block stores is never left half written (a trial
+    created but not yet known to the run, say). Main thread only: signals are delivered there. A signal
+    ignored, or handled by someone else, is left as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    deferred = [sig for sig, handler in handlers.items() if handler in (signal.default_int_handler, _raise_interrupt)]
+    asked: list[int] = []
+    for sig in deferred:
+        signal.signal(sig, lambda signum, frame: asked.append(signum))
+    try:
+        yield
+    finally:
+        for sig in deferred:
+            signal.signal(sig, handlers[sig])
+        if asked:
+            handlers[asked[0]](asked[0], None)  # the handler it would have run: it raises KeyboardInterrupt
 
 
 def kill_group(leader: int) -> None:

@@ -19,17 +19,17 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import TrialState
 
+from tuner.lifetime import stop_deferred
 from tuner.measurement.value import Measurement
 from tuner.run.objective import Begun, Objective
 from tuner.store.liveness import StaleCheck, beat, has_lease, heartbeat_s, requeue, runner_attrs
@@ -121,23 +121,6 @@ class _Heartbeat(threading.Thread):
         self._halt.set()
 
 
-@contextlib.contextmanager
-def _ctrl_c_deferred() -> Iterator[None]:
-    """Ctrl-C waits until the block is done (main thread only: signals are delivered there).
-    Where SIGINT is ignored (a background job of a script, nohup) it stays ignored."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        yield
-        return
-    pending: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
-        if pending:
-            raise KeyboardInterrupt
-
-
 class Pipeline:
     """Runs trials of ``study`` through ``objective`` with ``ahead`` trials asked in advance.
 
@@ -193,7 +176,7 @@ class Pipeline:
                     break
                 trial, begun = self._in_flight[0]
                 measured = self._next_measured()
-                with _ctrl_c_deferred():  # told before a Ctrl-C ends the run: none is left RUNNING
+                with stop_deferred():  # told before a stop ends the run: none is left RUNNING
                     self._in_flight.popleft()
                     if isinstance(measured, BaseException):
                         self._tell_fail(trial)
@@ -207,7 +190,7 @@ class Pipeline:
                     break
             if self.hold is not None and self.hold.choose() is not None:
                 while self.hold.held:
-                    with _ctrl_c_deferred():
+                    with stop_deferred():
                         trial, begun, measured = self.hold.held[0]
                         self._record(trial, begun, measured, held=True)
                         self.hold.held.pop(0)
@@ -253,8 +236,8 @@ class Pipeline:
                 return False
             trial = None
             try:
-                # A Ctrl-C comes once the trial exists with its whole config, and fails it below
-                with _ctrl_c_deferred():
+                # A stop comes once the trial exists with its whole config, and fails it below
+                with stop_deferred():
                     # created with its runner (sampling is lazy): after a kill at any point the next run re-queues it
                     trial = ask_with_user_attrs(self.study, runner_attrs())
                     if self._heartbeat:
@@ -266,7 +249,7 @@ class Pipeline:
                     self._fail(trial, "interrupted", "stopped while the trial was being set up: queued again")
                     self._requeue(trial, trial.params)
                 raise
-        with _ctrl_c_deferred():
+        with stop_deferred():
             if not self.admits(trial):  # only without a working lock
                 self._in_flight.pop()
                 self._fail(trial, OVER_BUDGET, "the study's budget was filled by other workers meanwhile; not measured")
