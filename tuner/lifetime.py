@@ -19,8 +19,10 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from types import FrameType
+from typing import Any
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -137,7 +139,7 @@ def stop_on_sigterm() -> None:
         signal.signal(signal.SIGINT, _raise_interrupt)
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     global _stop_asked
     _stop_asked = True
     raise KeyboardInterrupt
@@ -159,18 +161,19 @@ def stop_deferred() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    deferred = [sig for sig, handler in handlers.items() if handler in (signal.default_int_handler, _raise_interrupt)]
+    ours = (signal.default_int_handler, _raise_interrupt)
+    deferred: dict[int, Callable[[int, FrameType | None], Any]] = {
+        sig: handler for sig in (signal.SIGINT, signal.SIGTERM) if (handler := signal.getsignal(sig)) in ours}
     asked: list[int] = []
     for sig in deferred:
         signal.signal(sig, lambda signum, frame: asked.append(signum))
     try:
         yield
     finally:
-        for sig in deferred:
-            signal.signal(sig, handlers[sig])
+        for sig, handler in deferred.items():
+            signal.signal(sig, handler)
         if asked:
-            handlers[asked[0]](asked[0], None)  # the handler it would have run: it raises KeyboardInterrupt
+            deferred[asked[0]](asked[0], None)  # the handler it would have run: it raises KeyboardInterrupt
 
 
 def kill_group(leader: int) -> None:
