@@ -247,6 +247,21 @@ def test_a_build_command_not_found_says_so(tmp_path):
     assert "no_such_compiler_here" in built.reason and "not found" in built.reason and "exited 127" in built.reason
 
 
+def test_a_link_error_names_what_is_missing_not_that_the_linker_failed(tmp_path):
+    # nvcc 13's output for a harness that calls a function nothing defines
+    (tmp_path / "link.py").write_text(textwrap.dedent("""
+        import sys
+        print("/usr/bin/ld: /tmp/tmpxft_00001e97_00000000-11_link.o: in function `main':")
+        print("tmpxft_00001e97_00000000-6_link.cudafe1.cpp:(.text+0x33): undefined reference to `missing()'")
+        print("collect2: error: ld returned 1 exit status")
+        sys.exit(1)
+    """))
+    spec = write_spec(tmp_path, f'build = "{sys.executable} {{dir}}/link.py {{flags}} -o {{binary}}"')
+    built = build_program(spec, dict(spec.params), {}, "sm_90a", tmp_path / "c")
+    assert built.status == "compile_error"
+    assert "undefined reference to `missing()'" in built.reason and "exited 1" in built.reason, built.reason
+
+
 def test_a_host_dry_run_of_a_program_kernel_is_refused_in_one_line(tmp_path):
     study = write_study(tmp_path, "prog", kernel=KERNEL, tier1={"TILE": [64, 128]})
     done = tuner("check", "--host-dry-run", study, env=env(tmp_path / "c"), cwd=tmp_path)

@@ -136,8 +136,14 @@ def stop_builds() -> None:
         kill_group(proc.pid)
 
 
+#: lines that say only that an earlier line failed (the linker's, make's)
+_ONLY_THAT_IT_FAILED = ("collect2:", "ld returned", "make: ***", "ninja: build stopped")
+
+
 def _first_error(log: str, code: int) -> str:
-    """The compiler's first error line, else the build's last line of output (``nvcc: not found``)."""
+    """The compiler's or linker's first error line, else the build's last line of output (``nvcc: not found``)."""
     output = [line.strip() for line in log.splitlines()[1:] if line.strip()]
-    first = next((line for line in output if "error" in line.lower()), output[-1] if output else "")
+    errors = [line for line in output if "error" in line.lower() or "undefined reference" in line]
+    telling = [line for line in errors if not any(mark in line for mark in _ONLY_THAT_IT_FAILED)]
+    first = (telling or errors or output[-1:] or [""])[0]
     return (f"{first} (the build command exited {code})" if first else f"the build command exited {code}")[:300]
