@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from tuner.contract.kernel_spec import KernelSpec
+from tuner.evaluate import evaluator
 from tuner.measurement.value import Measurement
 from tuner.run.runner import Runner, RunSettings
 from tuner.search.space import Space
@@ -40,7 +41,7 @@ class FlatSpec(KernelSpec):
         return "flat-v1"
 
 
-class Evaluator:
+class Evaluator(evaluator.Evaluator):
     kind = "replay"
 
     def evaluate(self, params, config, report):

@@ -9,6 +9,7 @@ from optuna.trial import TrialState
 from tests.conftest import ROOT
 from tuner.contract.kernel_spec import load_spec, parse_flags
 from tuner.evaluate.confirm import confirm_study, confirmed_best
+from tuner.evaluate.evaluator import Evaluator
 from tuner.measurement.paired import rank_interleaved
 from tuner.measurement.value import Measurement
 from tuner.run.objective import Objective
@@ -19,7 +20,7 @@ STUDY = ROOT / "studies" / "example_sgemm.toml"
 FLOPS = 2.0 * 2048**3
 
 
-class PairedEvaluator:
+class PairedEvaluator(Evaluator):
     """A paired measurement: the value is the ratio, ``ms`` the candidate's raw time."""
 
     kind = "gpu"

@@ -21,6 +21,7 @@ from optuna.trial import TrialState
 from tests.conftest import FAKE_BACKEND, ROOT, tuner
 from tests.fake_backend import base_ms
 from tuner.errors import UserError
+from tuner.evaluate.evaluator import Evaluator
 from tuner.run.probe import CHOICE, PROBING, adopt
 from tuner.testing import run_summary, write_study
 
@@ -128,7 +129,7 @@ def test_a_resume_keeps_the_reference_and_warns_when_the_session_moves_its_value
     assert factors[0]["factor"] == pytest.approx(1.0, abs=0.002) and factors[1]["factor"] == factor
 
 
-class _Evaluator:
+class _Evaluator(Evaluator):
     reference_probe = 0  # a process that does not choose (a worker of several)
 
 

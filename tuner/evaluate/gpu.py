@@ -26,6 +26,7 @@ from tuner.device.supervisor import REFERENCE_HANG, Report, Supervisor, WorkerDi
 from tuner.device.timing import Timing
 from tuner.errors import UserError
 from tuner.evaluate.ahead import AheadDepth
+from tuner.evaluate.evaluator import Evaluator
 from tuner.measurement.paired import Standing, rank_interleaved
 from tuner.measurement.value import Measurement
 from tuner.search.enumeration import checked_reason
@@ -33,7 +34,7 @@ from tuner.study.file import MeasureSettings
 
 BASELINE = "baseline"
 
-class GpuEvaluator:
+class GpuEvaluator(Evaluator):
     kind = "gpu"
 
     def __init__(
@@ -70,7 +71,7 @@ class GpuEvaluator:
         #: compiles ahead of the measurement (None: one process per core, 0: each config when measured)
         self.compiler = CompilePool(spec, problem, arch, cache_dir, self.limits, compile_jobs)
         #: how far ahead proposing pays now (at most ``ahead``): :mod:`tuner.evaluate.ahead`
-        self.depth = AheadDepth(self.compiler.jobs)
+        self._depth = AheadDepth(self.compiler.jobs)
 
     @property
     def timing(self) -> Timing:
@@ -182,6 +183,9 @@ class GpuEvaluator:
         says how many of them pay now."""
         return self.compiler.jobs
 
+    def depth(self) -> int:
+        return self._depth()
+
     def prefetch(self, config: dict[str, Value]) -> None:
         """Start compiling ``config`` now; :meth:`evaluate` picks the result up."""
         self.compiler.submit(config)
@@ -202,7 +206,7 @@ class GpuEvaluator:
         try:
             return self._measure(config, built, report)
         finally:
-            self.depth.add(built.compile_s, time.monotonic() - started)
+            self._depth.add(built.compile_s, time.monotonic() - started)
 
     def _measure(self, config: dict[str, Value], built: CompileResult, report: Report) -> Measurement:
         derived = self.spec.derive(config, self.problem)

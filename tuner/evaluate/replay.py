@@ -33,6 +33,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.contract.kernel_spec import KernelSpec, Value, as_define_value
 from tuner.errors import UserError
+from tuner.evaluate.evaluator import Evaluator
 from tuner.measurement.value import COMPLETE_STATUSES, EXTRA_STATUSES, STATUSES, Measurement
 from tuner.search.distributions import space_distributions
 from tuner.search.enumeration import Enumeration
@@ -615,7 +616,7 @@ def recorded_valid(recording: Recording) -> Enumeration:
     return found
 
 
-class ReplayEvaluator:
+class ReplayEvaluator(Evaluator):
     """Looks a config up instead of running it; replays recorded times block by block."""
 
     kind = "replay"

@@ -13,12 +13,13 @@ import bisect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.contract.kernel_spec import Value
+from tuner.evaluate.evaluator import Evaluator
 from tuner.lifetime import stop_if_asked
 from tuner.measurement import pareto
 from tuner.measurement.paired import SlowerTest
@@ -33,14 +34,6 @@ CLAIM = "tuner:measuring"  # system attr: this trial is measuring its config
 #: longest wait for a twin whose liveness cannot be checked (a runner on another host, on a
 #: storage without a heartbeat); a twin whose runner is dead is never waited for
 TWIN_WAIT_S = 1800.0
-
-
-class Evaluator(Protocol):
-    kind: str
-
-    def evaluate(
-        self, params: dict[str, Value], config: dict[str, Value], report: Callable[[int, float, list[float]], bool]
-    ) -> Measurement: ...
 
 
 @dataclass
@@ -83,7 +76,7 @@ class Objective:
         params = {a: cast(Value, suggest(trial, a, d)) for a, d in self.space.distributions.items()}
         trial.set_user_attr("phase", self.phase)
         begun = Begun(params, self.space.full_config(params))
-        if self.space.check(params) is None and hasattr(self.evaluator, "prefetch"):
+        if self.space.check(params) is None:
             self.evaluator.prefetch(begun.config)
         return begun
 

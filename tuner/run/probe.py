@@ -29,6 +29,7 @@ from tuner.search.pool import trial_params
 from tuner.store.liveness import HOST_ATTR, PID_ATTR, runner_alive, runner_attrs
 
 if TYPE_CHECKING:
+    from tuner.evaluate.evaluator import Evaluator
     from tuner.search.space import Space
 
 #: study user attr: how the reference was chosen, and the config (absent: the study was
@@ -39,9 +40,9 @@ PROBING = "probing"  # CHOICE's state while the first run measures its first con
 DRAW_STREAM = 1
 
 
-def provisional(evaluator: Any) -> bool:
+def provisional(evaluator: Evaluator) -> bool:
     """The evaluator pairs with the spec's defaults only until the study chooses (None: its reference was named)."""
-    return getattr(evaluator, "reference_probe", None) is not None
+    return evaluator.reference_probe is not None
 
 
 def adopt(study: optuna.Study, evaluator: Any, attrs: dict[str, Any]) -> None:
@@ -91,10 +92,10 @@ class Probe:
         self.chosen = False
 
     @classmethod
-    def plan(cls, study: optuna.Study, evaluator: Any) -> Probe | None:
+    def plan(cls, study: optuna.Study, evaluator: Evaluator) -> Probe | None:
         """A probe when this process may run one and the study has neither a choice nor a measured trial
         (one measured against the defaults without a choice keeps them: its values are relative to them)."""
-        k = getattr(evaluator, "reference_probe", None) or 0
+        k = evaluator.reference_probe or 0
         choice = study.user_attrs.get(CHOICE) or {}
         if k <= 0 or "config" in choice or _measured(study):
             return None

@@ -25,11 +25,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner import __version__
 from tuner.errors import UserError
+from tuner.evaluate.evaluator import Evaluator
 from tuner.evaluate.replay import recording_source
 from tuner.measurement import pareto
 from tuner.measurement.paired import SlowerTest
 from tuner.measurement.value import Measurement
-from tuner.run.objective import Evaluator, Objective
+from tuner.run.objective import Objective
 from tuner.run.pipeline import Pipeline, Timeline
 from tuner.run.probe import Probe, adopt
 from tuner.run.summary import summarize
@@ -316,8 +317,7 @@ class Runner:
         store_axes(self.study, space.axes)
         #: a line when this run searches the study otherwise than its first run did
         self.search_changed = note_search(self.study, settings.sampler, settings.seed)
-        if hasattr(evaluator, "bind"):
-            evaluator.bind(self.study)
+        evaluator.bind(self.study)
         self.lock = ProposalLock(self.storage, self.storage_url, settings.study_name)
         with self.lock:  # runs starting together: one chooses the study's reference
             #: the study's first configs, held until they choose its reference (None: it has one)
@@ -463,12 +463,12 @@ class Runner:
     @property
     def ahead(self) -> int:
         """Trials proposed beyond the one measured: the evaluator's compile processes (replay: 0)."""
-        return getattr(self.evaluator, "ahead", 0)
+        return self.evaluator.ahead
 
     @property
-    def depth(self) -> Callable[[], int] | None:
-        """How many of ``ahead`` pay now (:mod:`tuner.evaluate.ahead`); None: all of them."""
-        return getattr(self.evaluator, "depth", None)
+    def depth(self) -> Callable[[], int]:
+        """How many of ``ahead`` pay now (:mod:`tuner.evaluate.ahead`)."""
+        return self.evaluator.depth
 
     def _counts(self, t, phase: str, keys: set | None) -> bool:
         """Does trial ``t`` take a place in this phase's budget? Finished (a duplicate

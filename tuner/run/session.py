@@ -25,6 +25,7 @@ from tuner.study import options
 
 if TYPE_CHECKING:
     from tuner.device.supervisor import Supervisor
+    from tuner.evaluate.evaluator import Evaluator
     from tuner.evaluate.replay import Record, Recording
     from tuner.run.early_build import EarlyBuild
     from tuner.run.runner import RunSettings
@@ -45,7 +46,7 @@ class Loaded:
 class Evaluation:
     """The evaluator of a run with what binds a study to it."""
 
-    evaluator: Any  # tuner.run.objective.Evaluator (GpuEvaluator or ReplayEvaluator)
+    evaluator: Evaluator
     attrs: dict[str, Any]  # the study's fingerprint (tuner.run.runner.study_attrs)
     name: str  # the study's name in the storage
     close: Callable[[], None]
@@ -331,7 +332,7 @@ class Session:
     def _warn_of_a_wrong_reference(self, space: Space, evaluation: Evaluation, study: optuna.Study) -> None:
         """The reference is timed, never checked, as the yardstick of every trial: where its config,
         measured as a trial, failed its output check, say that the values are ratios to a wrong kernel."""
-        reference = getattr(evaluation.evaluator, "reference", None)
+        reference = evaluation.evaluator.reference
         if not isinstance(reference, dict) or not all(a in reference for a in space.axis_names):
             return
         key = space.key(reference)
