@@ -388,16 +388,13 @@ def cmd_check(args) -> int:
 def _check_study(args, path: Path) -> int:
     from tuner.check.preflight import run_preflight
     from tuner.compile.build import CompileLimits
-    from tuner.compile.targets import check_supported, check_targets
-    from tuner.contract.kernel_spec import load_spec, user_code
+    from tuner.compile.targets import check_targets
+    from tuner.contract.kernel_spec import user_code
     from tuner.search.space import Space
-    from tuner.study.file import load_study
     from tuner.table import SHORT, render
 
-    cfg = load_study(path)
-    spec = load_spec(cfg.kernel)
-    check_supported(cfg.arch, spec, str(path))
-    space = Space.from_study(cfg, spec)
+    cfg, space = Space.load(path)
+    spec = space.spec
     if args.host_dry_run:
         from tuner.check.host_dry_run import command
         from tuner.contract.program import ProgramSpec

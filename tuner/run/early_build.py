@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # (imported on the thread: this module is imported before anything heavy starts)
@@ -65,9 +64,11 @@ class EarlyBuild:
         return job is not None and pool.adopt(config, job, self.build)
 
     def _run(self, study_file: str, cache_dir: str | None) -> None:
+        from tuner.search.space import Space
+
         job = None
         try:
-            cfg, space = _study_space(study_file)
+            cfg, space = Space.load(study_file)  # as the run loads it (without the command line's settings)
             self.space.set_result(space)
             space.enumerate_soon()  # needed before the first trial is asked: in other processes, meanwhile
             job = _reference_job(cfg, space, cache_dir)
@@ -92,16 +93,6 @@ class EarlyBuild:
             self.build.set_result(data)
         except InvalidStateError:
             pass
-
-
-def _study_space(study_file: str) -> tuple[StudyConfig, Space]:
-    """The study file and its space, as the run loads them (without the command line's settings)."""
-    from tuner.contract.kernel_spec import load_spec
-    from tuner.search.space import Space
-    from tuner.study.file import load_study
-
-    cfg = load_study(Path(study_file))
-    return cfg, Space.from_study(cfg, load_spec(cfg.kernel))
 
 
 def _reference_job(cfg: StudyConfig, space: Space, cache_dir: str | None) -> tuple | None:

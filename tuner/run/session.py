@@ -102,12 +102,9 @@ class Session:
     # -- building blocks ------------------------------------------------------------------
     def load(self) -> Loaded:
         """Study file (or a Kernel Tuner replay file alone) -> its space and the recording."""
-        from tuner.compile.targets import check_supported
-        from tuner.contract.kernel_spec import load_spec
         from tuner.contract.program import ProgramSpec
         from tuner.evaluate.replay import load_recording, recording_space
         from tuner.search.space import Space
-        from tuner.study.file import load_study
 
         replay = self.run_options.replay
         recording = load_recording(replay) if replay else None
@@ -122,13 +119,11 @@ class Session:
                 self._say(f"replay file {recording.path}: no study file: the space is the {recorded} configs "
                           "it records (give the study file for its whole space and constraints)")
             return Loaded(None, recording_space(recording), recording)
-        cfg = load_study(self.study_file)
+        cfg, space = Space.load(self.study_file)
         if recording is not None and len(self.search(cfg).objectives) > 1:
             raise UserError(f"replay file {recording.path} records times, no energy: replay the study with "
                             'objectives = ["time"] (time and energy are measured on a GPU)')
-        spec = load_spec(cfg.kernel)
-        check_supported(cfg.arch, spec, str(cfg.path))
-        if isinstance(spec, ProgramSpec):
+        if isinstance(space.spec, ProgramSpec):
             self._program_settings(cfg)
         cfg.measure = options.apply(cfg.measure, self.given)
         objectives = self.search(cfg).objectives
@@ -138,7 +133,6 @@ class Session:
             cfg.measure.energy_s = DEFAULT_ENERGY_S
             self._say(f"objectives {objectives}: [measure] energy_s not set, measuring energy for "
                       f"{DEFAULT_ENERGY_S:g} s per config")
-        space = Space.from_study(cfg, spec)
         if recording is not None:
             missing = [a for a in space.axes if a not in recording.axes]
             if missing:

@@ -13,6 +13,8 @@ import threading
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +22,9 @@ from tuner.compile.build import default_cache_dir
 from tuner.contract.kernel_spec import Config, KernelSpec, Problem, Value
 from tuner.errors import UserError
 from tuner.search.enumeration import Enumeration, enumerate_cached
+
+if TYPE_CHECKING:
+    from tuner.study.file import StudyConfig
 
 MAX_CONFIGS = 2_000_000
 
@@ -136,9 +141,22 @@ class Space:
                                         f"in {self.spec.source} (default {default})")
 
     @classmethod
-    def from_study(cls, study, spec: KernelSpec) -> Space:
+    def from_study(cls, study: StudyConfig, spec: KernelSpec) -> Space:
         return cls(spec, dict(study.problem), study.axes, list(study.tier1), list(study.tier2), dict(study.fixed),
                    str(study.path) if study.path else "")
+
+    @classmethod
+    def load(cls, study_file: str | Path) -> tuple[StudyConfig, Space]:
+        """A study file and its space, as every command reads them: the file, its kernel's spec (which
+        must list the study's arch) and the space of the two."""
+        from tuner.compile.targets import check_supported
+        from tuner.contract.kernel_spec import load_spec
+        from tuner.study.file import load_study
+
+        cfg = load_study(study_file)
+        spec = load_spec(cfg.kernel)
+        check_supported(cfg.arch, spec, str(cfg.path or study_file))
+        return cfg, cls.from_study(cfg, spec)
 
     @property
     def distributions(self) -> dict:
