@@ -93,7 +93,7 @@ class FakeBackend:
         time.sleep(float(os.environ.get("FAKE_START_DELAY_S", "0")))
         cc = [int(x) for x in os.environ.get("FAKE_CC", "9.0").split(".")]  # the compute capability it reports
         return {"name": "Fake GPU", "sm_count": 4, "cc": cc, "max_smem_per_block": 232448, "driver": 0,
-                "pid": os.getpid(), "uuid": "GPU-fake"}
+                "pid": os.getpid(), "uuid": f"GPU-fake-{os.environ.get('CUDA_VISIBLE_DEVICES', '0')}"}
 
     def prepare(self, spec, problem, seed):
         time.sleep(float(os.environ.get("FAKE_PREPARE_DELAY_S", "0")))

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import optuna
+import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
@@ -191,13 +192,21 @@ def test_gpu_workers_share_a_small_budget(tmp_path):
     them all (each keeps at most its share in flight), so both measure. A worker's share takes
     4 s to measure, so one that starts a few seconds late on a busy host still finds its own."""
     log = tmp_path / "two.log"
-    env = {**os.environ, **fake_env(compile_delay=0.05, trial_delay=1.0)}
+    env = {**os.environ, **fake_env(compile_delay=0.05, trial_delay=1.0), "CUDA_VISIBLE_DEVICES": "0,1"}
     result = tuner("run", STUDY, "--storage", log, "--workers", 2, "--trials", 8, "--compile-ahead", 16, "--no-pruner",
                    "--cache-dir", tmp_path / "cache", "--json", env=env)
     assert result.returncode == 0, result.stderr
     trials = _states(str(log))
     per_runner = collections.Counter(t.user_attrs.get("runner_pid") for t in trials if t.state.is_finished())
     assert sum(per_runner.values()) == 8 and len(per_runner) == 2 and max(per_runner.values()) <= 5, per_runner
+    # one GPU each: every measured trial names the GPU its worker measured it on, and the export keeps it
+    measured = [t for t in trials if t.state.is_finished() and "ms" in t.user_attrs]
+    gpu_of = {(t.user_attrs["runner_pid"], t.user_attrs["gpu"]) for t in measured}
+    assert {gpu for _, gpu in gpu_of} == {"GPU-fake-0", "GPU-fake-1"} and len(gpu_of) == 2, gpu_of
+    exported = tuner("export", "--study", "example_sgemm", "--storage", log, "-o", tmp_path / "t.csv")
+    assert exported.returncode == 0, exported.stderr
+    table = pd.read_csv(tmp_path / "t.csv")
+    assert sorted(table["gpu"].dropna()) == sorted(t.user_attrs["gpu"] for t in measured)
 
 
 def test_the_depth_of_the_pipeline_follows_littles_law():

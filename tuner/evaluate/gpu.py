@@ -68,6 +68,8 @@ class GpuEvaluator(Evaluator):
         self.reference_probe = reference_probe
         self._reference_job: Reference | None = None
         self._study = None  # set by bind(): where "ms" values keep the first session's reference time
+        #: the GPU the worker reports (:meth:`start`): its UUID is written on each trial it measures
+        self.device: dict[str, Any] = {}
         #: compiles ahead of the measurement (None: one process per core, 0: each config when measured)
         self.compiler = CompilePool(spec, problem, arch, cache_dir, self.limits, compile_jobs)
         #: how far ahead proposing pays now (at most ``ahead``): :mod:`tuner.evaluate.ahead`
@@ -159,6 +161,7 @@ class GpuEvaluator(Evaluator):
                 f"no usable CUDA GPU here ({exc}): replay a recording with `tuner run STUDY --replay FILE`, "
                 "or check compiles with `tuner check --compile STUDY`"
             ) from None
+        self.device = device
         try:  # "native" becomes this GPU's target here, before anything is compiled for it
             self.arch = self.compiler.arch = run_target(self.arch, self.spec, device.get("cc", (0, 0)), device.get("name", ""))
         except UserError:
@@ -223,6 +226,8 @@ class GpuEvaluator(Evaluator):
 
         m = self.supervisor.measure(MeasureJob(**self._job(), candidate=_kernel(config, built)),
                                     self.measure_settings.timeout_s, scaled)
+        if self.device.get("uuid"):  # which of several GPUs (workers, sessions) measured it
+            m.extra["gpu"] = self.device["uuid"]
         if m.extra.get(REFERENCE_HANG):  # no config can be timed against it
             flags = self.objective_attrs()["objective"]["reference"]
             raise UserError(f"{m.reason}: the reference ({flags}) does not finish on this GPU; name one that runs as "
