@@ -151,6 +151,11 @@ class FakeBackend:
         axis = os.environ.get("FAKE_POWER_AXIS")
         return self.watts * float(handle[axis]) if axis and axis in handle else self.watts
 
+    def profiled(self, handle):
+        if os.environ.get("FAKE_PROFILED_LOG"):  # the launch a profiler would have seen
+            with open(os.environ["FAKE_PROFILED_LOG"], "a") as log:
+                log.write(json.dumps(handle) + "\n")
+
     def sensors(self):
         return {"sm_clock_mhz": round(1500 / self.clock())}
 

@@ -256,3 +256,26 @@ def test_a_kernels_own_program_is_built_with_nvcc_and_timed_like_its_nvrtc_build
     # (H200, 2026-12-01: 0.708 against 0.751)
     assert programs[3].ratio < 0.9 and launched.ratio < 0.9
     assert programs[3].ratio == pytest.approx(launched.ratio, rel=0.10)
+
+
+def test_the_best_config_is_profiled_by_nsight_compute_alone(tmp_path):
+    """`tuner profile`: ncu profiles the one launch of the study's best config inside the profiler's
+    range (not the reference, the warm-up or the input generator) and its figures are printed."""
+    import json
+
+    from tests.conftest import tuner
+    from tuner.testing import write_study
+
+    study = write_study(tmp_path, "prof", problem={"M_DIM": 1024, "N_DIM": 1024, "K_DIM": 1024},
+                        tier1={"BLOCK": [64, 128], "THREAD_TILE": [4, 8]}, search={"sampler": "grid", "trials": 4})
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    ran = tuner("run", study, "--storage", url, "--cache-dir", tmp_path / "c", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    done = tuner("profile", study, "--storage", url, "--cache-dir", tmp_path / "c", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    profiled = json.loads(done.stdout)
+    best = json.loads(tuner("best", study, "--storage", url, "--json").stdout)
+    assert profiled["trial"] == best["trial"] and profiled["check"] == "ok"
+    (kernel,) = profiled["kernels"]  # one launch: the reference and the warm-up stayed out of the range
+    assert kernel["name"].startswith("example_sgemm") and float(kernel["metrics"]["Duration"][0].replace(",", "")) > 0
+    assert (tmp_path / profiled["report"]).is_file()

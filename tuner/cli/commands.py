@@ -5,6 +5,7 @@
     tuner check STUDY.toml... [--compile [--all] [--arch A]] [--json]  space summary; the preflight without a GPU
     tuner check STUDY.toml --host-dry-run                           a GPU not at hand: its launches into a stub here
     tuner best STUDY.toml|--study NAME [--header FILE] [--json]     the winner's -D flags
+    tuner profile STUDY.toml [--trial N] [-o FILE.ncu-rep]         the winner under Nsight Compute (ncu)
     tuner status [--storage URL] [--json]                           studies in a storage
     tuner export STUDY.toml|--study NAME -o FILE.csv                trials to CSV
     tuner worker STUDY.toml --storage URL                           join a study from any host
@@ -16,6 +17,7 @@ Bad input exits with code 2 and one line that says what to fix.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import json
 import logging
@@ -39,7 +41,7 @@ if typing.TYPE_CHECKING:
     from tuner.run.session import Session
 
 #: commands that store trials or a confirmation: SIGTERM stops them as Ctrl-C does (a view just ends)
-STUDY_COMMANDS = ("run", "grid", "worker", "confirm")
+STUDY_COMMANDS = ("run", "grid", "worker", "confirm", "profile")
 #: entry points in this group add subcommands: each is called with the subparsers object
 #: (views such as ``dashboards`` register ``report`` and ``dashboard`` this way)
 COMMANDS_GROUP = "tuner.commands"
@@ -186,6 +188,18 @@ def build_parser() -> argparse.ArgumentParser:
     confirm.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
     confirm.set_defaults(func=cmd_confirm)
 
+    profile = sub.add_parser("profile", help="profile a study's best config (or --trial N) with Nsight Compute (ncu)",
+                             description="Exit codes: 0 profiled, 1 ncu or the profiled run failed, 2 bad input.")
+    profile.add_argument("study_file")
+    storage_arg(profile)
+    profile.add_argument("--trial", type=int, help="the trial whose config to profile (default: the confirmed winner, "
+                                                   "else the best)")
+    profile.add_argument("-o", "--output", type=Path, help="the report for Nsight Compute (default NAME-trialN.ncu-rep)")
+    profile.add_argument("--json", action="store_true", help="print the profiled kernels' metrics as one JSON object")
+    profile.add_argument("--launch-params", help=argparse.SUPPRESS)  # the run inside ncu: these params, once
+    options.add_flags(profile, "profile")
+    profile.set_defaults(func=cmd_profile)
+
     best = sub.add_parser("best", help="print the best config's -D flags")
     best.add_argument("study_file", nargs="?")
     best.add_argument("--study", help="study name in the storage")
@@ -309,6 +323,60 @@ def cmd_confirm(args) -> int:
         for row in confirmed["standings"]:
             print(f"trial {row['trial']:>5}  x{row['to_winner']:.4f} of the winner "
                   f"[{row['to_winner_ci'][0]:.4f}, {row['to_winner_ci'][1]:.4f}]  {'TIED' if row['tied'] else ''}")
+    return 0
+
+
+def cmd_profile(args) -> int:
+    """A stored trial's config launched once under Nsight Compute; its main figures printed, its report kept."""
+    from tuner.contract.program import ProgramSpec
+    from tuner.run import profile
+    from tuner.search.space import Space
+
+    if args.launch_params is not None:  # the run ncu started
+        launched = _session(args).launch_profiled(json.loads(args.launch_params))
+        print(profile.RESULT_MARK + json.dumps({"status": launched.status, "reason": launched.reason}), flush=True)
+        return 0
+    _, space = Space.load(args.study_file)
+    if isinstance(space.spec, ProgramSpec):
+        raise UserError(f"{args.study_file}: {space.spec.path.name}'s program launches its kernel itself: profile the "
+                        "program with ncu (its build is in the compile cache; `tuner best` gives the flags)")
+    ncu = profile.find_ncu()
+    study = _open_study(argparse.Namespace(storage=args.storage, study_file=args.study_file, study=args.run.study_name))
+    if args.trial is None:
+        from tuner.evaluate.confirm import confirmed_best
+
+        trial, _ = confirmed_best(study)
+    else:
+        numbered = {t.number: t for t in study.get_trials(deepcopy=False) if t.params}
+        if args.trial not in numbered:
+            raise UserError(f"--trial {args.trial}: study {study.study_name!r} has no such trial with a config "
+                            f"(trials 0-{len(study.trials) - 1})")
+        trial = numbered[args.trial]
+    report = args.output or Path(f"{study.study_name}-trial{trial.number}.ncu-rep")
+    if report.suffix != ".ncu-rep":  # ncu adds it
+        report = report.with_name(report.name + ".ncu-rep")
+    _check_output(report, "--output")
+    inner = [sys.executable, "-m", "tuner", "profile", str(args.study_file), "--launch-params", json.dumps(trial.params)]
+    if args.run.cache_dir is not None:
+        inner += ["--cache-dir", str(args.run.cache_dir)]
+    if not args.json:
+        _say(f"profiling trial {trial.number} ({trial.user_attrs.get('flags', trial.params)}) with {ncu}")
+    try:
+        checked = profile.run_under_ncu(profile.ncu_command(ncu, report, inner))
+        kernels = profile.read_report(ncu, report)
+    except profile.ProfileFailed as exc:
+        _error(str(exc))
+        return 1
+    if not kernels:
+        _error(f"ncu profiled no kernel of trial {trial.number} (its report: {report})")
+        return 1
+    check = checked["status"] + (f" ({checked['reason']})" if checked["status"] != "ok" and checked["reason"] else "")
+    if args.json:
+        print(json.dumps({"study": study.study_name, "trial": trial.number, "params": trial.params, "check": check,
+                          "report": str(report), "kernels": [dataclasses.asdict(k) for k in kernels]}))
+    else:
+        profile.print_profile(kernels)
+        _say(f"output check: {check}; report: {report} (open it in Nsight Compute: ncu-ui {report})")
     return 0
 
 

@@ -1,7 +1,7 @@
 """The messages between the supervisor and the GPU worker, typed.
 
 The parent sends a job (:class:`PrepareJob`, :class:`WarmUpJob`, :class:`MeasureJob`,
-:class:`ConfirmJob`, :class:`HostDryRunJob`) or :class:`Exit`; the worker greets with
+:class:`ConfirmJob`, :class:`ProfileJob`, :class:`HostDryRunJob`) or :class:`Exit`; the worker greets with
 :class:`Hello` (or :class:`StartFailed`), answers a job with :class:`Ready` once the inputs
 are in place, one :class:`Block` per timed block (the parent answers :class:`Answer`:
 continue or stop), then :class:`Reply`. Prepare and warm-up jobs get no answer.
@@ -123,13 +123,21 @@ class ConfirmJob(CheckedJob):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProfileJob(CheckedJob):
+    """Check the candidate, warm it up, then launch it once inside the profiler's range (what Nsight
+    Compute profiles when started with ``--profile-from-start off``: ``tuner profile``)."""
+
+    candidate: Kernel
+
+
+@dataclass(frozen=True, kw_only=True)
 class HostDryRunJob(PrepareJob):
     """Launch stubs that write back what they receive (:mod:`tuner.check.host_dry_run`)."""
 
     cases: list[dict[str, Any]]
 
 
-Job = PrepareJob | WarmUpJob | MeasureJob | ConfirmJob | HostDryRunJob
+Job = PrepareJob | WarmUpJob | MeasureJob | ConfirmJob | ProfileJob | HostDryRunJob
 
 
 @dataclass(frozen=True)
@@ -189,7 +197,7 @@ class Reply:
 Message = Job | Exit | Answer | Hello | StartFailed | Ready | Launching | Block | Reply
 
 _KINDS: dict[str, type] = {cls.__name__: cls for cls in (
-    PrepareJob, WarmUpJob, MeasureJob, ConfirmJob, HostDryRunJob, Exit, Answer, Hello, StartFailed, Ready, Launching,
+    PrepareJob, WarmUpJob, MeasureJob, ConfirmJob, ProfileJob, HostDryRunJob, Exit, Answer, Hello, StartFailed, Ready, Launching,
     Block, Reply)}
 
 

@@ -35,6 +35,7 @@ from tuner.device.protocol import (
     MeasureJob,
     Message,
     PrepareJob,
+    ProfileJob,
     Ready,
     Reply,
 )
@@ -242,6 +243,10 @@ class Supervisor:
 
     def confirm(self, job: ConfirmJob, timeout_s: float) -> Measurement:
         """Time several configs round-robin (``extra["times"]``); faults become a status."""
+        return self._run(job, timeout_s, lambda step, value, samples: False)
+
+    def profile(self, job: ProfileJob, timeout_s: float) -> Measurement:
+        """Check a config and launch it once inside the profiler's range; faults become a status."""
         return self._run(job, timeout_s, lambda step, value, samples: False)
 
     def host_dry_run(self, job: HostDryRunJob, timeout_s: float) -> Measurement:

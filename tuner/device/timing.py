@@ -26,7 +26,7 @@ from tuner.measurement.steady import SessionWarmUp, WarmUp
 from tuner.measurement.value import Measurement
 
 if TYPE_CHECKING:
-    from tuner.device.protocol import CheckedJob, ConfirmJob, MeasureJob, PrepareJob, WarmUpJob
+    from tuner.device.protocol import CheckedJob, ConfirmJob, MeasureJob, PrepareJob, ProfileJob, WarmUpJob
 
 REGIMES = ("sustained", "burst")
 
@@ -76,6 +76,10 @@ class Backend(Protocol):
 
         The launch order rotates from round to round so no handle always goes first.
         """
+        ...
+
+    def profiled(self, handle: Any) -> None:
+        """Launch ``handle`` once inside the profiler's range (``cuProfilerStart`` / ``cuProfilerStop``)."""
         ...
 
     def sensors(self) -> dict[str, float]:
@@ -208,6 +212,25 @@ class Measurer:
             return Measurement("launch_error", reason=exc.reason), exc.restart
         finally:
             for handle in handles:
+                self.backend.unload(handle)
+
+    def profile(self, job: ProfileJob, channel: Channel) -> tuple[Measurement, bool]:
+        """Check the candidate, warm it up, then launch it once inside the profiler's range. The
+        measurement is the check's: a kernel whose output is wrong is profiled all the same."""
+        spec, problem = self._prepare(job)
+        channel.ready()
+        handle = None
+        try:
+            self._reference_handle(job, spec, problem)  # (some checks compare against it)
+            handle = self.backend.load(spec, job.candidate.config, problem, job.candidate.cubin_path)
+            checked = self._check(handle, job, spec, problem)
+            self.backend.time([handle], max(1, job.timing.warmup))  # caches and clocks, as a timed launch finds them
+            self.backend.profiled(handle)
+            return checked, False
+        except LaunchFailed as exc:
+            return Measurement("launch_error", reason=exc.reason), exc.restart
+        finally:
+            if handle is not None:
                 self.backend.unload(handle)
 
     def prepare(self, job: PrepareJob) -> None:

@@ -39,6 +39,7 @@ from tuner.device.protocol import (
     Launching,
     MeasureJob,
     PrepareJob,
+    ProfileJob,
     Ready,
     Reply,
     StartFailed,
@@ -144,6 +145,8 @@ def worker_main(conn, backend_name: str, parent: int | None = None) -> None:
                 measurement, restart = measurer.measure(job, channel)
             elif isinstance(job, ConfirmJob):
                 measurement, restart = measurer.confirm(job, channel)
+            elif isinstance(job, ProfileJob):
+                measurement, restart = measurer.profile(job, channel)
             elif isinstance(job, HostDryRunJob):
                 measurement, restart = echo_stub.worker_job(measurer, backend.device, job, channel)
             else:
@@ -344,6 +347,18 @@ class CudaBackend:
         try:
             handle.run()
             _ck("cuStreamSynchronize", self.cu.cuStreamSynchronize(self.stream))
+        except CudaError as exc:
+            raise LaunchFailed(str(exc), self._context_broken()) from None
+
+    def profiled(self, handle) -> None:
+        try:
+            _ck("cuStreamSynchronize", self.cu.cuStreamSynchronize(self.stream))  # nothing else in the range
+            _ck("cuProfilerStart", self.cu.cuProfilerStart())
+            try:
+                handle.run()
+                _ck("cuStreamSynchronize", self.cu.cuStreamSynchronize(self.stream))
+            finally:
+                _ck("cuProfilerStop", self.cu.cuProfilerStop())
         except CudaError as exc:
             raise LaunchFailed(str(exc), self._context_broken()) from None
 

@@ -21,7 +21,7 @@ from tuner.contract.arch import NATIVE
 from tuner.contract.kernel_spec import KernelSpec, Problem, Value
 from tuner.contract.precision import Tolerance
 from tuner.contract.program import ProgramSpec
-from tuner.device.protocol import Baseline, ConfirmJob, Kernel, MeasureJob, PrepareJob, Reference, WarmUpJob
+from tuner.device.protocol import Baseline, ConfirmJob, Kernel, MeasureJob, PrepareJob, ProfileJob, Reference, WarmUpJob
 from tuner.device.supervisor import REFERENCE_HANG, Report, Supervisor, WorkerDied
 from tuner.device.timing import Timing
 from tuner.errors import UserError
@@ -242,6 +242,15 @@ class GpuEvaluator(Evaluator):
                 setattr(m, key, value)
         m.artifacts = logs
         return m
+
+    def profile(self, config: dict[str, Value]) -> Measurement:
+        """Build ``config``, check its output, and launch it once inside the profiler's range (the launch
+        ``tuner profile``'s Nsight Compute reports). The measurement says whether the output was right."""
+        built = self.compiler.result(config)
+        if not built.ok:
+            return Measurement(built.status, reason=built.reason)
+        return self.supervisor.profile(ProfileJob(**self._job(), candidate=_kernel(config, built)),
+                                       self.measure_settings.timeout_s)
 
     def confirm(self, configs: list[dict[str, Value]], rounds: int) -> tuple[list[Standing], dict]:
         """Time ``configs`` round-robin with the reference; their standings, best first, and what

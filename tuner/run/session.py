@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from tuner.device.supervisor import Supervisor
     from tuner.evaluate.evaluator import Evaluator
     from tuner.evaluate.replay import Record, Recording
+    from tuner.measurement.value import Measurement
     from tuner.run.early_build import EarlyBuild
     from tuner.run.runner import RunSettings
     from tuner.search.space import Space
@@ -385,6 +386,23 @@ class Session:
         finally:
             evaluation.close()
 
+
+    def launch_profiled(self, params: dict[str, Any]) -> Measurement:
+        """Inside Nsight Compute (:mod:`tuner.run.profile`): ``params`` built, checked and launched once in
+        the profiler's range; the measurement is its output check's."""
+        from tuner.evaluate.gpu import GpuEvaluator
+
+        loaded = self.load()
+        reason = loaded.space.check(params)
+        if reason is not None:
+            raise UserError(f"{', '.join(f'{k}={v}' for k, v in params.items())} is not a valid config of "
+                            f"{self.study_file}: {reason}")
+        evaluation = self.evaluation(Loaded(loaded.cfg, loaded.space, None))
+        try:
+            assert isinstance(evaluation.evaluator, GpuEvaluator)  # (a study file, no recording: the GPU's)
+            return evaluation.evaluator.profile(loaded.space.full_config(params))
+        finally:
+            evaluation.close()
 
     def reference_probe(self, cfg: StudyConfig) -> int | None:
         """None: the study names its reference; else how many first configs this process measures to

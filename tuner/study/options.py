@@ -198,7 +198,7 @@ class RunOptions:
     """Command-line settings of one run (no study-file key)."""
 
     study_name: str | None = option(None, "store under this name instead of the study file's",
-                                    commands=(*SEARCH_COMMANDS, "grid", "confirm"))
+                                    commands=(*SEARCH_COMMANDS, "grid", "confirm", "profile"))
     replay: Path | None = option(None, "evaluate against a recorded table (our CSV, a Kernel Tuner cache or T4 file, KTT output) instead of a GPU",
                                  commands=(*SEARCH_COMMANDS, "grid"), metavar="FILE")
     workers: int = option(1, "worker processes, one per GPU (needs a journal or Postgres storage)",
@@ -211,7 +211,7 @@ class RunOptions:
     accept_mismatch: bool = option(False, "resume even if GPU, kernel source or NVRTC differ",
                                    commands=(*SEARCH_COMMANDS, "grid", "confirm"))
     cache_dir: Path | None = option(None, "compile cache (default ~/.cache/tuner/cubin or $TUNER_CACHE_DIR)",
-                                    commands=(*SEARCH_COMMANDS, "grid", "check", "confirm"))
+                                    commands=(*SEARCH_COMMANDS, "grid", "check", "confirm", "profile"))
     artifacts: Path | None = option(None, "keep each trial's compile log as an Optuna artifact in this folder",
                                     commands=(*SEARCH_COMMANDS, "grid"))
     jobs: int | None = option(None, "compile processes (default: CPU count)", minimum=1, commands=("check",),

@@ -1,0 +1,111 @@
+"""``tuner profile``: a stored config launched once under Nsight Compute.
+
+ncu is the stand-in ``tests/fixtures/ncu/ncu`` (it runs the profiled command and reads back the
+details page a real ncu 2025.3 wrote on an H200 for the example GEMM); the GPU worker is the fake
+backend, which logs the launch it was asked to make inside the profiler's range. The real ncu on a
+real GPU: ``tests/test_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FAKE_BACKEND, ROOT, tuner
+from tuner.run.profile import parse_details, shown
+from tuner.testing import write_study
+
+NCU = ROOT / "tests" / "fixtures" / "ncu" / "ncu"
+DETAILS = NCU.with_name("details_h200.csv")
+
+
+@pytest.fixture
+def stored(tmp_path):
+    """A study of four configs, measured (fake GPU); its file and storage."""
+    study = write_study(tmp_path, "prof", tier1={"BLOCK": [64, 128], "THREAD_TILE": [4, 8]},
+                        search={"sampler": "grid", "trials": 4, "confirm_top": 0})
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    ran = tuner("run", study, "--storage", url, env=env(tmp_path), cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    return study, url
+
+
+def env(tmp_path: Path, **more: str) -> dict[str, str]:
+    return {"TUNER_WORKER_BACKEND": FAKE_BACKEND, "TUNER_CACHE_DIR": str(tmp_path / "cache"), "TUNER_NCU": str(NCU),
+            "FAKE_PROFILED_LOG": str(tmp_path / "profiled.log"), **more}
+
+
+def launched(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "profiled.log").read_text().splitlines()]
+
+
+def test_the_best_config_is_launched_once_in_the_profilers_range_and_its_figures_printed(tmp_path, stored):
+    study, url = stored
+    done = tuner("profile", study, "--storage", url, env=env(tmp_path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    best = json.loads(tuner("best", study, "--storage", url, "--json").stdout)
+    (config,) = launched(tmp_path)  # one launch, of the best config; the worker's other launches stay outside
+    assert {k: config[k] for k in best["params"]} == best["params"]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "example_sgemm" and "  Duration                         697.95 us" in lines
+    assert any(line.startswith("  ncu: The 4.00 theoretical warps") and "up to 75 % of its duration" in line for line in lines)
+    report = tmp_path / f"prof-trial{best['trial']}.ncu-rep"
+    assert report.is_file() and f"output check: ok; report: {report.name}" in done.stderr
+
+
+def test_a_trial_named_is_profiled_and_a_wrong_output_is_said(tmp_path, stored):
+    study, url = stored
+    import optuna
+
+    trial = optuna.load_study(study_name="prof", storage=url).trials[2]
+    mismatch = ",".join(f"{k}={v}" for k, v in trial.params.items())
+    done = tuner("profile", study, "--storage", url, "--trial", 2, "-o", tmp_path / "two", "--json",
+                 env=env(tmp_path, FAKE_MISMATCH_IF=mismatch), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["trial"] == 2 and answer["params"] == trial.params and answer["check"].startswith("mismatch (row 0")
+    assert answer["report"] == str(tmp_path / "two.ncu-rep") and (tmp_path / "two.ncu-rep").is_file()
+    assert answer["kernels"][0]["metrics"]["Duration"] == ["697.95", "us"]
+    assert [{k: c[k] for k in trial.params} for c in launched(tmp_path)] == [trial.params]
+
+
+@pytest.mark.parametrize("args, more, says", [
+    (("--trial", 99), {}, "--trial 99: study 'prof' has no such trial with a config (trials 0-3)"),
+    ((), {"TUNER_NCU": "/no/such/ncu"}, "$TUNER_NCU=/no/such/ncu: not an executable; point it at Nsight Compute's ncu"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, stored, args, more, says):
+    study, url = stored
+    done = tuner("profile", study, "--storage", url, *args, env=env(tmp_path, **more), cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.strip() == f"tuner: error: {says}", done.stderr
+
+
+def test_a_study_never_run_is_named(tmp_path):
+    study = write_study(tmp_path, "prof", tier1={"BLOCK": [64, 128]})
+    done = tuner("profile", study, "--storage", f"sqlite:///{tmp_path / 's.db'}", env=env(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2 and "run `tuner run` first" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_counters_ncu_may_not_read_are_said_with_the_fix(tmp_path, stored):
+    study, url = stored
+    done = tuner("profile", study, "--storage", url,
+                 env=env(tmp_path, FAKE_NCU_ERROR="ERR_NVGPUCTRPERM - The user does not have permission"), cwd=tmp_path)
+    assert done.returncode == 1 and "run as root, or let users profile (NVreg_RestrictProfilingToAdminUsers=0)" in done.stderr
+    assert not (tmp_path / "profiled.log").exists()
+
+
+def test_a_program_kernel_is_sent_to_ncu_on_its_own_program(tmp_path):
+    source = ROOT / "tests" / "fixtures" / "program"
+    study = write_study(tmp_path, "prog", kernel=source / "scale.py", tier1={"TILE": [64, 128]})
+    done = tuner("profile", study, env=env(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2 and "program launches its kernel itself: profile the program with ncu" in done.stderr
+
+
+def test_the_details_page_of_a_real_ncu_is_read():
+    (kernel,) = parse_details("==PROF== Connected to process 1\n" + DETAILS.read_text())
+    assert kernel.name == "example_sgemm" and kernel.metrics["Registers Per Thread"] == ("128", "register/thread")
+    assert [name for name, _, _ in shown(kernel)][:3] == ["Duration", "SM Frequency", "Compute (SM) Throughput"]
+    assert len(kernel.advice) == 2  # the launch and occupancy rules; the throughput one only informs
+    assert os.access(NCU, os.X_OK)

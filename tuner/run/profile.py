@@ -1,0 +1,131 @@
+"""A study's config under Nsight Compute: ``tuner profile STUDY [--trial N]``.
+
+The command runs itself again under ``ncu --profile-from-start off``; that inner run builds the
+config as a trial would, checks its output, warms it up and launches it once between
+``cuProfilerStart`` and ``cuProfilerStop`` (:meth:`tuner.evaluate.gpu.GpuEvaluator.profile`), so
+ncu profiles that launch and nothing else: not the reference, the warm-up or the input generator.
+ncu writes its report (``.ncu-rep``, for Nsight Compute's window); its main figures are read back
+with ``ncu --import ... --csv`` and printed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuner.errors import UserError
+
+#: the Nsight Compute command line tool (else ``ncu`` on PATH, else CUDA's own folder)
+NCU_ENV = "TUNER_NCU"
+#: ncu's sections the report holds (its default set: throughput, launch, occupancy)
+SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis")
+#: the metrics printed, by ncu's names, in this order (the report holds every one of its sections)
+SHOWN = (
+    "Duration", "SM Frequency", "Compute (SM) Throughput", "Memory Throughput", "DRAM Throughput",
+    "L1/TEX Hit Rate", "L2 Hit Rate", "Registers Per Thread", "Dynamic Shared Memory Per Block",
+    "Static Shared Memory Per Block", "Theoretical Occupancy", "Achieved Occupancy", "Waves Per SM",
+)
+#: what the inner run prints as its last line: the launch's check, as JSON
+RESULT_MARK = "@@PROFILED "
+
+
+@dataclass
+class Kernel:
+    """One kernel launch ncu profiled: its name, its metrics (name -> (value, unit)) and what ncu's
+    rules advise (with the speed-up they estimate, where they do)."""
+
+    name: str
+    metrics: dict[str, tuple[str, str]] = field(default_factory=dict)
+    advice: list[str] = field(default_factory=list)
+
+
+def find_ncu() -> str:
+    """The ncu to run, or a one-line error that says how to get one."""
+    given = os.environ.get(NCU_ENV)
+    if given:
+        if shutil.which(given) is None:
+            raise UserError(f"${NCU_ENV}={given}: not an executable; point it at Nsight Compute's ncu")
+        return given
+    found = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if os.access(p, os.X_OK)), None)
+    if found is None:
+        raise UserError("ncu (Nsight Compute) not found: install it (it comes with the CUDA toolkit), put it on PATH "
+                        f"or name it in ${NCU_ENV}")
+    return found
+
+
+def ncu_command(ncu: str, report: Path, inner: list[str]) -> list[str]:
+    """``inner`` under ncu: only what runs in the profiler's range, every process (the GPU worker is a child)."""
+    sections = [arg for name in SECTIONS for arg in ("--section", name)]
+    return [ncu, "--target-processes", "all", "--profile-from-start", "off", *sections, "--force-overwrite",
+            "--export", str(report), *inner]
+
+
+def run_under_ncu(command: list[str]) -> dict:
+    """Run ``command`` (:func:`ncu_command`); the inner run's result, or an error naming ncu's complaint."""
+    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
+    lines = (done.stdout + "\n" + done.stderr).splitlines()
+    result = next((line[len(RESULT_MARK):] for line in reversed(lines) if line.startswith(RESULT_MARK)), None)
+    if done.returncode != 0 or result is None:
+        complaint = next((line for line in lines if line.startswith("==ERROR==")), None) or \
+            next((line for line in reversed(lines) if line.startswith("tuner:")), None) or \
+            (lines[-1] if lines else "")
+        if "ERR_NVGPUCTRPERM" in done.stdout + done.stderr:
+            complaint = ("ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or let "
+                         "users profile (NVreg_RestrictProfilingToAdminUsers=0)")
+        raise ProfileFailed(f"the profiled run failed (exit {done.returncode}): {complaint.strip()}")
+    return json.loads(result)
+
+
+class ProfileFailed(Exception):
+    """ncu or the profiled run failed: not bad input, exit 1."""
+
+
+def read_report(ncu: str, report: Path) -> list[Kernel]:
+    """The kernels of ``report`` with their metrics (``ncu --import REPORT --csv --page details``)."""
+    done = subprocess.run([ncu, "--import", str(report), "--csv", "--page", "details"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, errors="replace")
+    if done.returncode != 0:
+        raise ProfileFailed(f"ncu could not read {report}: {(done.stderr or done.stdout).strip()[:300]}")
+    return parse_details(done.stdout)
+
+
+def parse_details(text: str) -> list[Kernel]:
+    """ncu's ``--csv --page details`` output: one row per metric of each profiled launch (by its ID), and
+    one per rule of a section that has something to say (no metric name, a description)."""
+    body = text[text.find('"ID"'):] if '"ID"' in text else ""  # (ncu may print ==PROF== lines first)
+    kernels: dict[str, Kernel] = {}
+    for row in csv.DictReader(io.StringIO(body)):
+        launch = row.get("ID")
+        if launch is None or row.get("Metric Name") is None:
+            continue
+        kernel = kernels.setdefault(launch, Kernel(row.get("Kernel Name", "")))
+        if row["Metric Name"]:
+            kernel.metrics.setdefault(row["Metric Name"], (row.get("Metric Value", ""), row.get("Metric Unit", "")))
+        elif row.get("Rule Description") and row.get("Rule Type") in ("OPT", "WRN"):  # (INF: a finding, no advice)
+            speedup = row.get("Estimated Speedup") or ""
+            kernel.advice.append(row["Rule Description"].strip() + (f" (ncu: up to {speedup} % of its duration to save)"
+                                                                    if speedup else ""))
+    return list(kernels.values())
+
+
+def shown(kernel: Kernel) -> list[tuple[str, str, str]]:
+    """The metrics :data:`SHOWN` of ``kernel`` that the report holds: (name, value, unit)."""
+    return [(name, *kernel.metrics[name]) for name in SHOWN if name in kernel.metrics]
+
+
+def print_profile(kernels: list[Kernel], file=sys.stdout) -> None:
+    for kernel in kernels:
+        print(kernel.name, file=file)
+        rows = shown(kernel)
+        width = max((len(name) for name, _, _ in rows), default=0)
+        for name, value, unit in rows:
+            print(f"  {name:<{width}}  {value} {unit}".rstrip(), file=file)
+        for advice in kernel.advice:
+            print(f"  ncu: {advice}", file=file)
