@@ -34,6 +34,10 @@ from tuner.study.file import MeasureSettings
 
 BASELINE = "baseline"
 
+#: the shortest wait for a profiled launch (Nsight Compute runs it many times over)
+PROFILE_TIMEOUT_S = 300.0
+
+
 class GpuEvaluator(Evaluator):
     kind = "gpu"
 
@@ -249,8 +253,9 @@ class GpuEvaluator(Evaluator):
         built = self.compiler.result(config)
         if not built.ok:
             return Measurement(built.status, reason=built.reason)
+        # (ncu replays the launch once per pass of its sections, saving and restoring its memory each time)
         return self.supervisor.profile(ProfileJob(**self._job(), candidate=_kernel(config, built)),
-                                       self.measure_settings.timeout_s)
+                                       max(self.measure_settings.timeout_s, PROFILE_TIMEOUT_S))
 
     def confirm(self, configs: list[dict[str, Value]], rounds: int) -> tuple[list[Standing], dict]:
         """Time ``configs`` round-robin with the reference; their standings, best first, and what
