@@ -279,3 +279,24 @@ def test_the_best_config_is_profiled_by_nsight_compute_alone(tmp_path):
     (kernel,) = profiled["kernels"]  # one launch: the reference and the warm-up stayed out of the range
     assert kernel["name"].startswith("example_sgemm") and float(kernel["metrics"]["Duration"][0].replace(",", "")) > 0
     assert (tmp_path / profiled["report"]).is_file()
+
+
+def test_a_program_kernel_is_profiled_by_nsight_compute_in_its_own_program(tmp_path):
+    """`tuner profile` on the example GEMM in its own harness: ncu profiles the program's first launch of
+    the kernel, and the program's checksum matches the one its trial stored."""
+    import json
+
+    from tests.conftest import tuner
+    from tuner.testing import write_study
+
+    study = write_study(tmp_path, "prog", kernel=ROOT / "kernel" / "example_sgemm_program.py", arch="sm_90",
+                        tier1={"BLOCK": [64, 128]}, search={"sampler": "grid", "trials": 2, "confirm_top": 0})
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    ran = tuner("run", study, "--storage", url, "--cache-dir", tmp_path / "c", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    done = tuner("profile", study, "--storage", url, "--cache-dir", tmp_path / "c", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    profiled = json.loads(done.stdout)
+    assert profiled["check"] == "ok", profiled["check"]
+    (kernel,) = profiled["kernels"]
+    assert kernel["name"] == "example_sgemm" and float(kernel["metrics"]["Duration"][0].replace(",", "")) > 0

@@ -96,11 +96,27 @@ def test_counters_ncu_may_not_read_are_said_with_the_fix(tmp_path, stored):
     assert not (tmp_path / "profiled.log").exists()
 
 
-def test_a_program_kernel_is_sent_to_ncu_on_its_own_program(tmp_path):
-    source = ROOT / "tests" / "fixtures" / "program"
-    study = write_study(tmp_path, "prog", kernel=source / "scale.py", tier1={"TILE": [64, 128]})
+def test_a_program_kernel_is_profiled_in_its_own_program_and_its_checksum_compared(tmp_path):
+    study = program_study(tmp_path, kernel_name="scale")
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    ran = tuner("run", study, "--storage", url, env=env(tmp_path), cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    done = tuner("profile", study, "--storage", url, "--json", env=env(tmp_path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["check"] == "ok" and answer["kernels"][0]["metrics"]["Duration"] == ["697.95", "us"]
+    assert (tmp_path / answer["report"]).is_file() and not (tmp_path / "profiled.log").exists()  # no worker launch
+    # the program's output changed since the trial (its checksum): said, and profiled all the same
+    again = tuner("profile", study, "--storage", url, env=env(tmp_path, FAKE_CHECKSUM_SHIFT="5"), cwd=tmp_path)
+    assert again.returncode == 0 and "output check: mismatch (checksum 1769477" in again.stderr, again.stderr
+
+
+def test_a_program_whose_kernel_cannot_be_told_is_one_line(tmp_path):
+    study = program_study(tmp_path)
     done = tuner("profile", study, env=env(tmp_path), cwd=tmp_path)
-    assert done.returncode == 2 and "program launches its kernel itself: profile the program with ncu" in done.stderr
+    assert done.returncode == 2 and done.stderr.strip() == (
+        "tuner: error: kernel spec spec.py: scale.cu has no __global__ function: name the one to profile as "
+        'kernel_name = "..." in the spec')
 
 
 def test_the_details_page_of_a_real_ncu_is_read():
@@ -109,3 +125,15 @@ def test_the_details_page_of_a_real_ncu_is_read():
     assert [name for name, _, _ in shown(kernel)][:3] == ["Duration", "SM Frequency", "Compute (SM) Throughput"]
     assert len(kernel.advice) == 2  # the launch and occupancy rules; the throughput one only informs
     assert os.access(NCU, os.X_OK)
+
+
+def program_study(folder: Path, kernel_name: str = "") -> Path:
+    """The test harness of tests/test_program.py as a study, its spec naming ``kernel_name`` (or nothing)."""
+    source = ROOT / "tests" / "fixtures" / "program"
+    spec = (source / "scale.py").read_text().replace('    source = "scale.cu"\n', f'    source = "{source}/scale.cu"\n')
+    spec = spec.replace("{dir}/build_fake.py", f"{source}/build_fake.py")
+    if kernel_name:
+        spec += f"    kernel_name = {kernel_name!r}\n"
+    (folder / "spec.py").write_text(spec)
+    return write_study(folder, "prog", kernel=folder / "spec.py", tier1={"TILE": [64, 128]},
+                       search={"sampler": "grid", "trials": 2, "confirm_top": 0})

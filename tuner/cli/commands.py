@@ -336,47 +336,29 @@ def cmd_profile(args) -> int:
         launched = _session(args).launch_profiled(json.loads(args.launch_params))
         print(profile.RESULT_MARK + json.dumps({"status": launched.status, "reason": launched.reason}), flush=True)
         return 0
-    _, space = Space.load(args.study_file)
+    cfg, space = Space.load(args.study_file)
     if isinstance(space.spec, ProgramSpec):
-        raise UserError(f"{args.study_file}: {space.spec.path.name}'s program launches its kernel itself: profile the "
-                        "program with ncu (its build is in the compile cache; `tuner best` gives the flags)")
+        space.spec.profiled_kernel()  # a program kernel's ncu needs its name: said before anything runs
     ncu = profile.find_ncu()
     study = _open_study(argparse.Namespace(storage=args.storage, study_file=args.study_file, study=args.run.study_name))
-    if args.trial is None:
-        from tuner.evaluate.confirm import confirmed_best
-
-        trial, _ = confirmed_best(study)
-    else:
-        numbered = {t.number: t for t in study.get_trials(deepcopy=False) if t.params}
-        if args.trial not in numbered:
-            raise UserError(f"--trial {args.trial}: study {study.study_name!r} has no such trial with a config "
-                            f"(trials 0-{len(study.trials) - 1})")
-        trial = numbered[args.trial]
-    report = args.output or Path(f"{study.study_name}-trial{trial.number}.ncu-rep")
-    if report.suffix != ".ncu-rep":  # ncu adds it
-        report = report.with_name(report.name + ".ncu-rep")
-    _check_output(report, "--output")
-    inner = [sys.executable, "-m", "tuner", "profile", str(args.study_file), "--launch-params", json.dumps(trial.params)]
-    if args.run.cache_dir is not None:
-        inner += ["--cache-dir", str(args.run.cache_dir)]
+    trial = profile.chosen_trial(study, args.trial)
+    shown = args.output or Path(f"{study.study_name}-trial{trial.number}.ncu-rep")
+    if shown.suffix != ".ncu-rep":  # ncu adds it
+        shown = shown.with_name(shown.name + ".ncu-rep")
+    _check_output(shown, "--output")
     if not args.json:
         _say(f"profiling trial {trial.number} ({trial.user_attrs.get('flags', trial.params)}) with {ncu}")
     try:
-        checked = profile.run_under_ncu(profile.ncu_command(ncu, report, inner))
-        kernels = profile.read_report(ncu, report)
+        profiled = profile.profile(ncu, shown.absolute(), cfg, space, trial, args.run.cache_dir)
     except profile.ProfileFailed as exc:
         _error(str(exc))
         return 1
-    if not kernels:
-        _error(f"ncu profiled no kernel of trial {trial.number} (its report: {report})")
-        return 1
-    check = checked["status"] + (f" ({checked['reason']})" if checked["status"] != "ok" and checked["reason"] else "")
     if args.json:
-        print(json.dumps({"study": study.study_name, "trial": trial.number, "params": trial.params, "check": check,
-                          "report": str(report), "kernels": [dataclasses.asdict(k) for k in kernels]}))
+        print(json.dumps({"study": study.study_name, "trial": trial.number, "params": trial.params, "check": profiled.check,
+                          "report": str(shown), "kernels": [dataclasses.asdict(k) for k in profiled.kernels]}))
     else:
-        profile.print_profile(kernels)
-        _say(f"output check: {check}; report: {report} (open it in Nsight Compute: ncu-ui {report})")
+        profile.print_profile(profiled.kernels)
+        _say(f"output check: {profiled.check}; report: {shown} (open it in Nsight Compute: ncu-ui {shown})")
     return 0
 
 

@@ -20,6 +20,7 @@ kernel's arguments, grid and block are the program's business.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 import string
 from collections.abc import Mapping
@@ -35,6 +36,8 @@ from tuner.errors import UserError
 #: the names a ``build`` command may use, and a ``run`` command
 PLACEHOLDERS = ("source", "flags", "binary", "arch", "dir")
 RUN_PLACEHOLDERS = ("binary", "dir")
+#: a __global__ function's name (after its return type and launch bounds)
+_GLOBAL = re.compile(r"__global__\s+(?:(?:__launch_bounds__\s*\([^)]*\)|\w+)\s*)*?(?!__launch_bounds__\b)(\w+)\s*\(")
 #: what a program prints for the tuner
 RESULT_MARK = "@@RESULT"
 #: [measure] and [search] defaults for a program kernel, where a study sets none: a launch is a whole
@@ -92,6 +95,19 @@ class ProgramSpec(LightSpec):
         """The shell command that builds ``config`` into ``binary``."""
         return self.build.format(source=shlex.quote(str(self.source_path)), flags=self.flags(config, problem),
                                  binary=shlex.quote(str(binary)), arch=arch, dir=shlex.quote(str(self.path.parent)))
+
+    def profiled_kernel(self) -> str:
+        """The kernel ``tuner profile`` profiles in the program: the spec's ``kernel_name``, else the one
+        ``__global__`` function of the source and the local files it includes."""
+        if type(self).kernel_name:
+            return type(self).kernel_name
+        bundle = SourceBundle.load(self.source_path)
+        names = sorted({name for text in [bundle.text, *bundle.headers.values()] for name in _GLOBAL.findall(text)})
+        if len(names) != 1:
+            found = f"{len(names)} __global__ functions ({', '.join(names)})" if names else "no __global__ function"
+            raise UserError(f"kernel spec {self.path.name}: {self.source_path.name} has {found}: name the one to profile as "
+                            "kernel_name = \"...\" in the spec")
+        return names[0]
 
     def run_argv(self, binary: str | Path) -> list[str]:
         """The command line that runs a built program."""

@@ -6,6 +6,10 @@ config as a trial would, checks its output, warms it up and launches it once bet
 ncu profiles that launch and nothing else: not the reference, the warm-up or the input generator.
 ncu writes its report (``.ncu-rep``, for Nsight Compute's window); its main figures are read back
 with ``ncu --import ... --csv`` and printed.
+
+A program kernel (:class:`tuner.contract.program.ProgramSpec`) launches itself: its program, built
+as a trial's is, runs under ncu, which profiles the program's first launch of the kernel; the
+checksum it prints is compared with the one the trial stored.
 """
 
 from __future__ import annotations
@@ -19,8 +23,17 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from tuner.errors import UserError
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
+
+    from tuner.contract.kernel_spec import KernelSpec
+    from tuner.search.space import Space
+    from tuner.study.file import StudyConfig
 
 #: the Nsight Compute command line tool (else ``ncu`` on PATH, else CUDA's own folder)
 NCU_ENV = "TUNER_NCU"
@@ -46,6 +59,47 @@ class Kernel:
     advice: list[str] = field(default_factory=list)
 
 
+@dataclass
+class Profiled:
+    """What ``tuner profile`` found: the launch's output check (``ok``, or the status and why) and its kernels."""
+
+    check: str
+    kernels: list[Kernel]
+
+
+def chosen_trial(study: optuna.Study, number: int | None) -> FrozenTrial:
+    """Trial ``number`` (a one-line error if the study has no such trial with a config), else the
+    confirmed winner, else the best."""
+    if number is None:
+        from tuner.evaluate.confirm import confirmed_best
+
+        return confirmed_best(study)[0]
+    numbered = {t.number: t for t in study.get_trials(deepcopy=False) if t.params}
+    if number not in numbered:
+        raise UserError(f"--trial {number}: study {study.study_name!r} has no such trial with a config "
+                        f"(trials 0-{len(study.trials) - 1})")
+    return numbered[number]
+
+
+def profile(ncu: str, report: Path, cfg: StudyConfig, space: Space, trial: FrozenTrial, cache_dir: Path | None) -> Profiled:
+    """``trial``'s config profiled by ``ncu`` into ``report`` (an absolute path): in a tuner run inside
+    ncu, or a program kernel's own program; :class:`ProfileFailed` when ncu or the launch fails."""
+    from tuner.contract.program import ProgramSpec
+
+    if isinstance(space.spec, ProgramSpec):
+        checked = profile_program(ncu, report, space.spec.profiled_kernel(), cfg, space, trial, cache_dir)
+    else:
+        inner = [sys.executable, "-m", "tuner", "profile", str(cfg.path), "--launch-params", json.dumps(trial.params)]
+        if cache_dir is not None:
+            inner += ["--cache-dir", str(cache_dir)]
+        checked = run_under_ncu(ncu_command(ncu, report, inner))
+    kernels = read_report(ncu, report)
+    if not kernels:
+        raise ProfileFailed(f"ncu profiled no kernel of trial {trial.number} (its report: {report})")
+    check = checked["status"] + (f" ({checked['reason']})" if checked["status"] != "ok" and checked["reason"] else "")
+    return Profiled(check, kernels)
+
+
 def find_ncu() -> str:
     """The ncu to run, or a one-line error that says how to get one."""
     given = os.environ.get(NCU_ENV)
@@ -67,20 +121,77 @@ def ncu_command(ncu: str, report: Path, inner: list[str]) -> list[str]:
             "--export", str(report), *inner]
 
 
+def program_command(ncu: str, report: Path, kernel: str, argv: list[str]) -> list[str]:
+    """A program kernel's program under ncu: its first launch of ``kernel`` (ncu flushes the caches and
+    holds the clocks for each launch it profiles, so the first is as good as any)."""
+    sections = [arg for name in SECTIONS for arg in ("--section", name)]
+    return [ncu, "--kernel-name", kernel, "--launch-count", "1", *sections, "--force-overwrite",
+            "--export", str(report), *argv]
+
+
+def profile_program(ncu: str, report: Path, kernel: str, cfg: StudyConfig, space: Space, trial: FrozenTrial,
+                    cache_dir: Path | None) -> dict:
+    """Build ``trial``'s config of a program kernel, run its program under ncu; its checksum compared
+    with the trial's (the check's result, as :func:`run_under_ncu` gives the inner run's)."""
+    from tuner.compile.program import build_program
+    from tuner.contract.program import ProgramSpec, checksum_differs, parse_result
+
+    spec = space.spec
+    assert isinstance(spec, ProgramSpec)
+    built = build_program(spec, space.full_config(dict(trial.params)), space.problem, _target(cfg, spec), cache_dir)
+    if not built.ok or built.cubin_path is None:
+        raise ProfileFailed(f"trial {trial.number}'s program did not build: {built.reason}")
+    done = subprocess.run(program_command(ncu, report, kernel, spec.run_argv(built.cubin_path)), cwd=spec.path.parent,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
+    if done.returncode != 0:
+        _failed(done)
+    try:
+        result = parse_result(done.stdout, done.stderr)
+    except UserError as exc:
+        raise ProfileFailed(f"the profiled program: {exc}") from None
+    why = checksum_differs(result.checksum, trial.user_attrs.get("checksum"), spec.checksum_rtol)
+    return {"status": "mismatch", "reason": why} if why else {"status": "ok", "reason": ""}
+
+
+def _target(cfg: StudyConfig, spec: KernelSpec) -> str:
+    """The study's target; "native": the one this host's GPU runs (its worker says which GPU that is)."""
+    from tuner.compile.targets import run_target
+    from tuner.contract.arch import NATIVE
+
+    if cfg.arch != NATIVE:
+        return cfg.arch
+    from tuner.device.supervisor import Supervisor, WorkerDied
+
+    supervisor = Supervisor.from_env()
+    try:
+        device = supervisor.start()
+    except WorkerDied as exc:
+        raise UserError(f"no usable CUDA GPU here ({exc}): a study of arch \"native\" is profiled on its GPU") from None
+    finally:
+        supervisor.stop()
+    return run_target(cfg.arch, spec, device.get("cc", (0, 0)), device.get("name", ""))
+
+
 def run_under_ncu(command: list[str]) -> dict:
     """Run ``command`` (:func:`ncu_command`); the inner run's result, or an error naming ncu's complaint."""
     done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
     lines = (done.stdout + "\n" + done.stderr).splitlines()
     result = next((line[len(RESULT_MARK):] for line in reversed(lines) if line.startswith(RESULT_MARK)), None)
     if done.returncode != 0 or result is None:
-        complaint = next((line for line in lines if line.startswith("==ERROR==")), None) or \
-            next((line for line in reversed(lines) if line.startswith("tuner:")), None) or \
-            (lines[-1] if lines else "")
-        if "ERR_NVGPUCTRPERM" in done.stdout + done.stderr:
-            complaint = ("ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or let "
-                         "users profile (NVreg_RestrictProfilingToAdminUsers=0)")
-        raise ProfileFailed(f"the profiled run failed (exit {done.returncode}): {complaint.strip()}")
+        _failed(done)
     return json.loads(result)
+
+
+def _failed(done: subprocess.CompletedProcess) -> NoReturn:
+    """Raise what a run under ncu that failed says: ncu's error line, else the run's own last words."""
+    lines = (done.stdout + "\n" + done.stderr).splitlines()
+    complaint = next((line for line in lines if line.startswith("==ERROR==")), None) or \
+        next((line for line in reversed(lines) if line.startswith("tuner:")), None) or \
+        next((line for line in reversed(lines) if line.strip()), "")
+    if "ERR_NVGPUCTRPERM" in done.stdout + done.stderr:
+        complaint = ("ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or let "
+                     "users profile (NVreg_RestrictProfilingToAdminUsers=0)")
+    raise ProfileFailed(f"the profiled run failed (exit {done.returncode}): {complaint.strip()}")
 
 
 class ProfileFailed(Exception):
