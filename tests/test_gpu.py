@@ -258,45 +258,44 @@ def test_a_kernels_own_program_is_built_with_nvcc_and_timed_like_its_nvrtc_build
     assert programs[3].ratio == pytest.approx(launched.ratio, rel=0.10)
 
 
-def test_the_best_config_is_profiled_by_nsight_compute_alone(tmp_path):
-    """`tuner profile`: ncu profiles the one launch of the study's best config inside the profiler's
-    range (not the reference, the warm-up or the input generator) and its figures are printed."""
+def run_and_profile(study, tmp_path) -> dict:
+    """`tuner run` then `tuner profile --json` of ``study`` in ``tmp_path``: the profile's answer."""
     import json
 
     from tests.conftest import tuner
-    from tuner.testing import write_study
 
-    study = write_study(tmp_path, "prof", problem={"M_DIM": 1024, "N_DIM": 1024, "K_DIM": 1024},
-                        tier1={"BLOCK": [64, 128], "THREAD_TILE": [4, 8]}, search={"sampler": "grid", "trials": 4})
     url = f"sqlite:///{tmp_path / 's.db'}"
     ran = tuner("run", study, "--storage", url, "--cache-dir", tmp_path / "c", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     done = tuner("profile", study, "--storage", url, "--cache-dir", tmp_path / "c", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     profiled = json.loads(done.stdout)
-    best = json.loads(tuner("best", study, "--storage", url, "--json").stdout)
-    assert profiled["trial"] == best["trial"] and profiled["check"] == "ok"
+    profiled["best"] = json.loads(tuner("best", study, "--storage", url, "--json").stdout)
+    return profiled
+
+
+def test_the_best_config_is_profiled_by_nsight_compute_alone(tmp_path):
+    """`tuner profile`: ncu profiles the one launch of the study's best config inside the profiler's
+    range (not the reference, the warm-up or the input generator) and its figures are printed."""
+    from tuner.testing import write_study
+
+    study = write_study(tmp_path, "prof", problem={"M_DIM": 1024, "N_DIM": 1024, "K_DIM": 1024},
+                        tier1={"BLOCK": [64, 128], "THREAD_TILE": [4, 8]}, search={"sampler": "grid", "trials": 4})
+    profiled = run_and_profile(study, tmp_path)
+    assert profiled["trial"] == profiled["best"]["trial"] and profiled["check"] == "ok"
     (kernel,) = profiled["kernels"]  # one launch: the reference and the warm-up stayed out of the range
-    assert kernel["name"].startswith("example_sgemm") and float(kernel["metrics"]["Duration"][0].replace(",", "")) > 0
+    assert kernel["name"] == "example_sgemm" and float(kernel["metrics"]["Duration"][0].replace(",", "")) > 0
     assert (tmp_path / profiled["report"]).is_file()
 
 
 def test_a_program_kernel_is_profiled_by_nsight_compute_in_its_own_program(tmp_path):
     """`tuner profile` on the example GEMM in its own harness: ncu profiles the program's first launch of
     the kernel, and the program's checksum matches the one its trial stored."""
-    import json
-
-    from tests.conftest import tuner
     from tuner.testing import write_study
 
     study = write_study(tmp_path, "prog", kernel=ROOT / "kernel" / "example_sgemm_program.py", arch="sm_90",
                         tier1={"BLOCK": [64, 128]}, search={"sampler": "grid", "trials": 2, "confirm_top": 0})
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    ran = tuner("run", study, "--storage", url, "--cache-dir", tmp_path / "c", cwd=tmp_path)
-    assert ran.returncode == 0, ran.stderr
-    done = tuner("profile", study, "--storage", url, "--cache-dir", tmp_path / "c", "--json", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    profiled = json.loads(done.stdout)
-    assert profiled["check"] == "ok", profiled["check"]
+    profiled = run_and_profile(study, tmp_path)
+    assert profiled["trial"] == profiled["best"]["trial"] and profiled["check"] == "ok", profiled["check"]
     (kernel,) = profiled["kernels"]
     assert kernel["name"] == "example_sgemm" and float(kernel["metrics"]["Duration"][0].replace(",", "")) > 0

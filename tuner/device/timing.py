@@ -13,9 +13,10 @@ CUDA backend (:mod:`tuner.device.worker`) is one implementation, the test double
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -156,23 +157,19 @@ class Measurer:
         spec, problem = self._prepare(job)
         channel.ready()
         timing = job.timing
-        handle = None
         try:
             reference = self._reference_handle(job, spec, problem)  # (before the check: some check against it)
-            handle = self.backend.load(spec, job.candidate.config, problem, job.candidate.cubin_path)
-            checked = self._check(handle, job, spec, problem)
-            if checked.status != "ok":
-                return checked, False
-            result = self._paired(handle, reference, timing, channel, itself=_paired_with_itself(job))
+            with self._loaded(spec, job.candidate, problem) as handle:
+                checked = self._check(handle, job, spec, problem)
+                if checked.status != "ok":
+                    return checked, False
+                result = self._paired(handle, reference, timing, channel, itself=_paired_with_itself(job))
             for key in ("checksum", "max_err"):
                 setattr(result, key, getattr(checked, key))
             result.extra = {**checked.extra, **result.extra}
             return result, False
         except LaunchFailed as exc:
             return Measurement("launch_error", reason=exc.reason), exc.restart
-        finally:
-            if handle is not None:
-                self.backend.unload(handle)
 
     def confirm(self, job: ConfirmJob, channel: Channel) -> tuple[Measurement, bool]:
         """Round-robin timing of the reference and those of ``job.kernels`` whose output passes its
@@ -219,19 +216,15 @@ class Measurer:
         measurement is the check's: a kernel whose output is wrong is profiled all the same."""
         spec, problem = self._prepare(job)
         channel.ready()
-        handle = None
         try:
             self._reference_handle(job, spec, problem)  # (some checks compare against it)
-            handle = self.backend.load(spec, job.candidate.config, problem, job.candidate.cubin_path)
-            checked = self._check(handle, job, spec, problem)
-            self.backend.time([handle], max(1, job.timing.warmup))  # caches and clocks, as a timed launch finds them
-            self.backend.profiled(handle)
+            with self._loaded(spec, job.candidate, problem) as handle:
+                checked = self._check(handle, job, spec, problem)
+                self.backend.time([handle], max(1, job.timing.warmup))  # caches and clocks, as a timed launch finds them
+                self.backend.profiled(handle)
             return checked, False
         except LaunchFailed as exc:
             return Measurement("launch_error", reason=exc.reason), exc.restart
-        finally:
-            if handle is not None:
-                self.backend.unload(handle)
 
     def prepare(self, job: PrepareJob) -> None:
         """A problem's inputs in place before its first job."""
@@ -318,6 +311,15 @@ class Measurer:
             self.backend.prepare(spec, problem, job.seed)
             self._problem_key = key
         return spec, problem
+
+    @contextlib.contextmanager
+    def _loaded(self, spec: Any, kernel: Kernel, problem: dict) -> Iterator[Any]:
+        """``kernel`` loaded for the block, unloaded after it."""
+        handle = self.backend.load(spec, kernel.config, problem, kernel.cubin_path)
+        try:
+            yield handle
+        finally:
+            self.backend.unload(handle)
 
     def _check(self, handle: Any, job: CheckedJob, spec: Any, problem: dict) -> Measurement:
         return self.backend.check(handle, spec, problem, job.check_rows, job.seed, job.tolerance)
