@@ -8,6 +8,7 @@ both with fixed delays, so the timing claims are about the loop, not about this 
 from __future__ import annotations
 
 import collections
+import json
 import math
 import os
 import signal
@@ -207,6 +208,10 @@ def test_gpu_workers_share_a_small_budget(tmp_path):
     assert exported.returncode == 0, exported.stderr
     table = pd.read_csv(tmp_path / "t.csv")
     assert sorted(table["gpu"].dropna()) == sorted(t.user_attrs["gpu"] for t in measured)
+    status = tuner("status", "--storage", log)
+    assert "Fake GPU (2 GPUs)" in status.stdout, status.stdout
+    (row,) = json.loads(tuner("status", "--storage", log, "--json").stdout)["studies"]
+    assert row["gpus"] == dict(collections.Counter(t.user_attrs["gpu"] for t in measured))
 
 
 def test_the_depth_of_the_pipeline_follows_littles_law():

@@ -17,6 +17,7 @@ Bad input exits with code 2 and one line that says what to fix.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import importlib.metadata
 import json
@@ -576,6 +577,8 @@ def cmd_status(args) -> int:
         ends = [end for t in trials if (end := t.datetime_complete or t.datetime_start) is not None]
         summary.update(
             device=study.user_attrs.get("device_name", ""),
+            # the GPUs that measured its trials (UUID: trials): several workers, or sessions on other GPUs
+            gpus=dict(collections.Counter(t.user_attrs["gpu"] for t in trials if "gpu" in t.user_attrs)),
             kind=study.user_attrs.get("kind", ""),
             last_update=max(ends).isoformat(timespec="seconds") if ends else None,
             session_factors=session_factors(study),
@@ -590,7 +593,7 @@ def cmd_status(args) -> int:
         return 0
     print(render(
         ["STUDY", "KIND", "DEVICE", "TRIALS", "STATUSES", "BEST_MS", "SESSION_FACTORS", "LAST_UPDATE"],
-        [[r["study"], r["kind"], r["device"], r["trials"],
+        [[r["study"], r["kind"], r["device"] + (f" ({len(r['gpus'])} GPUs)" if len(r["gpus"]) > 1 else ""), r["trials"],
           " ".join(f"{k}={v}" for k, v in sorted(r["statuses"].items())),
           r["best"]["ms"] if r["best"] else None, " ".join(f"{f['factor']:.4f}" for f in r["session_factors"]) or None,
           r["last_update"]] for r in rows],
