@@ -269,7 +269,7 @@ def run_and_profile(study, tmp_path) -> dict:
     assert ran.returncode == 0, ran.stderr
     done = tuner("profile", study, "--storage", url, "--cache-dir", tmp_path / "c", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    profiled = json.loads(done.stdout)
+    (profiled,) = json.loads(done.stdout)["profiles"]
     profiled["best"] = json.loads(tuner("best", study, "--storage", url, "--json").stdout)
     return profiled
 

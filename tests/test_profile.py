@@ -53,7 +53,7 @@ def test_the_best_config_is_launched_once_in_the_profilers_range_and_its_figures
     assert lines[0] == "example_sgemm" and "  Duration                         697.95 us" in lines
     assert any(line.startswith("  ncu: The 4.00 theoretical warps") and "up to 75 % of its duration" in line for line in lines)
     report = tmp_path / f"prof-trial{best['trial']}.ncu-rep"
-    assert report.is_file() and f"output check: ok; report: {report.name}" in done.stderr
+    assert report.is_file() and f"trial {best['trial']}: output check: ok; report: {report.name}" in done.stderr
 
 
 def test_a_trial_named_is_profiled_and_a_wrong_output_is_said(tmp_path, stored):
@@ -65,15 +65,29 @@ def test_a_trial_named_is_profiled_and_a_wrong_output_is_said(tmp_path, stored):
     done = tuner("profile", study, "--storage", url, "--trial", 2, "-o", tmp_path / "two", "--json",
                  env=env(tmp_path, FAKE_MISMATCH_IF=mismatch), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout)
+    (answer,) = json.loads(done.stdout)["profiles"]
     assert answer["trial"] == 2 and answer["params"] == trial.params and answer["check"].startswith("mismatch (row 0")
     assert answer["report"] == str(tmp_path / "two.ncu-rep") and (tmp_path / "two.ncu-rep").is_file()
     assert answer["kernels"][0]["metrics"]["Duration"] == ["697.95", "us"]
     assert [{k: c[k] for k in trial.params} for c in launched(tmp_path)] == [trial.params]
 
 
+def test_trials_named_are_profiled_each_and_shown_side_by_side(tmp_path, stored):
+    study, url = stored
+    done = tuner("profile", study, "--storage", url, "--trial", 1, "--trial", 3, env=env(tmp_path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "example_sgemm" and lines[1].split() == ["trial", "1", "trial", "3"]
+    assert lines[2].split() == ["Duration", "697.95", "us", "697.95", "us"]
+    assert sum(line.startswith("  ncu (trial 1): ") for line in lines) == 2
+    assert (tmp_path / "prof-trial1.ncu-rep").is_file() and (tmp_path / "prof-trial3.ncu-rep").is_file()
+    assert len(launched(tmp_path)) == 2
+
+
 @pytest.mark.parametrize("args, more, says", [
     (("--trial", 99), {}, "--trial 99: study 'prof' has no such trial with a config (trials 0-3)"),
+    (("--trial", 1, "--trial", 2, "-o", "x"), {}, "-o names one report: give it with one --trial (several get "
+                                                   "NAME-trialN.ncu-rep each)"),
     ((), {"TUNER_NCU": "/no/such/ncu"}, "$TUNER_NCU=/no/such/ncu: not an executable; point it at Nsight Compute's ncu"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, stored, args, more, says):
@@ -103,7 +117,7 @@ def test_a_program_kernel_is_profiled_in_its_own_program_and_its_checksum_compar
     assert ran.returncode == 0, ran.stderr
     done = tuner("profile", study, "--storage", url, "--json", env=env(tmp_path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout)
+    (answer,) = json.loads(done.stdout)["profiles"]
     assert answer["check"] == "ok" and answer["kernels"][0]["metrics"]["Duration"] == ["697.95", "us"]
     assert (tmp_path / answer["report"]).is_file() and not (tmp_path / "profiled.log").exists()  # no worker launch
     # the program's output changed since the trial (its checksum): said, and profiled all the same

@@ -5,7 +5,7 @@
     tuner check STUDY.toml... [--compile [--all] [--arch A]] [--json]  space summary; the preflight without a GPU
     tuner check STUDY.toml --host-dry-run                           a GPU not at hand: its launches into a stub here
     tuner best STUDY.toml|--study NAME [--header FILE] [--json]     the winner's -D flags
-    tuner profile STUDY.toml [--trial N] [-o FILE.ncu-rep]         the winner under Nsight Compute (ncu)
+    tuner profile STUDY.toml [--trial N]... [-o FILE.ncu-rep]      the winner (or trials) under Nsight Compute (ncu)
     tuner status [--storage URL] [--json]                           studies in a storage
     tuner export STUDY.toml|--study NAME -o FILE.csv                trials to CSV
     tuner worker STUDY.toml --storage URL                           join a study from any host
@@ -193,9 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
                              description="Exit codes: 0 profiled, 1 ncu or the profiled run failed, 2 bad input.")
     profile.add_argument("study_file")
     storage_arg(profile)
-    profile.add_argument("--trial", type=int, help="the trial whose config to profile (default: the confirmed winner, "
-                                                   "else the best)")
-    profile.add_argument("-o", "--output", type=Path, help="the report for Nsight Compute (default NAME-trialN.ncu-rep)")
+    profile.add_argument("--trial", type=int, action="append", help="a trial whose config to profile (default: the "
+                         "confirmed winner, else the best); repeated: each, their figures side by side")
+    profile.add_argument("-o", "--output", type=Path, help="the report for Nsight Compute, with one trial (default "
+                                                           "NAME-trialN.ncu-rep)")
     profile.add_argument("--json", action="store_true", help="print the profiled kernels' metrics as one JSON object")
     profile.add_argument("--launch-params", help=argparse.SUPPRESS)  # the run inside ncu: these params, once
     options.add_flags(profile, "profile")
@@ -342,24 +343,31 @@ def cmd_profile(args) -> int:
         space.spec.profiled_kernel()  # a program kernel's ncu needs its name: said before anything runs
     ncu = profile.find_ncu()
     study = _open_study(argparse.Namespace(storage=args.storage, study_file=args.study_file, study=args.run.study_name))
-    trial = profile.chosen_trial(study, args.trial)
-    shown = args.output or Path(f"{study.study_name}-trial{trial.number}.ncu-rep")
-    if shown.suffix != ".ncu-rep":  # ncu adds it
-        shown = shown.with_name(shown.name + ".ncu-rep")
-    _check_output(shown, "--output")
-    if not args.json:
-        _say(f"profiling trial {trial.number} ({trial.user_attrs.get('flags', trial.params)}) with {ncu}")
-    try:
-        profiled = profile.profile(ncu, shown.absolute(), cfg, space, trial, args.run.cache_dir)
-    except profile.ProfileFailed as exc:
-        _error(str(exc))
-        return 1
+    trials = [profile.chosen_trial(study, number) for number in args.trial or [None]]
+    if args.output and len(trials) > 1:
+        raise UserError("-o names one report: give it with one --trial (several get NAME-trialN.ncu-rep each)")
+    reports = [args.output or Path(f"{study.study_name}-trial{t.number}.ncu-rep") for t in trials]
+    reports = [r if r.suffix == ".ncu-rep" else r.with_name(r.name + ".ncu-rep") for r in reports]  # (ncu adds it)
+    for report in reports:
+        _check_output(report, "--output")
+    profiles = []
+    for trial, report in zip(trials, reports, strict=True):
+        if not args.json:
+            _say(f"profiling trial {trial.number} ({trial.user_attrs.get('flags', trial.params)}) with {ncu}")
+        try:
+            profiles.append(profile.profile(ncu, report.absolute(), cfg, space, trial, args.run.cache_dir))  # (a program runs in its spec's folder)
+        except profile.ProfileFailed as exc:
+            _error(str(exc))
+            return 1
     if args.json:
-        print(json.dumps({"study": study.study_name, "trial": trial.number, "params": trial.params, "check": profiled.check,
-                          "report": str(shown), "kernels": [dataclasses.asdict(k) for k in profiled.kernels]}))
-    else:
-        profile.print_profile(profiled.kernels)
-        _say(f"output check: {profiled.check}; report: {shown} (open it in Nsight Compute: ncu-ui {shown})")
+        print(json.dumps({"study": study.study_name, "profiles": [
+            {"trial": t.number, "params": t.params, "check": p.check, "report": str(r),
+             "kernels": [dataclasses.asdict(k) for k in p.kernels]} for t, p, r in zip(trials, profiles, reports, strict=True)]}))
+        return 0
+    profile.print_profiles([f"trial {t.number}" for t in trials], profiles)
+    for trial, profiled, report in zip(trials, profiles, reports, strict=True):
+        _say(f"trial {trial.number}: output check: {profiled.check}; report: {report} (open it in Nsight Compute: "
+             f"ncu-ui {report})")
     return 0
 
 

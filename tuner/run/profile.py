@@ -231,12 +231,30 @@ def shown(kernel: Kernel) -> list[tuple[str, str, str]]:
     return [(name, *kernel.metrics[name]) for name in SHOWN if name in kernel.metrics]
 
 
-def print_profile(kernels: list[Kernel], file=sys.stdout) -> None:
-    for kernel in kernels:
-        print(kernel.name, file=file)
-        rows = shown(kernel)
-        width = max((len(name) for name, _, _ in rows), default=0)
-        for name, value, unit in rows:
-            print(f"  {name:<{width}}  {value} {unit}".rstrip(), file=file)
-        for advice in kernel.advice:
-            print(f"  ncu: {advice}", file=file)
+def print_profiles(labels: list[str], profiles: list[Profiled], file=None) -> None:
+    """The figures of each profile (``labels``: whose), side by side where each profiled one kernel of the
+    same name; ncu's advice after them."""
+    file = file or sys.stdout
+    kernels = [p.kernels for p in profiles]
+    if len(profiles) > 1 and all(len(k) == 1 for k in kernels) and len({k[0].name for k in kernels}) == 1:
+        names = [name for name in SHOWN if any(name in k[0].metrics for k in kernels)]
+        cells = [[" ".join(k[0].metrics.get(name, ("-", ""))).strip() for k in kernels] for name in names]
+        widths = [max(len(name) for name in names)] + [max(len(row[i]) for row in [labels, *cells]) for i in range(len(labels))]
+        print(kernels[0][0].name, file=file)
+        for row in [["", *labels], *([name, *cell] for name, cell in zip(names, cells, strict=True))]:
+            print("  " + "  ".join(f"{text:<{width}}" for text, width in zip(row, widths, strict=True)).rstrip(), file=file)
+        for label, (kernel,) in zip(labels, kernels, strict=True):
+            for advice in kernel.advice:
+                print(f"  ncu ({label}): {advice}", file=file)
+        return
+    for label, profiled in zip(labels, profiles, strict=True):
+        if len(profiles) > 1:
+            print(f"{label}:", file=file)
+        for kernel in profiled.kernels:
+            print(kernel.name, file=file)
+            rows = shown(kernel)
+            width = max((len(name) for name, _, _ in rows), default=0)
+            for name, value, unit in rows:
+                print(f"  {name:<{width}}  {value} {unit}".rstrip(), file=file)
+            for advice in kernel.advice:
+                print(f"  ncu: {advice}", file=file)
