@@ -131,8 +131,7 @@ def run_tuner(space: Space, recording: Recording, sampler: str, seed: int, budge
     with that many compile processes proposes them (a replay alone proposes each when it is measured)."""
     settings = RunSettings(study_name=study_name or f"{sampler}-{seed}", sampler=sampler, trials=budget, seed=seed,
                            pruner=pruner, progress=False, warm_start=warm_start or [])
-    evaluator = ReplayEvaluator(recording)
-    evaluator.ahead = ahead
+    evaluator = ReplayEvaluator(recording, ahead=ahead)
     runner = Runner(space, evaluator, settings, storage_url=storage)
     runner.run()
     trials = [t for t in runner.study.trials if t.state.is_finished() and t.user_attrs.get("status") != "duplicate"]

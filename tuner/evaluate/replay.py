@@ -621,9 +621,16 @@ class ReplayEvaluator(Evaluator):
 
     kind = "replay"
 
-    def __init__(self, recording: Recording, block: int = 10):
+    def __init__(self, recording: Recording, block: int = 10, ahead: int = 0):
         self.recording = recording
         self.block = block
+        #: trials asked beyond the one measured, as a GPU run with that many compile processes asks them
+        #: (a benchmark of what a GPU run's search sees; a replay alone asks each as it is measured)
+        self._ahead = ahead
+
+    @property
+    def ahead(self) -> int:
+        return self._ahead
 
     def evaluate(self, params: dict[str, Value], config: dict[str, Value], report: Callable[[int, float, list[float]], bool]) -> Measurement:
         record = self.recording.lookup(params)
