@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 
 #: the Nsight Compute command line tool (else ``ncu`` on PATH, else CUDA's own folder)
 NCU_ENV = "TUNER_NCU"
-#: ncu's sections the report holds (its default set: throughput, launch, occupancy)
+#: ncu's sections the report holds (its default set: throughput, launch, occupancy), as ncu's options
 SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis")
+_SECTION_OPTIONS = [option for name in SECTIONS for option in ("--section", name)]
 #: the metrics printed, by ncu's names, in this order (the report holds every one of its sections)
 SHOWN = (
     "Duration", "SM Frequency", "Compute (SM) Throughput", "Memory Throughput", "DRAM Throughput",
@@ -87,17 +88,16 @@ def profile(ncu: str, report: Path, cfg: StudyConfig, space: Space, trial: Froze
     from tuner.contract.program import ProgramSpec
 
     if isinstance(space.spec, ProgramSpec):
-        checked = profile_program(ncu, report, space.spec.profiled_kernel(), cfg, space, trial, cache_dir)
+        status, reason = profile_program(ncu, report, space.spec.profiled_kernel(), cfg, space, trial, cache_dir)
     else:
         inner = [sys.executable, "-m", "tuner", "profile", str(cfg.path), "--launch-params", json.dumps(trial.params)]
         if cache_dir is not None:
             inner += ["--cache-dir", str(cache_dir)]
-        checked = run_under_ncu(ncu_command(ncu, report, inner))
+        status, reason = run_under_ncu(ncu_command(ncu, report, inner))
     kernels = read_report(ncu, report)
     if not kernels:
         raise ProfileFailed(f"ncu profiled no kernel of trial {trial.number} (its report: {report})")
-    check = checked["status"] + (f" ({checked['reason']})" if checked["status"] != "ok" and checked["reason"] else "")
-    return Profiled(check, kernels)
+    return Profiled(status + (f" ({reason})" if status != "ok" and reason else ""), kernels)
 
 
 def find_ncu() -> str:
@@ -107,7 +107,7 @@ def find_ncu() -> str:
         if shutil.which(given) is None:
             raise UserError(f"${NCU_ENV}={given}: not an executable; point it at Nsight Compute's ncu")
         return given
-    found = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if os.access(p, os.X_OK)), None)
+    found = shutil.which("ncu") or shutil.which("/usr/local/cuda/bin/ncu")
     if found is None:
         raise UserError("ncu (Nsight Compute) not found: install it (it comes with the CUDA toolkit), put it on PATH "
                         f"or name it in ${NCU_ENV}")
@@ -116,23 +116,21 @@ def find_ncu() -> str:
 
 def ncu_command(ncu: str, report: Path, inner: list[str]) -> list[str]:
     """``inner`` under ncu: only what runs in the profiler's range, every process (the GPU worker is a child)."""
-    sections = [arg for name in SECTIONS for arg in ("--section", name)]
-    return [ncu, "--target-processes", "all", "--profile-from-start", "off", *sections, "--force-overwrite",
+    return [ncu, "--target-processes", "all", "--profile-from-start", "off", *_SECTION_OPTIONS, "--force-overwrite",
             "--export", str(report), *inner]
 
 
 def program_command(ncu: str, report: Path, kernel: str, argv: list[str]) -> list[str]:
     """A program kernel's program under ncu: its first launch of ``kernel`` (ncu flushes the caches and
     holds the clocks for each launch it profiles, so the first is as good as any)."""
-    sections = [arg for name in SECTIONS for arg in ("--section", name)]
-    return [ncu, "--kernel-name", kernel, "--launch-count", "1", *sections, "--force-overwrite",
+    return [ncu, "--kernel-name", kernel, "--launch-count", "1", *_SECTION_OPTIONS, "--force-overwrite",
             "--export", str(report), *argv]
 
 
 def profile_program(ncu: str, report: Path, kernel: str, cfg: StudyConfig, space: Space, trial: FrozenTrial,
-                    cache_dir: Path | None) -> dict:
+                    cache_dir: Path | None) -> tuple[str, str]:
     """Build ``trial``'s config of a program kernel, run its program under ncu; its checksum compared
-    with the trial's (the check's result, as :func:`run_under_ncu` gives the inner run's)."""
+    with the trial's: (status, reason), as :func:`run_under_ncu` gives the inner run's check."""
     from tuner.compile.program import build_program
     from tuner.contract.program import ProgramSpec, checksum_differs, parse_result
 
@@ -150,7 +148,7 @@ def profile_program(ncu: str, report: Path, kernel: str, cfg: StudyConfig, space
     except UserError as exc:
         raise ProfileFailed(f"the profiled program: {exc}") from None
     why = checksum_differs(result.checksum, trial.user_attrs.get("checksum"), spec.checksum_rtol)
-    return {"status": "mismatch", "reason": why} if why else {"status": "ok", "reason": ""}
+    return ("mismatch", why) if why else ("ok", "")
 
 
 def _target(cfg: StudyConfig, spec: KernelSpec) -> str:
@@ -172,14 +170,16 @@ def _target(cfg: StudyConfig, spec: KernelSpec) -> str:
     return run_target(cfg.arch, spec, device.get("cc", (0, 0)), device.get("name", ""))
 
 
-def run_under_ncu(command: list[str]) -> dict:
-    """Run ``command`` (:func:`ncu_command`); the inner run's result, or an error naming ncu's complaint."""
+def run_under_ncu(command: list[str]) -> tuple[str, str]:
+    """Run ``command`` (:func:`ncu_command`); the inner run's check of the launch (status, reason), or an
+    error naming ncu's complaint."""
     done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
     lines = (done.stdout + "\n" + done.stderr).splitlines()
     result = next((line[len(RESULT_MARK):] for line in reversed(lines) if line.startswith(RESULT_MARK)), None)
     if done.returncode != 0 or result is None:
         _failed(done)
-    return json.loads(result)
+    checked = json.loads(result)
+    return checked["status"], checked["reason"]
 
 
 def _failed(done: subprocess.CompletedProcess) -> NoReturn:
