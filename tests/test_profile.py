@@ -51,7 +51,8 @@ def test_the_best_config_is_launched_once_in_the_profilers_range_and_its_figures
     assert {k: config[k] for k in best["params"]} == best["params"]
     lines = done.stdout.splitlines()
     assert lines[0] == "example_sgemm" and "  Duration                         697.95 us" in lines
-    assert any(line.startswith("  ncu: The 4.00 theoretical warps") and "up to 75 % of its duration" in line for line in lines)
+    assert any(line.startswith("  ncu: The 4.00 theoretical warps") and line.endswith("for the part it names: up to 75 %)")
+               for line in lines)
     report = tmp_path / f"prof-trial{best['trial']}.ncu-rep"
     assert report.is_file() and f"trial {best['trial']}: output check: ok; report: {report.name}" in done.stderr
 
@@ -66,15 +67,18 @@ def test_a_trial_named_is_profiled_and_a_wrong_output_is_said(tmp_path, stored):
                  env=env(tmp_path, FAKE_MISMATCH_IF=mismatch), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (answer,) = json.loads(done.stdout)["profiles"]
-    assert answer["trial"] == 2 and answer["params"] == trial.params and answer["check"].startswith("mismatch (row 0")
+    assert answer["trial"] == 2 and answer["params"] == trial.params and answer["flags"] == trial.user_attrs["flags"]
+    assert answer["status"] == "mismatch" and answer["reason"].startswith("row 0")
     assert answer["report"] == str(tmp_path / "two.ncu-rep") and (tmp_path / "two.ncu-rep").is_file()
-    assert answer["kernels"][0]["metrics"]["Duration"] == ["697.95", "us"]
+    metrics = answer["kernels"][0]["metrics"]
+    assert metrics["Duration"] == [697.95, "us"] and metrics["Elapsed Cycles"] == [1041050, "cycle"]
     assert [{k: c[k] for k in trial.params} for c in launched(tmp_path)] == [trial.params]
 
 
 def test_trials_named_are_profiled_each_and_shown_side_by_side(tmp_path, stored):
     study, url = stored
-    done = tuner("profile", study, "--storage", url, "--trial", 1, "--trial", 3, env=env(tmp_path), cwd=tmp_path)
+    done = tuner("profile", study, "--storage", url, "--trial", 1, "--trial", 3, "--trial", 1, env=env(tmp_path),
+                 cwd=tmp_path)  # (a trial named twice: profiled once)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "example_sgemm" and lines[1].split() == ["trial", "1", "trial", "3"]
@@ -86,6 +90,7 @@ def test_trials_named_are_profiled_each_and_shown_side_by_side(tmp_path, stored)
 
 @pytest.mark.parametrize("args, more, says", [
     (("--trial", 99), {}, "--trial 99: study 'prof' has no such trial with a config (trials 0-3)"),
+    (("-o", "."), {}, "--output . is a folder: give a file name"),
     (("--trial", 1, "--trial", 2, "-o", "x"), {}, "-o names one report: give it with one --trial (several get "
                                                    "NAME-trialN.ncu-rep each)"),
     ((), {"TUNER_NCU": "/no/such/ncu"}, "$TUNER_NCU=/no/such/ncu: not an executable; point it at Nsight Compute's ncu"),
@@ -94,6 +99,21 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, stored, args, more, says):
     study, url = stored
     done = tuner("profile", study, "--storage", url, *args, env=env(tmp_path, **more), cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.strip() == f"tuner: error: {says}", done.stderr
+
+
+def test_a_study_file_changed_since_its_trials_is_refused_unless_accepted(tmp_path, stored):
+    """A profile labelled with a trial must be of that trial's kernel: another problem (or source) is refused."""
+    study, url = stored
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    (edited / "prof.toml").write_text(study.read_text().replace("M_DIM = 1024", "M_DIM = 2048"))
+    refused = tuner("profile", edited / "prof.toml", "--storage", url, env=env(tmp_path), cwd=tmp_path)
+    assert refused.returncode == 2 and "study 'prof' was recorded under a different setup (problem: stored" in refused.stderr
+    assert "add --accept-mismatch" in refused.stderr and not (tmp_path / "profiled.log").exists()
+    taken = tuner("profile", edited / "prof.toml", "--storage", url, "--accept-mismatch", "-o", tmp_path / "new" / "r",
+                  env=env(tmp_path), cwd=tmp_path)
+    assert taken.returncode == 0 and "-DM_DIM=2048" in taken.stderr  # what was profiled, as it was built
+    assert (tmp_path / "new" / "r.ncu-rep").is_file() and len(launched(tmp_path)) == 1
 
 
 def test_a_study_never_run_is_named(tmp_path):
@@ -118,7 +138,7 @@ def test_a_program_kernel_is_profiled_in_its_own_program_and_its_checksum_compar
     done = tuner("profile", study, "--storage", url, "--json", env=env(tmp_path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (answer,) = json.loads(done.stdout)["profiles"]
-    assert answer["check"] == "ok" and answer["kernels"][0]["metrics"]["Duration"] == ["697.95", "us"]
+    assert answer["status"] == "ok" and answer["kernels"][0]["metrics"]["Duration"] == [697.95, "us"]
     assert (tmp_path / answer["report"]).is_file() and not (tmp_path / "profiled.log").exists()  # no worker launch
     # the program's output changed since the trial (its checksum): said, and profiled all the same
     again = tuner("profile", study, "--storage", url, env=env(tmp_path, FAKE_CHECKSUM_SHIFT="5"), cwd=tmp_path)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import importlib.metadata
 import json
 import logging
@@ -193,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
                              description="Exit codes: 0 profiled, 1 ncu or the profiled run failed, 2 bad input.")
     profile.add_argument("study_file")
     storage_arg(profile)
+    profile.add_argument("--study", help="study name in the storage (default: the study file's run, grid or replay)")
     profile.add_argument("--trial", type=int, action="append", help="a trial whose config to profile (default: the "
                          "confirmed winner, else the best); repeated: each, their figures side by side")
     profile.add_argument("-o", "--output", type=Path, help="the report for Nsight Compute, with one trial (default "
@@ -342,18 +342,23 @@ def cmd_profile(args) -> int:
     if isinstance(space.spec, ProgramSpec):
         space.spec.profiled_kernel()  # a program kernel's ncu needs its name: said before anything runs
     ncu = profile.find_ncu()
-    study = _open_study(argparse.Namespace(storage=args.storage, study_file=args.study_file, study=args.run.study_name))
-    trials = [profile.chosen_trial(study, number) for number in args.trial or [None]]
+    study = _open_study(args)
+    profile.check_unchanged(study, space, args.run.accept_mismatch)
+    numbers = list(dict.fromkeys(args.trial)) if args.trial else [None]  # (a trial named twice is profiled once)
+    trials = [profile.chosen_trial(study, number) for number in numbers]
     if args.output and len(trials) > 1:
         raise UserError("-o names one report: give it with one --trial (several get NAME-trialN.ncu-rep each)")
+    _check_output(args.output, "--output")
     reports = [args.output or Path(f"{study.study_name}-trial{t.number}.ncu-rep") for t in trials]
     reports = [r if r.suffix == ".ncu-rep" else r.with_name(r.name + ".ncu-rep") for r in reports]  # (ncu adds it)
     for report in reports:
         _check_output(report, "--output")
     profiles = []
     for trial, report in zip(trials, reports, strict=True):
+        flags = space.spec.flags(space.full_config(dict(trial.params)), space.problem)
         if not args.json:
-            _say(f"profiling trial {trial.number} ({trial.user_attrs.get('flags', trial.params)}) with {ncu}")
+            _say(f"profiling trial {trial.number} ({flags}) with {ncu}")
+        report.absolute().parent.mkdir(parents=True, exist_ok=True)
         try:
             profiles.append(profile.profile(ncu, report.absolute(), cfg, space, trial, args.run.cache_dir))  # (a program runs in its spec's folder)
         except profile.ProfileFailed as exc:
@@ -361,8 +366,10 @@ def cmd_profile(args) -> int:
             return 1
     if args.json:
         print(json.dumps({"study": study.study_name, "profiles": [
-            {"trial": t.number, "params": t.params, "check": p.check, "report": str(r),
-             "kernels": [dataclasses.asdict(k) for k in p.kernels]} for t, p, r in zip(trials, profiles, reports, strict=True)]}))
+            {"trial": t.number, "params": t.params, "flags": space.spec.flags(space.full_config(dict(t.params)), space.problem),
+             "status": p.status, "reason": p.reason, "report": str(r),
+             "kernels": [{"name": k.name, "metrics": k.numbers(), "advice": k.advice} for k in p.kernels]}
+            for t, p, r in zip(trials, profiles, reports, strict=True)]}))
         return 0
     profile.print_profiles([f"trial {t.number}" for t in trials], profiles)
     for trial, profiled, report in zip(trials, profiles, reports, strict=True):

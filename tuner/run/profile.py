@@ -60,12 +60,41 @@ class Kernel:
     advice: list[str] = field(default_factory=list)
 
 
+    def numbers(self) -> dict[str, tuple[float | str, str]]:
+        """The metrics with their values as numbers where ncu printed one (``1,041,050``: 1041050)."""
+        return {name: (_number(value), unit) for name, (value, unit) in self.metrics.items()}
+
+
+def _number(text: str) -> float | str:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return text
+
+
 @dataclass
 class Profiled:
     """What ``tuner profile`` found: the launch's output check (``ok``, or the status and why) and its kernels."""
 
-    check: str
+    status: str
+    reason: str
     kernels: list[Kernel]
+
+    @property
+    def check(self) -> str:
+        return self.status + (f" ({self.reason})" if self.status != "ok" and self.reason else "")
+
+
+def check_unchanged(study: optuna.Study, space: Space, accept_mismatch: bool) -> None:
+    """The study file and its kernel still make the configs the study's trials ran (the same source,
+    problem and defines): else a profile would be of another kernel than the trial it names."""
+    stored = study.user_attrs
+    now = {"source_hash": space.spec.source_hash(), "problem": dict(space.problem), "axes": space.axis_names}
+    differs = [f"{key}: stored {stored[key]!r}, now {value!r}" for key, value in now.items()
+               if key in stored and stored[key] != value]
+    if differs and not accept_mismatch:
+        raise UserError(f"study {study.study_name!r} was recorded under a different setup ({'; '.join(differs)}): "
+                        "profile with the study file and kernel it ran, or add --accept-mismatch")
 
 
 def chosen_trial(study: optuna.Study, number: int | None) -> FrozenTrial:
@@ -77,8 +106,8 @@ def chosen_trial(study: optuna.Study, number: int | None) -> FrozenTrial:
         return confirmed_best(study)[0]
     numbered = {t.number: t for t in study.get_trials(deepcopy=False) if t.params}
     if number not in numbered:
-        raise UserError(f"--trial {number}: study {study.study_name!r} has no such trial with a config "
-                        f"(trials 0-{len(study.trials) - 1})")
+        have = f"trials {min(numbered)}-{max(numbered)}" if numbered else "none yet"
+        raise UserError(f"--trial {number}: study {study.study_name!r} has no such trial with a config ({have})")
     return numbered[number]
 
 
@@ -97,21 +126,22 @@ def profile(ncu: str, report: Path, cfg: StudyConfig, space: Space, trial: Froze
     kernels = read_report(ncu, report)
     if not kernels:
         raise ProfileFailed(f"ncu profiled no kernel of trial {trial.number} (its report: {report})")
-    return Profiled(status + (f" ({reason})" if status != "ok" and reason else ""), kernels)
+    return Profiled(status, reason, kernels)
 
 
 def find_ncu() -> str:
     """The ncu to run, or a one-line error that says how to get one."""
     given = os.environ.get(NCU_ENV)
     if given:
-        if shutil.which(given) is None:
+        found = shutil.which(given)
+        if found is None:
             raise UserError(f"${NCU_ENV}={given}: not an executable; point it at Nsight Compute's ncu")
-        return given
+        return os.path.abspath(found)  # (a program kernel's runs in its spec's folder)
     found = shutil.which("ncu") or shutil.which("/usr/local/cuda/bin/ncu")
     if found is None:
         raise UserError("ncu (Nsight Compute) not found: install it (it comes with the CUDA toolkit), put it on PATH "
                         f"or name it in ${NCU_ENV}")
-    return found
+    return os.path.abspath(found)
 
 
 def ncu_command(ncu: str, report: Path, inner: list[str]) -> list[str]:
@@ -220,10 +250,19 @@ def parse_details(text: str) -> list[Kernel]:
         if row["Metric Name"]:
             kernel.metrics.setdefault(row["Metric Name"], (row.get("Metric Value", ""), row.get("Metric Unit", "")))
         elif row.get("Rule Description") and row.get("Rule Type") in ("OPT", "WRN"):  # (INF: a finding, no advice)
-            speedup = row.get("Estimated Speedup") or ""
-            kernel.advice.append(row["Rule Description"].strip() + (f" (ncu: up to {speedup} % of its duration to save)"
-                                                                    if speedup else ""))
+            kernel.advice.append(row["Rule Description"].strip() + _estimate(row))
     return list(kernels.values())
+
+
+def _estimate(row: dict[str, str]) -> str:
+    """ncu's estimate of what following a rule gains: of the kernel's duration (global), or of the part of
+    the GPU the rule is about (local)."""
+    speedup, kind = row.get("Estimated Speedup") or "", row.get("Estimated Speedup Type") or ""
+    if not speedup:
+        return ""
+    if kind == "global":
+        return f" (ncu: up to {speedup} % of the kernel's duration to save)"
+    return f" (ncu's estimate for the part it names: up to {speedup} %)"
 
 
 def shown(kernel: Kernel) -> list[tuple[str, str, str]]:

@@ -198,7 +198,7 @@ class RunOptions:
     """Command-line settings of one run (no study-file key)."""
 
     study_name: str | None = option(None, "store under this name instead of the study file's",
-                                    commands=(*SEARCH_COMMANDS, "grid", "confirm", "profile"))
+                                    commands=(*SEARCH_COMMANDS, "grid", "confirm"))
     replay: Path | None = option(None, "evaluate against a recorded table (our CSV, a Kernel Tuner cache or T4 file, KTT output) instead of a GPU",
                                  commands=(*SEARCH_COMMANDS, "grid"), metavar="FILE")
     workers: int = option(1, "worker processes, one per GPU (needs a journal or Postgres storage)",
@@ -208,8 +208,8 @@ class RunOptions:
                                        "as the prior (repeatable)", commands=SEARCH_COMMANDS, metavar="STUDY|FILE")
     warm_start_top: int = option(5, "configs a warm start queues, shared among its sources", minimum=1, commands=SEARCH_COMMANDS,
                                  metavar="N")
-    accept_mismatch: bool = option(False, "resume even if GPU, kernel source or NVRTC differ",
-                                   commands=(*SEARCH_COMMANDS, "grid", "confirm"))
+    accept_mismatch: bool = option(False, "use a study recorded under another GPU, kernel source, NVRTC or problem "
+                                   "all the same", commands=(*SEARCH_COMMANDS, "grid", "confirm", "profile"))
     cache_dir: Path | None = option(None, "compile cache (default ~/.cache/tuner/cubin or $TUNER_CACHE_DIR)",
                                     commands=(*SEARCH_COMMANDS, "grid", "check", "confirm", "profile"))
     artifacts: Path | None = option(None, "keep each trial's compile log as an Optuna artifact in this folder",

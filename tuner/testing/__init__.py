@@ -63,6 +63,7 @@ def write_study(folder: str | Path, name: str, *, tier1: Mapping[str, list], tie
         if values:
             tables[table] = values
     path = Path(folder) / f"{name}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(toml_text(tables))
     return path
 
