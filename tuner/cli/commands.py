@@ -353,11 +353,12 @@ def cmd_profile(args) -> int:
     reports = [r if r.suffix == ".ncu-rep" else r.with_name(r.name + ".ncu-rep") for r in reports]  # (ncu adds it)
     for report in reports:
         _check_output(report, "--output")
+    # the flags as built now (a study accepted with another problem: not the trial's stored ones)
+    flags = [space.spec.flags(space.full_config(dict(t.params)), space.problem) for t in trials]
     profiles = []
-    for trial, report in zip(trials, reports, strict=True):
-        flags = space.spec.flags(space.full_config(dict(trial.params)), space.problem)
+    for trial, report, built in zip(trials, reports, flags, strict=True):
         if not args.json:
-            _say(f"profiling trial {trial.number} ({flags}) with {ncu}")
+            _say(f"profiling trial {trial.number} ({built}) with {ncu}")
         report.absolute().parent.mkdir(parents=True, exist_ok=True)
         try:
             profiles.append(profile.profile(ncu, report.absolute(), cfg, space, trial, args.run.cache_dir))  # (a program runs in its spec's folder)
@@ -366,10 +367,9 @@ def cmd_profile(args) -> int:
             return 1
     if args.json:
         print(json.dumps({"study": study.study_name, "profiles": [
-            {"trial": t.number, "params": t.params, "flags": space.spec.flags(space.full_config(dict(t.params)), space.problem),
-             "status": p.status, "reason": p.reason, "report": str(r),
+            {"trial": t.number, "params": t.params, "flags": f, "status": p.status, "reason": p.reason, "report": str(r),
              "kernels": [{"name": k.name, "metrics": k.numbers(), "advice": k.advice} for k in p.kernels]}
-            for t, p, r in zip(trials, profiles, reports, strict=True)]}))
+            for t, f, p, r in zip(trials, flags, profiles, reports, strict=True)]}))
         return 0
     profile.print_profiles([f"trial {t.number}" for t in trials], profiles)
     for trial, profiled, report in zip(trials, profiles, reports, strict=True):
