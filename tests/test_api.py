@@ -4,7 +4,9 @@ given as data (compiled here with NVRTC; run on a GPU by the gpu-marked test).""
 import gzip
 import itertools
 import json
+import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -280,3 +282,14 @@ def test_a_study_searched_on_otherwise_says_so(tmp_path):
     other = tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=db, trials=10, sampler="random")
     assert ("study patch_embed_sm90a_hopper_grid.replay was searched with sampler tpe, seed 1; this run adds trials "
             "with sampler random, no fixed seed to it (study_name=NEW keeps a comparison apart)") in other.notes
+
+
+def test_a_notebook_running_many_studies_leaves_no_lock_file_open(tmp_path):
+    """Each run closes the file that makes its proposals one step across processes (a notebook's
+    process runs study after study and keeps their results: an open file each would pile up)."""
+    def open_locks() -> list[str]:
+        fds = Path("/proc/self/fd")
+        return [link for fd in fds.iterdir() if (link := os.path.realpath(fd)).endswith(".propose.lock")]
+
+    results = [tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=tmp_path / f"t{i}.db", trials=2) for i in range(2)]
+    assert all(r.best_trial is not None for r in results) and open_locks() == []

@@ -346,17 +346,20 @@ class Runner:
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> dict:
-        self._queued_while_enumerating()
-        self.space.require_valid()
-        if self.settings.mode == "tiered":
-            target1 = self._phase_target(self.space.tier1_candidates())
-            self._optimize("tier1", self.space.tier1_candidates(), target1)
-            winner = self.best_params(phase="tier1")
-            if winner is not None:
-                tier2 = self.space.tier2_candidates(winner)
-                self._optimize("tier2", tier2, len(tier2))
-        else:
-            self._optimize("joint", self.space.valid, self._phase_target(self.space.valid))
+        try:
+            self._queued_while_enumerating()
+            self.space.require_valid()
+            if self.settings.mode == "tiered":
+                target1 = self._phase_target(self.space.tier1_candidates())
+                self._optimize("tier1", self.space.tier1_candidates(), target1)
+                winner = self.best_params(phase="tier1")
+                if winner is not None:
+                    tier2 = self.space.tier2_candidates(winner)
+                    self._optimize("tier2", tier2, len(tier2))
+            else:
+                self._optimize("joint", self.space.valid, self._phase_target(self.space.valid))
+        finally:
+            self.lock.close()  # (its file or connection: a notebook runs many studies in one process)
         return self.summary()
 
     def _phase_target(self, candidates: list) -> int:
