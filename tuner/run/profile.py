@@ -88,10 +88,11 @@ class Profiled:
 def check_unchanged(study: optuna.Study, space: Space, accept_mismatch: bool) -> None:
     """The study file and its kernel still make the configs the study's trials ran (the same source,
     problem and defines): else a profile would be of another kernel than the trial it names."""
+    from tuner.run.runner import setup_differences
+
     stored = study.user_attrs
     now = {"source_hash": space.spec.source_hash(), "problem": dict(space.problem), "axes": space.axis_names}
-    differs = [f"{key}: stored {stored[key]!r}, now {value!r}" for key, value in now.items()
-               if key in stored and stored[key] != value]
+    differs = setup_differences(stored, now, [key for key in now if key in stored])  # (a GPU and NVRTC may differ)
     if differs and not accept_mismatch:
         raise UserError(f"study {study.study_name!r} was recorded under a different setup ({'; '.join(differs)}): "
                         "profile with the study file and kernel it ran, or add --accept-mismatch")

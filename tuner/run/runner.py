@@ -14,7 +14,7 @@ import math
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,12 @@ def fingerprint(attrs: dict[str, Any]) -> dict[str, Any]:
     return {k: attrs.get(k) for k in BINDING_KEYS}
 
 
+def setup_differences(stored: Mapping[str, Any], now: Mapping[str, Any], keys: Iterable[str]) -> list[str]:
+    """The fingerprint keys ``keys`` on which a study's stored setup and this one differ, each as
+    "key: stored X, now Y"."""
+    return [f"{k}: stored {stored.get(k)!r}, now {now.get(k)!r}" for k in keys if stored.get(k) != now.get(k)]
+
+
 def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool) -> None:
     """Record the study's fingerprint, or stop if a resumed study was made elsewhere."""
     stored = {"objective": MS_OBJECTIVE, **study.user_attrs}  # one read: a second may see another worker's "kind"
@@ -130,11 +136,7 @@ def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool
             f"{', '.join(map(str, attrs['axes']))}: a study keeps one space (--accept-mismatch does not change that); "
             "start a new study with --study-name NEW"
         )
-    differs = [
-        f"{k}: stored {stored.get(k)!r}, now {attrs.get(k)!r}"
-        for k in BINDING_KEYS
-        if stored.get(k) != attrs.get(k)
-    ]
+    differs = setup_differences(stored, attrs, BINDING_KEYS)
     if not differs:
         return
     if not accept_mismatch:
