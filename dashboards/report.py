@@ -249,7 +249,7 @@ def fig_pareto(data: StudyData) -> go.Figure:
     study = optuna.create_study(storage=_SnapshotStorage(trials), directions=directions, study_name=data.name)
     names = data.metric_names or [data.metric, "energy_mj"]
     fig = optuna.visualization.plot_pareto_front(study, target_names=names)
-    return _layout(fig, f"Pareto front: {names[0]} against {names[1]} per launch")
+    return _layout(fig, f"Pareto front: {names[0]} against energy per launch ({names[1]})")
 
 
 def fig_history(data: StudyData, mem: optuna.Study) -> go.Figure:

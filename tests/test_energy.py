@@ -79,3 +79,17 @@ def test_a_trial_of_a_kernel_above_the_power_limit_stores_a_reason_not_a_value(m
     assert m.status == "ok" and "energy_mj_per_launch" not in m.extra and "power_w" not in m.extra
     assert "above the enforced limit" in m.extra["energy_note"]
     assert m.extra["reference_power_w"] == pytest.approx(300.0, rel=0.01)  # the reference's own window is fine
+
+
+def test_energy_relative_to_the_reference_is_the_ratio_of_the_two_with_its_uncertainty():
+    counter = FakeEnergyCounter(step_s=0.1)
+    own = measure_energy(kernel(counter, 0.8, 400.0), counter, 0.8, 1.0)
+    ref = measure_energy(kernel(counter, 1.0, 300.0), counter, 1.0, 1.0)
+    attrs = own.relative_to(ref)
+    assert attrs["energy_ratio"] == pytest.approx(0.8 * 400.0 / 300.0, rel=0.01)
+    # relative errors add in quadrature: larger than either alone, smaller than their sum
+    rel = attrs["energy_ratio_err"] / attrs["energy_ratio"]
+    own_rel, ref_rel = own.mj_per_launch_err / own.mj_per_launch, ref.mj_per_launch_err / ref.mj_per_launch
+    assert max(own_rel, ref_rel) < rel < own_rel + ref_rel
+    unmeasured = measure_energy(kernel(counter, 1.0, 300.0), counter, 1.0, 0.05)
+    assert own.relative_to(unmeasured) == {} and unmeasured.relative_to(own) == {}

@@ -100,8 +100,9 @@ class Result:
     @property
     def front(self) -> pd.DataFrame:
         """A time-and-energy study's Pareto front, fastest first (as ``tuner best --pareto``): trial,
-        time value, ms, energy per launch and its error, power, flags, and the defines; empty for a
-        study of time alone."""
+        the two objectives (``time``, ``energy``: ratios to the reference in a paired study, also under
+        their metric names), ms, energy per launch in mJ and its error, power, flags, and the defines;
+        empty for a study of time alone."""
         from tuner.measurement import pareto
 
         rows = pareto.front_rows(self.study) if pareto.is_multi(self.study) else []

@@ -18,6 +18,7 @@ logic is tested on a fake counter with an injected clock.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -75,6 +76,17 @@ class Energy:
         if self.note:
             out[f"{prefix}energy_note"] = self.note
         return out
+
+    def relative_to(self, reference: Energy) -> dict[str, Any]:
+        """Trial attributes: energy per launch as a ratio to the reference's, measured in the same
+        trial (absent where either has no value). Like the time ratio, it compares across GPUs and
+        sessions where millijoules do not: the reference shares the GPU's power state and history."""
+        if not (self.mj_per_launch and reference.mj_per_launch):
+            return {}
+        ratio = self.mj_per_launch / reference.mj_per_launch
+        err = ratio * math.hypot((self.mj_per_launch_err or 0.0) / self.mj_per_launch,
+                                 (reference.mj_per_launch_err or 0.0) / reference.mj_per_launch)
+        return {"energy_ratio": round(ratio, 5), "energy_ratio_err": round(err, 5)}
 
 
 def measure_energy(

@@ -398,8 +398,9 @@ class Measurer:
             extra.update(self._session.attrs())
             self._session_reported = True
         if timing.energy_s > 0:
-            extra.update(self._energy(candidate, summary.candidate_ms, timing).attrs())
-            extra.update(self._energy(reference, summary.reference_ms, timing).attrs("reference_"))
+            own = self._energy(candidate, summary.candidate_ms, timing)
+            ref = self._energy(reference, summary.reference_ms, timing)
+            extra.update({**own.attrs(), **ref.attrs("reference_"), **own.relative_to(ref)})
         if early:
             extra["before_steady"] = True
             return Measurement("ok", ratio=summary.ratio, extra=extra)

@@ -1,10 +1,14 @@
 """More than one objective: time and energy per launch, and the Pareto front of a study.
 
 ``[search] objectives = ["time", "energy"]`` makes the study an Optuna multi-objective study
-(both minimised; metric names ``ratio``/``ms`` and ``energy_mj``). A trial's values are its
-time value (the paired ratio, or ms) and the candidate's energy per launch in mJ
-(:mod:`tuner.device.energy`). A trial whose energy could not be measured is PRUNED with status
-``no_energy`` and the energy note as its reason, never COMPLETE with a made-up value.
+(both minimised). A trial's values are its time value and its energy value, each relative to the
+reference where the study's time is (metric names ``ratio`` and ``energy_ratio``: the candidate's
+energy per launch over the reference's, both run alone in the same trial, so a study resumed on
+another GPU or another day stays comparable, as its time does), else absolute (``ms`` and
+``energy_mj``, the energy per launch in mJ; also the metric of studies made before the ratio).
+Energy per launch in mJ is stored on every trial either way (:mod:`tuner.device.energy`). A trial
+whose energy could not be measured is PRUNED with status ``no_energy`` and the energy note as its
+reason, never COMPLETE with a made-up value.
 
 The sampler: our valid-only, never-repeat wrapper (:class:`tuner.search.sampler.ValidOnlySampler`)
 around Optuna's multivariate TPE, which handles several objectives; each proposal is moved to
@@ -26,8 +30,10 @@ from tuner.errors import UserError
 from tuner.measurement.value import Measurement
 
 OBJECTIVES = ("time", "energy")
-ENERGY_METRIC = "energy_mj"
-ENERGY_ATTR = "energy_mj_per_launch"
+ENERGY_RATIO = "energy_ratio"
+ENERGY_MJ = "energy_mj"
+#: the trial attribute holding each energy metric's value
+ENERGY_ATTRS = {ENERGY_RATIO: "energy_ratio", ENERGY_MJ: "energy_mj_per_launch"}
 #: [measure] energy_s used when energy is an objective and none was set
 DEFAULT_ENERGY_S = 1.0
 NO_ENERGY = "no_energy"
@@ -51,21 +57,29 @@ def is_multi(study: optuna.Study) -> bool:
 
 
 def metric_names(time_metric: str, objectives: Sequence[str]) -> list[str]:
-    return [time_metric] + [ENERGY_METRIC for name in objectives[1:] if name == "energy"]
+    """A new study's metrics: energy is a ratio where time is one."""
+    energy = ENERGY_RATIO if time_metric == "ratio" else ENERGY_MJ
+    return [time_metric] + [energy for name in objectives[1:] if name == "energy"]
 
 
-def values(measurement: Measurement, objectives: Sequence[str]) -> list[float] | None:
-    """The trial's values (time, energy); None when energy is an objective and was not measured."""
+def energy_metric(study: optuna.Study) -> str | None:
+    """The energy metric a study was made with (None: time alone)."""
+    if not is_multi(study):
+        return None
+    names = study.metric_names
+    return names[1] if names and names[1] in ENERGY_ATTRS else ENERGY_MJ
+
+
+def values(measurement: Measurement, energy: str | None) -> list[float] | None:
+    """The trial's values (time, and energy in the metric ``energy``); None when energy is an
+    objective and was not measured."""
     time_value = measurement.objective
     if time_value is None:
         return None
-    out = [time_value]
-    if "energy" in objectives:
-        energy = measurement.extra.get(ENERGY_ATTR)
-        if energy is None:
-            return None
-        out.append(float(energy))
-    return out
+    if energy is None:
+        return [time_value]
+    energy_value = measurement.extra.get(ENERGY_ATTRS[energy])
+    return None if energy_value is None else [time_value, float(energy_value)]
 
 
 def sampler(seed: int | None, n_startup_trials: int = 10) -> BaseSampler:
@@ -90,13 +104,17 @@ def front(study: optuna.Study) -> list[FrozenTrial]:
 
 
 def front_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """One row per front config: trial, time value, ms, energy per launch (mJ and its error), flags."""
+    """One row per front config: trial, the two objectives (``time``, ``energy``, and under their
+    metric names), ms, energy per launch (mJ and its error), power, flags."""
+    time_metric, energy = (study.metric_names or ["value"])[0], energy_metric(study)
     rows = []
     for t in front(study):
         a = t.user_attrs
-        rows.append({"trial": t.number, "time": t.values[0], study.metric_names[0] if study.metric_names else "value": t.values[0],
-                     "ms": a.get("ms"), "energy_mj": t.values[1], "energy_mj_err": a.get("energy_mj_per_launch_err"),
-                     "power_w": a.get("power_w"), "flags": a.get("flags", ""), "params": dict(t.params)})
+        mj = t.values[1] if energy == ENERGY_MJ else a.get(ENERGY_ATTRS[ENERGY_MJ])
+        rows.append({"trial": t.number, "time": t.values[0], time_metric: t.values[0], "energy": t.values[1],
+                     energy or ENERGY_MJ: t.values[1], "ms": a.get("ms"), "energy_mj": mj,
+                     "energy_mj_err": a.get("energy_mj_per_launch_err"), "power_w": a.get("power_w"),
+                     "flags": a.get("flags", ""), "params": dict(t.params)})
     return rows
 
 
@@ -104,14 +122,14 @@ def trade_off(rows: list[dict[str, Any]]) -> list[str]:
     """What the time-optimal and the energy-optimal configs of the front give up, in words."""
     if not rows:
         return ["front: none yet (no trial completed with both time and energy)"]
-    # the time objective is the stored value (a paired ratio where there is one), not the raw ms, which drift
+    # the objectives as stored (ratios to the reference where there are), not the raw ms and mJ, which drift
     fastest = min(rows, key=lambda r: (r["time"], r["trial"]))
-    frugal = min(rows, key=lambda r: (r["energy_mj"], r["trial"]))
-    lines = [f"time-optimal: trial {fastest['trial']}, {_ms(fastest)}, {fastest['energy_mj'] / 1e3:.4g} J per launch",
-             f"energy-optimal: trial {frugal['trial']}, {_ms(frugal)}, {frugal['energy_mj'] / 1e3:.4g} J per launch"]
+    frugal = min(rows, key=lambda r: (r["energy"], r["trial"]))
+    lines = [f"time-optimal: trial {fastest['trial']}, {_ms(fastest)}, {_joules(fastest)}",
+             f"energy-optimal: trial {frugal['trial']}, {_ms(frugal)}, {_joules(frugal)}"]
     if fastest["trial"] != frugal["trial"]:
         lines.append(f"the energy-optimal config is {100 * (frugal['time'] / fastest['time'] - 1):+.2f} % in time and "
-                     f"{100 * (frugal['energy_mj'] / fastest['energy_mj'] - 1):+.2f} % in energy per launch "
+                     f"{100 * (frugal['energy'] / fastest['energy'] - 1):+.2f} % in energy per launch "
                      "against the time-optimal one")
     return lines
 
@@ -130,11 +148,14 @@ def print_front(study: optuna.Study, as_json: bool = False) -> int:
         print(json.dumps({"study": study.study_name, "metrics": study.metric_names, "front": rows,
                           "trade_off": trade_off(rows)}))
         return 0
-    metric = (study.metric_names or ["value"])[0]
+    metric, energy = (study.metric_names or ["value"])[0], energy_metric(study)
     ratio = metric != "ms"  # a paired study's value is a ratio: its ms beside it; else the value is the ms
-    print(render(["trial", metric, *(["ms"] if ratio else []), "mJ/launch", "+-", "W", "flags"],
-                 [[r["trial"], f"{r[metric]:.4f}", *([_num(r["ms"])] if ratio else []), f"{r['energy_mj']:.4g}",
-                   _num(r["energy_mj_err"]), _num(r["power_w"]), r["flags"]] for r in rows]))
+    relative = energy == ENERGY_RATIO  # the energy objective is a ratio: the mJ beside it
+    print(render(["trial", metric, *(["ms"] if ratio else []), *([ENERGY_RATIO] if relative else []), "mJ/launch",
+                  "+-", "W", "flags"],
+                 [[r["trial"], f"{r[metric]:.4f}", *([_num(r["ms"])] if ratio else []),
+                   *([f"{r['energy']:.4f}"] if relative else []), _num(r["energy_mj"]), _num(r["energy_mj_err"]),
+                   _num(r["power_w"]), r["flags"]] for r in rows]))
     for line in trade_off(rows):
         print(line)
     return 0
@@ -146,6 +167,10 @@ def _num(x: Any) -> str:
 
 def _ms(row: dict[str, Any]) -> str:
     return f"{row['ms']:.4g} ms" if row["ms"] is not None else "? ms"
+
+
+def _joules(row: dict[str, Any]) -> str:
+    return f"{row['energy_mj'] / 1e3:.4g} J per launch" if row["energy_mj"] is not None else "? J per launch"
 
 
 def directions(objectives: Sequence[str]) -> list[StudyDirection]:

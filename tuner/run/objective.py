@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -47,7 +47,7 @@ class Begun:
 class Objective:
     def __init__(self, space: Space, evaluator: Evaluator, flops: float | None = None, phase: str = "joint",
                  on_result=None, artifact_dir: str | None = None, slower_test: SlowerTest | None = None,
-                 objectives: Sequence[str] = ("time",), best_max_age_s: float = BEST_MAX_AGE_S):
+                 energy: str | None = None, best_max_age_s: float = BEST_MAX_AGE_S):
         self.space = space
         self.evaluator = evaluator
         self.flops = flops
@@ -58,7 +58,7 @@ class Objective:
         self.slower_test = slower_test
         self._best_value = BestValue(best_max_age_s)  # the incumbent the slower test compares with
         self._keys: dict[int, tuple] = {}  # trial number -> config key
-        self.objectives = tuple(objectives)  # ("time",), or ("time", "energy"): a multi-objective study
+        self.energy = energy  # the energy metric of a time-and-energy study (None: time alone)
         #: block values become intermediate values and may stop the trial (off while a probe holds
         #: the first trials: their ratios are to a reference about to be replaced, :mod:`tuner.run.probe`)
         self.reports = True
@@ -111,7 +111,7 @@ class Objective:
             self._attach(trial, measurement.artifacts, self.artifact_dir)
         if self.on_result:
             self.on_result(trial.number, begun.params, measurement)
-        if len(self.objectives) > 1:
+        if self.energy is not None:
             return self._values(trial, measurement)
         if measurement.status in COMPLETE_STATUSES and measurement.objective is not None:
             return measurement.objective
@@ -120,11 +120,14 @@ class Objective:
     def _values(self, trial: optuna.Trial, measurement: Measurement) -> list[float]:
         """Time and energy, or TrialPruned: a config measured without its energy is not COMPLETE
         (a made-up energy would mislead the sampler and the front)."""
-        values = pareto.values(measurement, self.objectives) if measurement.status in COMPLETE_STATUSES else None
+        values = pareto.values(measurement, self.energy) if measurement.status in COMPLETE_STATUSES else None
         if values is not None:
             return values
         if measurement.status in COMPLETE_STATUSES:
-            note = measurement.extra.get("energy_note") or "no energy per launch was measured"
+            extra = measurement.extra
+            note = (extra.get("energy_note")
+                    or (extra.get("reference_energy_note") and f"the reference: {extra['reference_energy_note']}")
+                    or "no energy per launch was measured")
             trial.set_user_attr("status", pareto.NO_ENERGY)
             trial.set_user_attr("reason", note)
             raise optuna.TrialPruned(f"{pareto.NO_ENERGY}: {note}")
@@ -145,7 +148,7 @@ class Objective:
         seen: list[float] = []
 
         def report(step: int, value: float, samples: list[float]) -> bool:
-            if not self.reports or len(self.objectives) > 1:  # Optuna takes none of a multi-objective trial
+            if not self.reports or self.energy is not None:  # Optuna takes none of a multi-objective trial
                 return False
             trial.report(value, step)
             if self.slower_test is None:
@@ -195,8 +198,9 @@ class Objective:
             stored.value = t.values[0] if t.state == TrialState.COMPLETE else None  # the objective: a ratio, or ms
             if stored.value is None:
                 stored.ms = None
-            if pareto.ENERGY_ATTR in t.user_attrs:  # the energy objective of a repeat, as stored
-                stored.extra[pareto.ENERGY_ATTR] = t.user_attrs[pareto.ENERGY_ATTR]
+            for attr in pareto.ENERGY_ATTRS.values():  # the energy objective of a repeat, as stored
+                if attr in t.user_attrs:
+                    stored.extra[attr] = t.user_attrs[attr]
             stored.reason = f"repeat of trial {t.number} ({status}); stored result reused"
             return stored
         return None

@@ -405,7 +405,7 @@ class Runner:
     def _objective(self, phase: str) -> Objective:
         return Objective(self.space, self.evaluator, self.flops, phase, on_result=self._on_result,
                          artifact_dir=self.settings.artifact_dir, slower_test=self.slower_test,
-                         objectives=self.settings.objectives, best_max_age_s=self.best_max_age_s)
+                         energy=pareto.energy_metric(self.study), best_max_age_s=self.best_max_age_s)
 
     def _deadline(self) -> float | None:
         timeout = self.settings.timeout_min * 60 if self.settings.timeout_min else None

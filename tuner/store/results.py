@@ -2,7 +2,7 @@
 
 Columns: the tuned defines as plain columns (``BLOCK_M``, ...), then :data:`COLUMNS`
 (``value`` is the objective, ``ms`` the kernel time, ``energy_mj`` its energy per launch where
-it was measured, ``gpu`` the UUID of the GPU that measured it). ``tuner grid --csv`` and
+it was measured and ``energy_ratio`` that over the reference's in the same trial, ``gpu`` the UUID of the GPU that measured it). ``tuner grid --csv`` and
 ``tuner export`` write it, replay reads it back (and also the ``params_`` /
 ``user_attrs_`` columns of Optuna's ``trials_dataframe``, which older exports used),
 and the reports draw from it. :func:`best_trial` is the one rule for "the winner".
@@ -24,14 +24,14 @@ if TYPE_CHECKING:  # pandas where a table is built or read: a run's start import
 
 #: the columns after the defines, in order
 COLUMNS = (
-    "number", "state", "value", "ms", "tflops", "energy_mj", "status", "reason", "regs", "spills", "smem_bytes",
+    "number", "state", "value", "ms", "tflops", "energy_mj", "energy_ratio", "status", "reason", "regs", "spills", "smem_bytes",
     "compile_s", "checksum", "max_err", "flags", "phase", "gpu", "datetime_start", "datetime_complete",
 )
 #: columns a file may carry for all its rows (what it was measured on)
 FILE_COLUMNS = ("device", "date", "arch", "kernel", "source_hash")
 #: user attributes that become columns
 _ATTR_COLUMNS = ("ms", "tflops", "regs", "spills", "smem_bytes", "compile_s", "checksum", "max_err", "flags",
-                 "reason", "phase", "gpu")
+                 "reason", "phase", "gpu", "energy_ratio")
 #: status of a trial without one recorded
 _STATE_STATUS = {TrialState.COMPLETE: "ok", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
                  TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}
@@ -112,7 +112,7 @@ def trials_frame(trials: Iterable[FrozenTrial], axes: Sequence[str] | None = Non
         present = [row[axis] for row in rows if row[axis] is not None]
         if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
             frame[axis] = frame[axis].astype("Int64")
-    for column in ("value", "ms", "tflops", "energy_mj", "regs", "spills", "smem_bytes", "compile_s", "checksum", "max_err"):
+    for column in ("value", "ms", "tflops", "energy_mj", "energy_ratio", "regs", "spills", "smem_bytes", "compile_s", "checksum", "max_err"):
         frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame
 
