@@ -299,3 +299,24 @@ def test_a_program_kernel_is_profiled_by_nsight_compute_in_its_own_program(tmp_p
     assert profiled["trial"] == profiled["best"]["trial"] and profiled["status"] == "ok", profiled["reason"]
     (kernel,) = profiled["kernels"]
     assert kernel["name"] == "example_sgemm" and kernel["metrics"]["Duration"][0] > 0
+
+
+def test_energy_per_launch_is_measured_and_relative_to_the_reference(tmp_path):
+    """NVML's counter on the real GPU: each config's energy per launch, and its ratio to the
+    reference's in the same trial; the reference's own config reads about 1."""
+    problem = {"M_DIM": 2048, "N_DIM": 2048, "K_DIM": 2048}
+    spec = load_spec(ROOT / "kernel" / "example_sgemm.py")
+    settings = MeasureSettings(warmup=2, repeats=10, min_pairs=10, block=5, timeout_s=20.0, energy_s=0.6)
+    evaluator = GpuEvaluator(spec, problem, "sm_90a", settings, cache_dir=tmp_path)
+    evaluator.start()
+    configs = [{}, {"BLOCK": 128}, {"THREAD_TILE": 2}]
+    try:
+        results = [evaluator.evaluate(c, {**spec.params, **c}, lambda step, value, samples: False) for c in configs]
+    finally:
+        evaluator.close()
+    for config, m in zip(configs, results, strict=True):
+        e = m.extra
+        assert m.status == "ok" and e["energy_steps"] >= 3 and e["reference_energy_steps"] >= 3, (config, e)
+        assert e["energy_ratio"] == pytest.approx(e["energy_mj_per_launch"] / e["reference_energy_mj_per_launch"], rel=1e-3)
+        assert 0 < e["power_w"] <= 1000 and 0 < e["energy_ratio_err"] < 0.2 * e["energy_ratio"]
+    assert results[0].extra["energy_ratio"] == pytest.approx(1.0, abs=0.1)

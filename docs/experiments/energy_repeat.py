@@ -3,6 +3,7 @@
     python3 docs/experiments/energy_repeat.py measure OUT.json [--energy-s 1.5]   # one invocation
     python3 docs/experiments/energy_repeat.py smi OUT.json [--energy-s 4] [--configs 3]
     python3 docs/experiments/energy_repeat.py compare RUN1.json RUN2.json SMI.json
+    python3 docs/experiments/energy_repeat.py ratios RUN1.json RUN2.json [RUN3.json ...]
 
 ``measure`` times 10 configs of studies/patch_embed_sm90a.toml (its three start configs,
 the kernel's defaults and six one-axis neighbours of the first start config, the same
@@ -12,7 +13,9 @@ one energy-counter step to another. ``smi`` measures configs paired with themsel
 GPU runs one kernel the whole call while ``nvidia-smi -lms 100`` samples its power.
 ``compare`` checks: energy per launch of the two invocations within 5 %; every stored
 power at or below the enforced limit; stored power (= energy per launch x launch rate)
-within 10 % of nvidia-smi's mean over the same call. Exit 1 when a check fails.
+within 10 % of nvidia-smi's mean over the same call. Exit 1 when a check fails. ``ratios``: for
+each pair of invocations (on one GPU, or on several), how far apart energy per launch in mJ and
+the energy ratio (over the reference's, measured in the same trial: the objective) are.
 """
 
 from __future__ import annotations
@@ -30,16 +33,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tuner.contract.kernel_spec import load_spec  # noqa: E402
 from tuner.evaluate.gpu import GpuEvaluator  # noqa: E402
 from tuner.search.space import Space  # noqa: E402
-from tuner.contract.kernel_spec import load_spec  # noqa: E402
-from tuner.study.file import load_study  # noqa: E402
 from tuner.search.start import start_params  # noqa: E402
+from tuner.study.file import load_study  # noqa: E402
 
 STUDY = ROOT / "studies" / "patch_embed_sm90a.toml"
 KEEP = ("status", "reason", "ms", "ratio", "sm_clock_mhz", "energy_mj_per_launch", "energy_mj_per_launch_err", "power_w",
         "power_w_err", "energy_window_s", "energy_steps", "energy_step_ms", "energy_note", "reference_energy_mj_per_launch",
-        "reference_energy_mj_per_launch_err", "reference_power_w", "reference_energy_note")
+        "reference_energy_mj_per_launch_err", "reference_power_w", "reference_energy_note", "energy_ratio",
+        "energy_ratio_err")
 
 
 def configs(space: Space, cfg, n: int = 10) -> list[dict]:
@@ -94,7 +98,7 @@ def measure(out: Path, energy_s: float) -> None:
     finally:
         evaluator.close()
     out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "energy_s": energy_s,
-                               "limit_w": enforced_limit_w(), "rows": rows}, indent=1))
+                               "limit_w": enforced_limit_w(), "serial": serial(), "rows": rows}, indent=1))
 
 
 def smi(out: Path, energy_s: float, n: int) -> None:
@@ -168,9 +172,37 @@ def compare(run1: Path, run2: Path, smi_run: Path) -> int:
     return 1 if failed else 0
 
 
+def ratios(runs: list[Path]) -> int:
+    """Energy per launch (mJ) against the energy ratio: how far apart two invocations put each config."""
+    loaded = [json.loads(p.read_text()) for p in runs]
+    for i, a in enumerate(loaded):
+        for j in range(i + 1, len(loaded)):
+            b = loaded[j]
+            mj, ratio = [], []
+            for ra, rb in zip(a["rows"], b["rows"], strict=True):
+                assert ra["config"] == rb["config"], "the invocations measured different configs"
+                if all(r.get(k) for r in (ra, rb) for k in ("energy_mj_per_launch", "energy_ratio")):
+                    for out, key in ((mj, "energy_mj_per_launch"), (ratio, "energy_ratio")):
+                        out.append(abs(ra[key] - rb[key]) / ((ra[key] + rb[key]) / 2) * 100)
+            serials = a.get("serial"), b.get("serial")
+            print(f"{runs[i].name} ({a['date']}, GPU {serials[0]}) vs {runs[j].name} ({b['date']}, GPU {serials[1]}): "
+                  f"{len(mj)} configs; mJ/launch median {statistics.median(mj):.2f} % max {max(mj):.2f} %; "
+                  f"energy ratio median {statistics.median(ratio):.2f} % max {max(ratio):.2f} %")
+    return 0
+
+
+def serial() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=serial", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+        return out or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("measure", "smi", "compare"))
+    parser.add_argument("mode", choices=("measure", "smi", "compare", "ratios"))
     parser.add_argument("paths", nargs="+", type=Path)
     parser.add_argument("--energy-s", type=float, default=None)
     parser.add_argument("--configs", type=int, default=3)
@@ -179,6 +211,8 @@ def main() -> int:
         measure(args.paths[0], args.energy_s or 1.5)
     elif args.mode == "smi":
         smi(args.paths[0], args.energy_s or 4.0, args.configs)
+    elif args.mode == "ratios":
+        return ratios(args.paths)
     else:
         return compare(*args.paths[:3])
     return 0
