@@ -348,9 +348,21 @@ def test_a_shells_braces_are_written_twice_and_a_harness_s_other_macros_are_no_d
 
 
 def test_a_run_where_every_trial_failed_says_how(tmp_path):
-    write_spec(tmp_path, 'build = "no_such_compiler_here {flags} {source} -o {binary}"')
-    study = write_study(tmp_path, "broken", kernel=tmp_path / "k.py", tier1={"TILE": [32, 64, 128]}, search={"trials": 3})
+    study = write_study(tmp_path, "broken", kernel=KERNEL, tier1={"TILE": [32, 64, 128], "PLANT": [2]},
+                        search={"trials": 3})
     done = tuner("run", study, "--storage", f"sqlite:///{tmp_path / 't.db'}", env=env(tmp_path / "c"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("best:"))
-    assert line.startswith("best: none yet (no trial completed: compile_error x3, e.g. ") and "not found" in line
+    assert line.startswith("best: none yet (no trial completed: launch_error x3, e.g. ") and "exited 3" in line
+
+
+def test_a_build_command_that_cannot_run_stops_the_run_before_any_trial(tmp_path):
+    """Every config would fail the same way: the reference's build says so first, in one line, and
+    nothing is stored (a study bound to a reference that never ran would refuse the fix)."""
+    write_spec(tmp_path, 'build = "no_such_compiler_here {flags} {source} -o {binary}"')
+    study = write_study(tmp_path, "broken", kernel=tmp_path / "k.py", tier1={"TILE": [32, 64, 128]}, search={"trials": 3})
+    done = tuner("run", study, "--storage", f"sqlite:///{tmp_path / 't.db'}", env=env(tmp_path / "c"), cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "the reference, the kernel's defaults" in done.stderr and "no_such_compiler_here: not found" in done.stderr
+    assert "[measure] reference" in done.stderr
+    assert optuna.get_all_study_names(f"sqlite:///{tmp_path / 't.db'}") == []

@@ -34,6 +34,18 @@ from tuner.study.file import MeasureSettings
 
 BASELINE = "baseline"
 
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceOrigin:
+    """Where a run's reference came from, for what an error about it says (:mod:`tuner.run.reference`)."""
+
+    named: str = "[measure] reference"  # the subject of "... does not build"
+    fix: str = "choose another"
+
+
+#: the first reasons a host-side check of the reference's launch names (the rest: `tuner check --compile`)
+REFERENCE_REASONS = 2
+
 #: the shortest wait for a profiled launch (Nsight Compute runs it many times over)
 PROFILE_TIMEOUT_S = 300.0
 
@@ -54,6 +66,7 @@ class GpuEvaluator(Evaluator):
         compile_jobs: int | None = None,
         tolerance: Tolerance | None = None,
         reference_probe: int | None = None,
+        reference_origin: ReferenceOrigin = ReferenceOrigin(),
     ):
         self.spec = spec
         self.problem = problem
@@ -70,6 +83,7 @@ class GpuEvaluator(Evaluator):
         #: None: the reference is the one the study's settings name; else the spec's defaults stand in
         #: until the study chooses its own from this many first configs (0: this process does not choose)
         self.reference_probe = reference_probe
+        self.reference_origin = reference_origin
         self._reference_job: Reference | None = None
         self._study = None  # set by bind(): where "ms" values keep the first session's reference time
         #: the GPU the worker reports (:meth:`start`): its UUID is written on each trial it measures
@@ -143,14 +157,35 @@ class GpuEvaluator(Evaluator):
             if not isinstance(self.reference, dict):  # BASELINE
                 self._reference_job = Baseline()
             else:
+                origin = self.reference_origin
                 reason = checked_reason(self.spec, self.reference, self.problem)
                 if reason:
-                    raise UserError(f"[measure] reference is rejected by the kernel's constraint model: {reason}")
+                    raise UserError(f"{origin.named} is rejected by the kernel's constraint model: {reason}: {origin.fix}")
                 built = self.compiler.result(self.reference)
                 if not built.ok:
-                    raise UserError(f"[measure] reference does not build ({built.status}: {built.reason}): choose another")
+                    raise UserError(f"{origin.named} does not build ({built.status}: {built.reason}): {origin.fix}")
                 self._reference_job = _kernel(self.reference, built)
         return self._reference_job
+
+    def check_reference_launch(self) -> None:
+        """The spec's launch of the reference checked here, as ``tuner check --compile`` checks each
+        config (grid, block, arguments against the inputs and the CUBIN's entry, the reference
+        function): a spec mistake stops the run with its reason before any trial, not trial by trial
+        on the GPU."""
+        from tuner.check.preflight import check_config, check_spec
+        from tuner.contract.arch import limits
+
+        if not isinstance(self.reference, dict):
+            return
+        buffers, reasons = check_spec(self.spec, self.problem, self.arch)
+        if not reasons:
+            built = self.compiler.result(self.reference)
+            reasons = check_config(self.spec, self.reference, self.problem, limits(self.arch), built, buffers)
+        if reasons:
+            more = len(reasons) - REFERENCE_REASONS
+            raise UserError(f"the kernel spec fails before its first launch: {'; '.join(reasons[:REFERENCE_REASONS])}"
+                            f"{f' (and {more} more)' if more > 0 else ''}; `tuner check --compile STUDY` checks "
+                            "it without a GPU")
 
     def start(self) -> dict:
         """Start the worker and check that this GPU can run the study's arch."""
@@ -180,8 +215,10 @@ class GpuEvaluator(Evaluator):
             first = MeasureJob(**self._job(), candidate=reference_job) if isinstance(reference_job, Kernel) else None
             self.supervisor.prepare(WarmUpJob(spec_path=str(self.spec.path), problem=self.problem, seed=self.seed,
                                               reference=reference_job, timing=self.timing, first_trial=first))
+            self.check_reference_launch()  # (while the worker warms up)
         except UserError:
-            pass  # an unusable reference: the first trial says why
+            self.close()
+            raise  # before the study is opened: nothing is stored under a reference that cannot run
         return device
 
     @property

@@ -231,14 +231,15 @@ class Session:
         from tuner.compile.nvrtc import nvrtc_version
         from tuner.contract.precision import tolerance
         from tuner.evaluate.gpu import GpuEvaluator
-        from tuner.run.reference import reference_config
+        from tuner.run.reference import reference_config, reference_origin
 
         search = self.search(cfg)
         evaluator = GpuEvaluator(space.spec, dict(space.problem), cfg.arch, measure, supervisor=supervisor,
                                  cache_dir=self.run_options.cache_dir, seed=search.seed or 0,
                                  reference=reference_config(cfg, space), compile_jobs=search.compile_ahead,
                                  tolerance=tolerance(cfg.precision, space.spec),
-                                 reference_probe=self.reference_probe(cfg))
+                                 reference_probe=self.reference_probe(cfg),
+                                 reference_origin=reference_origin(cfg, space))
         if early_build is not None and isinstance(evaluator.reference, dict):
             early_build.offer(evaluator.compiler, evaluator.reference)
         device = evaluator.start()
