@@ -293,3 +293,27 @@ def test_a_notebook_running_many_studies_leaves_no_lock_file_open(tmp_path):
 
     results = [tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=tmp_path / f"t{i}.db", trials=2) for i in range(2)]
     assert all(r.best_trial is not None for r in results) and open_locks() == []
+
+
+def test_a_script_calling_tune_at_its_top_level_runs_once_on_the_gpu_path(tmp_path):
+    """No ``if __name__ == "__main__":``: the GPU worker and the compile helpers start without running
+    the script again (each would call tune again, and fail while it starts)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import FAKE_BACKEND
+    from tuner.testing import write_study
+
+    study = write_study(tmp_path, "script", tier1={"BLOCK": [32, 64], "THREAD_TILE": [2, 4]}, search={"trials": 4})
+    runs = tmp_path / "runs.txt"
+    script = tmp_path / "tune_it.py"
+    script.write_text(f"import tuner\nopen({str(runs)!r}, 'a').write('ran\\n')\n"
+                      f"result = tuner.tune({str(study)!r}, storage={str(tmp_path / 's.db')!r}, compile_ahead=2)\n"
+                      "import sys\nprint('best', result.best_params, 'spec', sys.modules['__main__'].__spec__)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "TUNER_WORKER_BACKEND": FAKE_BACKEND,
+                               "TUNER_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    assert "best {" in done.stdout and "Traceback" not in done.stderr
+    assert runs.read_text() == "ran\n"  # the script ran once: in no child
+    assert done.stdout.rstrip().endswith("spec None")  # its main module as it was, after the call

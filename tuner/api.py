@@ -29,6 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.contract.kernel_spec import Scalar, Value
 from tuner.contract.light import In, Out
 from tuner.errors import UserError
+from tuner.lifetime import children_skip_user_main
 from tuner.store import results
 from tuner.study import options
 
@@ -197,7 +198,8 @@ def _api_call() -> Iterator[None]:
             optuna.logging.set_verbosity(optuna.logging.ERROR)
         _quiet_calls += 1
     try:
-        yield
+        with children_skip_user_main():
+            yield
     except UserError as exc:
         raise type(exc)(options.in_api_terms(str(exc))) from None
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.machinery
 import multiprocessing as mp
 import os
 import select
@@ -75,6 +76,36 @@ def _helper_context() -> mp.context.ForkServerContext:
     context = mp.get_context("forkserver")
     context.set_forkserver_preload(HELPER_MODULES)  # (read when the forkserver starts: once a process)
     return context
+
+
+#: the spec a script's ``__main__`` wears while the API runs (:func:`children_skip_user_main`)
+_MAIN_STAND_IN = importlib.machinery.ModuleSpec("__main__", None)
+
+
+@contextlib.contextmanager
+def children_skip_user_main() -> Iterator[None]:
+    """The processes started meanwhile (the GPU worker, helpers) do not run the user's script again.
+
+    A spawned or forkserver child of ``multiprocessing`` first imports its parent's ``__main__``
+    (as ``__mp_main__``), by its path, or by its spec's name where it has one; it leaves alone a
+    main module whose spec is named ``__main__``. A script that calls :func:`tuner.tune` at its top
+    level, without ``if __name__ == "__main__":``, would call it again in each child, which then
+    fails as it starts; a guarded one still pays its own imports in each child. Our children run
+    functions of this package only, so while an API call runs the script's main module wears a
+    spec named ``__main__`` (nested and concurrent calls: the first one sets it, and it is put back
+    as it was when that one ends).
+    """
+    main = sys.modules.get("__main__")
+    if main is None or main.__spec__ is _MAIN_STAND_IN or (getattr(main, "__file__", None) is None
+                                                         and main.__spec__ is None):
+        yield  # a notebook or an interactive session: nothing to import again
+        return
+    saved = main.__spec__
+    main.__spec__ = _MAIN_STAND_IN
+    try:
+        yield
+    finally:
+        main.__spec__ = saved
 
 
 def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:
