@@ -317,3 +317,10 @@ def test_a_script_calling_tune_at_its_top_level_runs_once_on_the_gpu_path(tmp_pa
     assert "best {" in done.stdout and "Traceback" not in done.stderr
     assert runs.read_text() == "ran\n"  # the script ran once: in no child
     assert done.stdout.rstrip().endswith("spec None")  # its main module as it was, after the call
+
+
+def test_a_kernel_given_as_data_is_written_inside_a_cache_folder_of_ones_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "mine"))
+    study = tuner.kernel_study(**axpy(None))
+    assert study.is_file() and study.parent.parent == tmp_path / "mine" / "kernels"
+    assert study.parent.name.startswith("axpy-") and (study.parent / "axpy.cu").is_file()

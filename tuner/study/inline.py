@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -149,9 +150,7 @@ def write_kernel(
     digest = hashlib.sha256(json.dumps([data, kernel_source, {k: list(v) for k, v in tune_params.items()}, dict(problem)],
                                        sort_keys=True).encode()).hexdigest()[:12]
     if folder is None:
-        from tuner.compile.build import default_cache_dir
-
-        folder = default_cache_dir().parent / "kernels" / f"{kernel_name}-{digest}"
+        folder = kernels_dir() / f"{kernel_name}-{digest}"
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / source).write_text(kernel_source)
@@ -162,6 +161,15 @@ def write_kernel(
     study.write_text(toml_text({"study": {"name": kernel_name, "kernel": "spec.py", "arch": arch},
                             "problem": dict(problem), "space.tier1": {k: list(v) for k, v in tune_params.items()}}))
     return study
+
+
+def kernels_dir() -> Path:
+    """Where kernels given as data are written: in ``$TUNER_CACHE_DIR`` where it is set (a cache
+    folder of one's own holds everything), else beside the CUBIN cache (``~/.cache/tuner/kernels``)."""
+    from tuner.compile.build import default_cache_dir
+
+    own = os.environ.get("TUNER_CACHE_DIR")
+    return Path(own) / "kernels" if own else default_cache_dir().parent / "kernels"
 
 
 def _guarded(path: Path, defaults: Mapping[str, Value]) -> None:
