@@ -220,6 +220,26 @@ def test_kernel_tuner_habits_in_tune_kernel_are_one_line(tmp_path, change, says)
     assert says in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("change,says", [
+    ({"restrictions": ["BLOCK_SIZES <= 1024"]}, "'BLOCK_SIZES <= 1024': name 'BLOCK_SIZES' is not defined; known: "),
+    ({"reference": "2.0 * z[rows] + y[rows]"}, "reference '2.0 * z[rows] + y[rows]': name 'z' is not defined; "
+                                               "known: x, y (inputs)"),
+    ({"reference": "x[rows].T"}, "reference() returned shape"),
+    ({"grid": ("ceil_div(ROW * COLS, BLOCK_SIZE * ITEMS)", 1, 1)}, "'ceil_div(ROW * COLS, BLOCK_SIZE * ITEMS)': "
+                                                                   "name 'ROW' is not defined"),
+    ({"block": ("BLOCK_SIZE * 16", 1, 1)}, "threads"),
+    ({"kernel_name": "axpi"}, "kernel_name 'axpi' is not a __global__ function of the source (it has axpy)"),
+    ({"arguments": [tuner.In("in", ("ROWS", "COLS")), tuner.In("y", ("ROWS", "COLS")), tuner.Out("out", ("ROWS", "COLS")),
+                    tuner.Scalar("float32", 2.0)]}, "argument 'in': not a name the reference and shapes can use"),
+], ids=["restriction", "reference name", "reference shape", "grid", "block", "kernel name", "keyword"])
+def test_a_kernel_given_as_data_is_checked_before_any_build(tmp_path, change, says):
+    """What the first config's launch and reference show without a compiler is said by kernel_study,
+    naming the kernel's own expressions, not the spec file written for it."""
+    with pytest.raises(tuner.UserError) as err:
+        tuner.kernel_study(**{**axpy(tmp_path / "k"), **change})
+    assert says in str(err.value) and "\n" not in str(err.value) and "spec.py" not in str(err.value)
+
+
 def test_tune_kernel_adds_guards_and_tunes_on_a_replay(tmp_path):
     """A Kernel Tuner style source (no #ifndef guards): the guards are added with the first
     values as defaults; the kernel is tuned against a recorded table."""

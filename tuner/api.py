@@ -278,14 +278,14 @@ def kernel_study(kernel_name: str, kernel_source: str, problem: Mapping[str, Val
                  flops: str | None = None, arch: str = "native", folder: str | Path | None = None,
                  atol: float | None = None, rtol: float | None = None) -> Path:
     """:func:`tune_kernel`'s kernel written as a study: the study file's path (for ``tuner check
-    --compile``, ``tuner run``, or :func:`tune` with settings of its own)."""
-    from tuner.contract.kernel_spec import load_spec
-    from tuner.study.file import load_study
-    from tuner.study.inline import write_kernel
+    --compile``, ``tuner run``, or :func:`tune` with settings of its own). Bad input is said now, as
+    far as it shows without a build: the restrictions, grid, block and reference evaluated for the
+    first config, the arguments against the inputs, ``kernel_name`` among the source's functions."""
+    from tuner.study.inline import check_kernel, write_kernel
 
     with _api_call():
         path = write_kernel(kernel_name, kernel_source, problem, arguments, tune_params, grid=grid, block=block,
                             reference=reference, restrictions=restrictions, derived=derived, flops=flops, arch=arch,
                             folder=folder, atol=atol, rtol=rtol)
-        load_spec(load_study(path).kernel)  # bad input is said now, in the caller's terms
+        check_kernel(path)
     return path

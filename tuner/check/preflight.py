@@ -280,20 +280,29 @@ def check_config(spec: KernelSpec, config: Config, problem: Problem, row: ArchLi
         return [f"compile_error: {compiled.reason}"]  # the compiler's own line: file(line): error ...
     if not compiled.ok or isinstance(spec, ProgramSpec):
         return []  # rejected by the study's compile limits (never launched), or launched by its own program
-    try:
-        with user_code(spec.path, "launch()"):
-            launch = spec.launch(config, problem, device_for(row.name))
-    except UserError as exc:
-        return [str(exc)]
-    reasons = _launch_shape(launch, row)
-    if any("whole numbers" in r for r in reasons):
+    launch, reasons = check_launch(spec, config, problem, row, buffers)
+    if launch is None or any("whole numbers" in r for r in reasons):
         return reasons
-    reasons += _arguments(spec, launch, buffers)
     kernel, why = _entry(spec, compiled)
     if kernel is None:
         return [*reasons, why]
     reasons += _against_cubin(launch, kernel, compiled, row)
     return reasons
+
+
+def check_launch(spec: KernelSpec, config: Config, problem: Problem, row: ArchLimits,
+                 buffers: Mapping[str, tuple[tuple[int, ...], str]]) -> tuple[Launch | None, list[str]]:
+    """The spec's launch of ``config`` (None where building it fails) and what fails in its shape and
+    arguments: all that needs no build."""
+    try:
+        with user_code(spec.path, "launch()"):
+            launch = spec.launch(config, problem, device_for(row.name))
+    except UserError as exc:
+        return None, [str(exc)]
+    reasons = _launch_shape(launch, row)
+    if any("whole numbers" in r for r in reasons):
+        return launch, reasons
+    return launch, reasons + _arguments(spec, launch, buffers)
 
 
 def _threads(dims: tuple[int, int, int]) -> int:

@@ -20,7 +20,6 @@ kernel's arguments, grid and block are the program's business.
 from __future__ import annotations
 
 import math
-import re
 import shlex
 import string
 from collections.abc import Mapping
@@ -37,7 +36,6 @@ from tuner.errors import UserError
 PLACEHOLDERS = ("source", "flags", "binary", "arch", "dir")
 RUN_PLACEHOLDERS = ("binary", "dir")
 #: a __global__ function's name (after its return type and launch bounds)
-_GLOBAL = re.compile(r"__global__\s+(?:(?:__launch_bounds__\s*\([^)]*\)|\w+)\s*)*?(?!__launch_bounds__\b)(\w+)\s*\(")
 #: what a program prints for the tuner
 RESULT_MARK = "@@RESULT"
 #: [measure] and [search] defaults for a program kernel, where a study sets none: a launch is a whole
@@ -101,8 +99,7 @@ class ProgramSpec(LightSpec):
         ``__global__`` function of the source and the local files it includes."""
         if type(self).kernel_name:
             return type(self).kernel_name
-        bundle = SourceBundle.load(self.source_path)
-        names = sorted({name for text in [bundle.text, *bundle.headers.values()] for name in _GLOBAL.findall(text)})
+        names = sorted(SourceBundle.load(self.source_path).global_functions())
         if len(names) != 1:
             found = f"{len(names)} __global__ functions ({', '.join(names)})" if names else "no __global__ function"
             raise UserError(f"kernel spec {self.path.name}: {self.source_path.name} has {found}: name the one to profile as "

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+#: a ``__global__`` function's name (qualifiers and ``__launch_bounds__(...)`` between)
+_GLOBAL = re.compile(r"__global__\s+(?:(?:__launch_bounds__\s*\([^)]*\)|\w+)\s*)*?(?!__launch_bounds__\b)(\w+)\s*\(")
 
 
 @dataclass
@@ -36,6 +38,11 @@ class SourceBundle:
                 headers[include] = header_path.read_text()
                 pending.extend(_INCLUDE.findall(headers[include]))
         return cls(path.name, text, headers)
+
+    def global_functions(self) -> list[str]:
+        """The names of the ``__global__`` functions it defines, in order (read from the text: a macro
+        that defines one is not seen)."""
+        return list(dict.fromkeys(n for text in [self.text, *self.headers.values()] for n in _GLOBAL.findall(text)))
 
     def digest(self) -> str:
         h = hashlib.sha256(self.text.encode())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import keyword
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,9 +25,10 @@ from tuner.contract.light import In, LightSpec, Out, guarded_defines
 from tuner.errors import UserError
 
 DATA = "kernel.json"
+SPEC_FILE = "spec.py"
 SPEC_MODULE = ("from pathlib import Path\n\nfrom tuner.study.inline import spec_class\n\n"
                "Spec = spec_class(Path(__file__).parent / 'kernel.json')  # the kernel's data, written by tuner.tune_kernel\n")
-_NUMPY = {"np": np, "min": min, "max": max, "abs": abs}
+_NUMPY = {"np": np, "min": min, "max": max, "abs": abs, "len": len}
 
 
 class InlineSpec(LightSpec):
@@ -63,7 +65,11 @@ class InlineSpec(LightSpec):
     def reference(self, inputs, problem, rows):
         """The ``reference`` expression over the inputs (whole arrays), ``rows``, the problem and ``np``."""
         names = {**problem, **inputs, "rows": rows}
-        return np.asarray(eval(self.reference_expr, {"__builtins__": {}, **_NUMPY}, names), dtype=np.float32)
+        try:
+            return np.asarray(eval(self.reference_expr, {"__builtins__": {}, **_NUMPY}, names), dtype=np.float32)
+        except NameError as exc:
+            raise UserError(f"reference {self.reference_expr!r}: {exc}; known: {', '.join(inputs)} (inputs), rows, "
+                            f"{', '.join(problem)}, np") from None
 
     def flops(self, problem):
         return float(self._eval(self.flops_expr, problem)) if self.flops_expr else 0.0
@@ -130,6 +136,12 @@ def write_kernel(
             raise UserError(f"{name}: a positive number (the output check's tolerance), got {tol!r}")
     for name, value in problem.items():
         validate_define(name, value, "problem")
+    for arg in arguments:
+        name = getattr(arg, "name", None)
+        if isinstance(name, str) and (not name.isidentifier() or keyword.iskeyword(name)):
+            raise UserError(f"argument {name!r}: not a name the reference and shapes can use (they are Python "
+                            f"expressions{'; it is a keyword' if keyword.iskeyword(name) else ''}): call it e.g. "
+                            f"{name.strip() + '_'!r}")
     if not tune_params:
         raise UserError("tune_params: give at least one define with a list of values")
     for name, values in tune_params.items():
@@ -156,11 +168,42 @@ def write_kernel(
     (folder / source).write_text(kernel_source)
     _guarded(folder / source, {n: list(v)[0] for n, v in tune_params.items()})
     (folder / DATA).write_text(json.dumps(data, indent=1))
-    (folder / "spec.py").write_text(SPEC_MODULE)
+    (folder / SPEC_FILE).write_text(SPEC_MODULE)
     study = folder / "study.toml"
-    study.write_text(toml_text({"study": {"name": kernel_name, "kernel": "spec.py", "arch": arch},
+    study.write_text(toml_text({"study": {"name": kernel_name, "kernel": SPEC_FILE, "arch": arch},
                             "problem": dict(problem), "space.tier1": {k: list(v) for k, v in tune_params.items()}}))
     return study
+
+
+#: the target a kernel for ``arch = "native"`` is checked against before a GPU names its own
+CHECK_TARGET = "sm_80"
+
+
+def check_kernel(study: Path) -> None:
+    """What fails in a kernel's folder before any build, as a :class:`UserError`: the restrictions,
+    grid, block and reference evaluated for the first config, the arguments against the inputs,
+    the kernel's name among the source's ``__global__`` functions."""
+    from tuner.check.preflight import check_launch, check_spec
+    from tuner.contract.arch import NATIVE, limits
+    from tuner.contract.source import SourceBundle
+    from tuner.search.space import Space
+
+    try:
+        cfg, space = Space.load(study)
+        spec, problem = space.spec, dict(space.problem)
+        found = SourceBundle.load(spec.source_path).global_functions()
+        if found and spec.kernel_name not in found:
+            raise UserError(f"kernel_name {spec.kernel_name!r} is not a __global__ function of the source (it has "
+                            f"{', '.join(found)})")
+        space.check(space.defaults())  # the restrictions, evaluated: a name they do not know is an error
+        target = CHECK_TARGET if cfg.arch == NATIVE else cfg.arch
+        buffers, failures = check_spec(spec, problem, target)
+        if not failures:
+            failures = check_launch(spec, space.full_config(space.defaults()), problem, limits(target), buffers)[1]
+        if failures:
+            raise UserError(failures[0])
+    except UserError as exc:  # the spec file is ours, not the caller's: name the kernel
+        raise UserError(str(exc).replace(f"kernel spec {SPEC_FILE}: ", "")) from None
 
 
 def kernels_dir() -> Path:
