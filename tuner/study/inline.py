@@ -137,11 +137,11 @@ def write_kernel(
     for name, value in problem.items():
         validate_define(name, value, "problem")
     for arg in arguments:
-        name = getattr(arg, "name", None)
-        if isinstance(name, str) and (not name.isidentifier() or keyword.iskeyword(name)):
-            raise UserError(f"argument {name!r}: not a name the reference and shapes can use (they are Python "
-                            f"expressions{'; it is a keyword' if keyword.iskeyword(name) else ''}): call it e.g. "
-                            f"{name.strip() + '_'!r}")
+        arg_name = getattr(arg, "name", None)
+        if isinstance(arg_name, str) and (not arg_name.isidentifier() or keyword.iskeyword(arg_name)):
+            raise UserError(f"argument {arg_name!r}: not a name the reference and shapes can use (they are Python "
+                            f"expressions{'; it is a keyword' if keyword.iskeyword(arg_name) else ''}): call it e.g. "
+                            f"{arg_name.strip() + '_'!r}")
     if not tune_params:
         raise UserError("tune_params: give at least one define with a list of values")
     for name, values in tune_params.items():
