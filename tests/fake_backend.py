@@ -54,14 +54,14 @@ class FakeEnergyCounter:
     def __init__(self, step_s: float = 0.1, limit_w: float | None = 700.0):
         self.step_s, self.limit_w = step_s, limit_w
         self.now_s, self.mj, self.published_mj = 0.0, 0.0, 0.0
+        self.boundary_s = step_s  # the next step (kept, not recomputed from a clock summed in floats)
 
     def advance(self, seconds: float, watts: float) -> None:
         """``seconds`` pass at ``watts``; each step boundary crossed publishes the total at it."""
         end = self.now_s + seconds
-        boundary = (math.floor(self.now_s / self.step_s + 1e-9) + 1) * self.step_s
-        while boundary <= end:
-            self.published_mj = self.mj + watts * (boundary - self.now_s) * 1e3
-            boundary += self.step_s
+        while self.boundary_s <= end:
+            self.published_mj = self.mj + watts * (self.boundary_s - self.now_s) * 1e3
+            self.boundary_s += self.step_s
         self.mj += watts * seconds * 1e3
         self.now_s = end
 

@@ -93,3 +93,14 @@ def test_energy_relative_to_the_reference_is_the_ratio_of_the_two_with_its_uncer
     assert max(own_rel, ref_rel) < rel < own_rel + ref_rel
     unmeasured = measure_energy(kernel(counter, 1.0, 300.0), counter, 1.0, 0.05)
     assert own.relative_to(unmeasured) == {} and unmeasured.relative_to(own) == {}
+
+
+@pytest.mark.parametrize("ms", [1.0, 0.8, 0.1])
+def test_the_fake_counter_publishes_every_step_whatever_the_launches_add_up_to(ms):
+    """Launches whose times sum to a step only up to float rounding (1,000 x 1 ms) still publish it."""
+    counter = FakeEnergyCounter(step_s=0.1)
+    published = set()
+    for _ in range(round(1000 / ms)):
+        counter.advance(ms / 1e3, 300.0)
+        published.add(counter.read().mj)
+    assert len(published - {0.0}) == 10
