@@ -100,7 +100,7 @@ def test_the_fake_counter_publishes_every_step_whatever_the_launches_add_up_to(m
     """Launches whose times sum to a step only up to float rounding (1,000 x 1 ms) still publish it."""
     counter = FakeEnergyCounter(step_s=0.1)
     published = set()
-    for _ in range(round(1000 / ms)):
+    for _ in range(round(1000 / ms) + 1):  # one launch past 1 s: its tenth step, not an eleventh
         counter.advance(ms / 1e3, 300.0)
         published.add(counter.read().mj)
     assert len(published - {0.0}) == 10
