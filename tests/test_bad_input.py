@@ -67,6 +67,9 @@ STUDY_FILE_CASES = [
     ("value with a space", "UNROLL_K = [0, 1]", 'UNROLL_K = ["0 1"]', "integer or a C identifier"),
     ("fixed value smuggling", "[search]", '[fixed]\nPLANT_BUG = "0 -G"\n\n[search]', "integer or a C identifier"),
     ("name with a semicolon", "UNROLL_K = [0, 1]", '"A;B" = [1]', "C identifier"),
+    ("a problem key tuned", "UNROLL_K = [0, 1]", "M_DIM = [1024, 2048]", "M_DIM is a problem key of kernel spec "
+                                                                          "example_sgemm.py, not a define to tune"),
+    ("the kernel's source named", "example_sgemm.py", "example_sgemm.cu", "name the spec (.py) that describes it"),
 ]
 
 
@@ -666,6 +669,25 @@ def test_spec_breaking_its_contract(command, body, at_import, fragment, tmp_path
     line = assert_one_line_exit_2(tuner_here(capsys, monkeypatch, *args), fragment)
     assert "broken_spec.py" in line
     assert snapshot(url) == before
+
+
+@pytest.mark.parametrize("spec_text,fragment", [
+    ("from tuner.spec import LightSpec\nclass Spec(LightSpec):\n    problem_keys = ()\n",
+     "no source: name the kernel's file in class Spec"),
+    ("from tuner.spec import LightSpec\nclass Kernel(LightSpec):\n    source = 'k.cu'\n",
+     "must define `class Spec` from tuner.spec (LightSpec, ProgramSpec or KernelSpec)"),
+], ids=["no source", "no class Spec"])
+def test_a_spec_missing_a_part_says_which(spec_text, fragment, tmp_path, capsys, monkeypatch):
+    (tmp_path / "k.cu").write_text("#ifndef BLOCK\n#define BLOCK 64\n#endif\n")
+    (tmp_path / "k.py").write_text(spec_text)
+    study = tmp_path / "study.toml"
+    study.write_text(GOOD.replace(str(ROOT / "kernel" / "example_sgemm.py"), str(tmp_path / "k.py")))
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "check", study), fragment)
+
+
+def test_a_spec_given_where_the_study_goes_is_named_as_such(capsys, monkeypatch):
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "check", ROOT / "kernel" / "example_sgemm.py"),
+                           "example_sgemm.py: a .py file, not a study file: give the study's .toml")
 
 
 def test_spec_exit_through_the_console_script(tmp_path):

@@ -172,6 +172,8 @@ def test_result_lines_are_read_or_refused_in_one_line():
     assert (indented.ms, indented.checksum, indented.extra) == (1.0, 3e6, {})
     with pytest.raises(NoResult, match="printed no @@RESULT line on stdout"):
         parse_result("", errors="@@RESULT ms=1\n")
+    with pytest.raises(NoResult, match="printed no @@RESULT line .*; its last line: 'RESULT ms=1.2'"):
+        parse_result("transpose done\nRESULT ms=1.2\n\n")  # the near miss, quoted
     for output, says in [("no line", "printed no @@RESULT line"), ("@@RESULT tflops=3", "no positive ms="),
                          ("@@RESULT ms=2\n@@RESULT ms=1", "printed 2 @@RESULT lines; print one"),
                          ("@@RESULT ms=abc", "is not a number"), ("@@RESULT ms=1 junk", "is not key=value"),

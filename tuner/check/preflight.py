@@ -337,11 +337,11 @@ def _arguments(spec: KernelSpec, launch: Launch, buffers: Mapping[str, tuple[tup
     reasons = []
     for i, arg in enumerate(launch.args, start=1):  # counted from 1, as a reader counts them
         if isinstance(arg, Buffer) and arg.name not in buffers:
-            reasons.append(f"argument {i} names buffer {arg.name!r}, which no input or output of "
-                           f"{spec.path.name} is ({', '.join(buffers)})")
+            reasons.append(f"argument {i} names buffer {arg.name!r}, which is no input or output of "
+                           f"{spec.path.name} (they are: {', '.join(buffers) or 'none'})")
         elif isinstance(arg, TensorMap):
             if arg.buffer not in buffers:
-                reasons.append(f"argument {i}: tensor map over {arg.buffer!r}, which no input or output is")
+                reasons.append(f"argument {i}: tensor map over {arg.buffer!r}, which is no input or output")
             elif arg.dtype in _TENSOR_MAP_DTYPES:
                 shape, dtype = buffers[arg.buffer]
                 needed = int(np.prod(arg.shape)) * _TENSOR_MAP_DTYPES[arg.dtype]

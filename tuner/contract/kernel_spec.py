@@ -358,8 +358,11 @@ def load_spec(path: str | Path) -> KernelSpec:
         raise UserError(f"kernel spec {path} failed to import: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
     cls = getattr(module, "Spec", None)
     if not (isinstance(cls, type) and issubclass(cls, KernelSpec)):
-        raise UserError(f"kernel spec {path} must define `class Spec(tuner.spec.KernelSpec)`")
+        raise UserError(f"kernel spec {path} must define `class Spec` from tuner.spec (LightSpec, ProgramSpec or "
+                        "KernelSpec)")
     spec = cls(path)
+    if not getattr(spec, "source", ""):
+        raise UserError(f"kernel spec {path}: no source: name the kernel's file in class Spec (source = \"k.cu\")")
     if not spec.source_path.is_file():
         raise UserError(f"kernel spec {path}: source {spec.source!r} not found beside it")
     for name, value in spec.params.items():

@@ -154,7 +154,9 @@ def parse_result(output: str, errors: str = "") -> ProgramResult:
     lines = [line.strip() for line in output.splitlines() if line.strip().startswith(RESULT_MARK)]
     if not lines:
         where = " on stdout (it printed one on stderr)" if RESULT_MARK in errors else ""
-        raise NoResult(f"printed no {RESULT_MARK} line{where} (print one: {RESULT_MARK} ms=<time of one launch>)")
+        printed = [line.strip() for line in output.splitlines() if line.strip()]
+        last = f"; its last line: {printed[-1][:120]!r}" if printed and not where else ""
+        raise NoResult(f"printed no {RESULT_MARK} line{where} (print one: {RESULT_MARK} ms=<time of one launch>){last}")
     if len(lines) > 1:
         raise NoResult(f"printed {len(lines)} {RESULT_MARK} lines; print one, for the timed launches")
     fields: dict[str, str] = {}

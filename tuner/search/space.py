@@ -54,6 +54,9 @@ class Space:
     def __post_init__(self) -> None:
         defines = set(self.spec.params)
         for name in [*self.axes, *self.fixed]:
+            if name in self.spec.problem_keys:
+                raise UserError(f"{name} is a problem key of kernel spec {self.spec.path.name}, not a define to "
+                                "tune: set it under [problem] (a new shape is a new study)")
             if name not in defines:
                 raise UserError(
                     f"define {name} is not a parameter of kernel spec {self.spec.path.name}; "

@@ -62,6 +62,8 @@ def load_study(path: str | Path) -> StudyConfig:
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
+        if path.suffix in (".py", ".cu", ".cuh", ".h"):
+            raise UserError(f"{path}: a {path.suffix} file, not a study file: give the study's .toml") from None
         raise UserError(f"{path}: not valid TOML: {exc}") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text file (expected TOML)") from None
@@ -99,7 +101,8 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
     except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
         raise fail("study.kernel", f"{kernel_rel!r}: cannot be resolved ({exc}): fix the symbolic link") from None
     if kernel.suffix != ".py" or not kernel.is_file():
-        raise fail("study.kernel", f"{kernel_rel!r}: no kernel spec (.py) at {kernel}")
+        hint = ": name the spec (.py) that describes it, not the source" if kernel.suffix == ".cu" and kernel.is_file() else ""
+        raise fail("study.kernel", f"{kernel_rel!r}: no kernel spec (.py) at {kernel}{hint}")
     arch = _get(study, "arch", str, f"{where}: [study.arch]") or NATIVE  # the GPU found at run time
     if arch != NATIVE:
         try:
