@@ -60,6 +60,18 @@ def test_an_unknown_name_in_a_restriction_is_one_clear_error(tmp_path):
         spec.check({"T": 1}, {})
 
 
+@pytest.mark.parametrize("source,entry", [
+    ('extern "C" __global__ void transpose_tiled(float* o) {}\n', "transpose_tiled"),  # the one __global__
+    ('extern "C" __global__ void k(float* o) {}\nextern "C" __global__ void other() {}\n', "k"),  # named as the file
+    ('extern "C" __global__ void a() {}\nextern "C" __global__ void b() {}\n', "k"),  # neither: the preflight says
+])
+def test_the_entry_is_the_function_named_as_the_file_else_the_one_global_function(tmp_path, source, entry):
+    (tmp_path / "k.cu").write_text("#ifndef T\n#define T 1\n#endif\n" + source)
+    (tmp_path / "k.py").write_text("from tuner.contract.light import LightSpec\n\nclass Spec(LightSpec):\n"
+                                   "    source = 'k.cu'\n")
+    assert load_spec(tmp_path / "k.py").kernel_name == entry
+
+
 def test_restrictions_written_as_kernel_tuner_writes_them(tmp_path):
     """Kernel Tuner's restrictions call int(), pow() and the like, and divide by a tunable that may be
     0: such a config fails the restriction (Kernel Tuner skips it), the study goes on."""

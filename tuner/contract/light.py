@@ -44,6 +44,7 @@ from tuner.contract.kernel_spec import (
     user_code,
 )
 from tuner.contract.rules import Names, Rule, first_violation
+from tuner.contract.source import SourceBundle
 from tuner.errors import UserError
 
 _GUARD = re.compile(r"^[ \t]*#[ \t]*ifndef[ \t]+(\w+)[^\n]*\n[ \t]*#[ \t]*define[ \t]+(\1)[ \t]+([^\s/]+)", re.MULTILINE)
@@ -128,7 +129,9 @@ class LightSpec(KernelSpec):
         super().__init__(path)
         stem = Path(self.source).stem
         self.name = self.name or stem
-        self.kernel_name = self.kernel_name or stem
+        if not self.kernel_name:  # the function named as the file, else the source's one __global__ function
+            found = SourceBundle.load(self.source_path).global_functions() if self.source_path.is_file() else []
+            self.kernel_name = found[0] if len(found) == 1 and stem not in found else stem
         #: defaults of the problem keys the ``.cu`` guards too (a study's value is checked against their type)
         self.problem_defaults: dict[str, Value] = {}
         if self.source_path.is_file():  # load_spec reports a missing source
