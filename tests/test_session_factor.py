@@ -84,3 +84,15 @@ def test_configs_that_moved_unalike_are_a_warning_too(stored, tile2, warned):
     if warned:
         assert status.stderr.count("warning") == 1 and "Other GPU" in status.stderr
         assert re.search(r"measured its 3 configs -2\.[45]\d % to [+-]0\.0\d % against", status.stderr), status.stderr
+
+
+def test_status_judges_a_confirmation_by_the_resolution_its_study_ran_at(stored):
+    """A study run at ci_target 0.5 %: a session 0.4 % off is within it, in the run's words and in
+    `tuner status`'s alike (status reads the resolution from the record, not its own default)."""
+    url, study, space = stored
+    confirm_study(study, space, ShiftedSession(1.004), {"name": "Fake GPU"}, top=3, rounds=60, resolution=0.005)
+    status = tuner("status", "--storage", url)
+    assert status.returncode == 0 and "warning" not in status.stderr, status.stderr
+    confirm_study(study, space, ShiftedSession(1.004), {"name": "Fake GPU"}, top=3, rounds=60)  # the default 0.25 %
+    status = tuner("status", "--storage", url)
+    assert status.stderr.count("warning") == 1 and "(+-0.25 %)" in status.stderr, status.stderr

@@ -577,7 +577,6 @@ def cmd_best(args) -> int:
 
 def cmd_status(args) -> int:
     from tuner.evaluate.confirm import CONFIRMATIONS, factor_warning, session_factors
-    from tuner.measurement.paired import CI_TARGET
     from tuner.run.summary import summarize
     from tuner.store.storage import open_storage, resolve_url
     from tuner.store.url import redact
@@ -618,7 +617,7 @@ def cmd_status(args) -> int:
             print(f"study {printable(r['study'])}: {printable(r['reference'])}")
     for r, records in zip(rows, confirmations, strict=True):  # a session that measured the same configs otherwise
         for record in records:
-            warning = factor_warning(r["study"], record, CI_TARGET)
+            warning = factor_warning(r["study"], record)
             if warning:
                 print(warning, file=sys.stderr)
     return 0

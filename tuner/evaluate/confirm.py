@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.contract.kernel_spec import Value
 from tuner.errors import UserError
-from tuner.measurement.paired import Standing
+from tuner.measurement.paired import CI_TARGET, Standing
 from tuner.measurement.pareto import front, is_multi
 from tuner.search.space import Space
 from tuner.store.results import best_trial, status_of, value_of
@@ -70,8 +70,9 @@ def top_trials(study: optuna.Study, space: Space, k: int) -> list[FrozenTrial]:
 
 
 def confirm_study(study: optuna.Study, space: Space, evaluator: Confirms, device: dict[str, Any],
-                  top: int = 5, rounds: int = 100) -> dict | None:
+                  top: int = 5, rounds: int = 100, resolution: float = CI_TARGET) -> dict | None:
     """Re-measure the top configs against each other; store and return the record (None: < 2 configs).
+    ``resolution``: the study's ``ci_target``, kept in the record for what later judges its session factor.
     A config whose output fails its check in this session (a stricter precision class, another GPU)
     is left out and named in the record (``left_out``); with fewer than 2 left the record names no
     winner (``winner`` None)."""
@@ -100,6 +101,7 @@ def confirm_study(study: optuna.Study, space: Space, evaluator: Confirms, device
         "device_name": device.get("name", ""),
         "device_uuid": device.get("uuid", ""),
         "rounds": rounds,
+        "resolution": resolution,
         "winner": rows[0]["trial"] if rows else None,
         "tied": [r["trial"] for r in rows if r["tied"]],
         "standings": rows,
@@ -138,12 +140,13 @@ def factor_row(record: dict) -> dict[str, Any]:
 SPREAD_RESOLUTIONS = 6
 
 
-def factor_warning(study_name: str, record: dict, resolution: float) -> str | None:
+def factor_warning(study_name: str, record: dict, resolution: float = CI_TARGET) -> str | None:
     """One line when a confirmation measured its anchors further from their stored values than the
-    study's resolution (``ci_target``), or unalike (configs that run otherwise on this chip): values
+    study's resolution (``ci_target``: the record's, else ``resolution``), or unalike (configs that run otherwise on this chip): values
     of different sessions then do not compare."""
     if record.get("session_factor") is None:
         return None
+    resolution = record.get("resolution", resolution)  # the study's own, where the record keeps it
     f = factor_row(record)
     where = f"warning: study {study_name}: the confirmation of {f['at']} on {f['device_name']} measured its {f['anchors']} configs"
     if abs(f["factor"] - 1.0) > resolution:

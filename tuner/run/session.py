@@ -353,11 +353,12 @@ class Session:
         if len(top_trials(study, space, top)) < 2:
             return None  # nothing to compare
         self._say(f"confirming the top {top} configs ({rounds} rounds, round-robin)...")
-        record = confirm_study(study, space, evaluator, evaluator.supervisor.device, top, rounds)
+        resolution = evaluator.measure_settings.ci_target
+        record = confirm_study(study, space, evaluator, evaluator.supervisor.device, top, rounds, resolution)
         if record is None:
             return None
         self._say(describe(record))
-        warning = factor_warning(study.study_name, record, evaluator.measure_settings.ci_target)
+        warning = factor_warning(study.study_name, record)
         if warning:
             self._say(warning)
         return {"winner": record["winner"], "tied": record["tied"], "standings": record["standings"],
