@@ -344,3 +344,14 @@ def test_a_kernel_given_as_data_is_written_inside_a_cache_folder_of_ones_own(tmp
     study = tuner.kernel_study(**axpy(None))
     assert study.is_file() and study.parent.parent == tmp_path / "mine" / "kernels"
     assert study.parent.name.startswith("axpy-") and (study.parent / "axpy.cu").is_file()
+
+
+@pytest.mark.parametrize("given,says", [
+    ({"start": [{"BLOKC_N": 128}]}, "start #1.BLOKC_N: is not a search axis"),
+    ({"start": [{"BLOCK_N": 7}]}, "start #1.BLOCK_N: 7 is not one of the axis values [128, 192, 256]"),
+    ({"reference": {"BLOKC_N": 128}}, "reference.BLOKC_N: is not a search axis"),
+], ids=["start: an unknown axis", "start: a value off the axis", "reference: an unknown axis"])
+def test_start_and_reference_keywords_are_checked_as_the_study_files_are(given, says):
+    with pytest.raises(tuner.UserError) as err:
+        tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage="memory", trials=3, **given)
+    assert says in str(err.value) and "\n" not in str(err.value)

@@ -106,6 +106,7 @@ class Session:
         from tuner.contract.program import ProgramSpec
         from tuner.evaluate.replay import load_recording, recording_space
         from tuner.search.space import Space
+        from tuner.study.file import check_given_configs
 
         replay = self.run_options.replay
         recording = load_recording(replay) if replay else None
@@ -121,6 +122,7 @@ class Session:
                           "it records (give the study file for its whole space and constraints)")
             return Loaded(None, recording_space(recording), recording)
         cfg, space = Space.load(self.study_file)
+        self.given = check_given_configs(self.given, dict(space.axes))
         if recording is not None and len(self.search(cfg).objectives) > 1:
             raise UserError(f"replay file {recording.path} records times, no energy: replay the study with "
                             'objectives = ["time"] (time and energy are measured on a GPU)')

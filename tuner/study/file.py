@@ -190,6 +190,20 @@ def _axes(table: Any, prefix: str, fail) -> dict[str, list[Value]]:
     return axes
 
 
+def check_given_configs(given: dict[str, Any], axes: dict[str, list[Value]]) -> dict[str, Any]:
+    """``start`` and ``reference`` given by name (keywords of :func:`tuner.tune`) checked against the
+    study's axes as the study file's are: ``given`` with them checked."""
+    def fail(key: str, message: str) -> UserError:
+        return UserError(f"{key.replace('search.start', 'start').replace('measure.reference', 'reference')}: {message}")
+
+    out = dict(given)
+    if "start" in given:
+        out["start"] = _start_configs(list(given["start"]), axes, fail)
+    if "reference" in given:
+        out["reference"] = _reference(given["reference"], axes, fail)
+    return out
+
+
 def _reference(value, axes: dict[str, list[Value]], fail) -> dict[str, Value] | str | None:
     """[measure] reference = {BLOCK_N = 192, ...} (axes not named: defaults) or "baseline"."""
     if value is None or value == "baseline":
