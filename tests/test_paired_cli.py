@@ -61,6 +61,12 @@ def test_run_stores_ratios_and_a_confirmed_winner(tmp_path, cache_dir):
 
     assert "confirmed winner: trial" in text.stderr
 
+    # run again with every valid config measured: nothing runs, and the confirmation stands (not measured again)
+    rerun = tuner("run", study, "--storage", url, "--cache-dir", cache_dir, env=FAKE)
+    assert rerun.returncode == 0 and "confirming" not in rerun.stderr, rerun.stderr
+    assert "with no trial since: `tuner confirm` measures again" in rerun.stderr
+    assert len(optuna.load_study(study_name="paired", storage=url).user_attrs["confirmations"]) == 1
+
     # a later session confirms again: a second record, same winner
     again = run_json("confirm", study, "--storage", url, "--json", "--top", "4", "--cache-dir", cache_dir)
     assert again["winner"] == confirmed["winner"] and len(again["standings"]) == 4

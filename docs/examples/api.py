@@ -1,6 +1,6 @@
 """The Python API in a notebook's order: run it as it is (a replay, no GPU), cell by cell.
 
-    python3 docs/examples/api.py            # from the repository root; writes ./api_example.db, ./best.h
+    python3 docs/examples/api.py            # from the repository root; writes ./api_example.db (and its .propose.lock), ./best.h
 
 ``# %%`` marks cells (VS Code and Jupytext open it as a notebook). On a GPU host, drop the
 ``replay=`` arguments: the same calls measure for real.

@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="on a GPU host: every valid config's launch into an ABI twin of a kernel for a GPU not "
                             "at hand (sm_100a on an H100), compared byte for byte with what the spec meant")
     options.add_flags(check, "check")
-    check.add_argument("--json", action="store_true", help="print one JSON object (counts, configs, preflight) instead of the tables")
+    check.add_argument("--json", action="store_true", help="print one JSON object per study file (counts, configs, preflight), one per line, instead of the tables")
     check.set_defaults(func=cmd_check)
 
     confirm = sub.add_parser("confirm", help="re-measure a study's best configs against each other on this GPU")

@@ -164,6 +164,21 @@ def last_confirmation(study: optuna.Study) -> dict | None:
     return last_confirmation_of(study.user_attrs)
 
 
+def standing_confirmation(study: optuna.Study) -> dict | None:
+    """The last confirmation, where no trial finished after it: nothing it compared has changed."""
+    record = last_confirmation(study)
+    if record is None:
+        return None
+    # "at" is kept to the second: a trial within the second before it finished before it
+    after = _dt.datetime.fromisoformat(record["at"]) + _dt.timedelta(seconds=1)
+    local = _dt.datetime.now().astimezone().tzinfo  # Optuna's times are naive local ones
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        done = t.datetime_complete
+        if done is not None and done.replace(tzinfo=done.tzinfo or local) > after:
+            return None
+    return record
+
+
 def last_confirmation_of(attrs: dict[str, Any]) -> dict | None:
     """:func:`last_confirmation` of a study's user attributes, as read already."""
     history = [r for r in attrs.get(CONFIRMATIONS) or [] if r.get("winner") is not None]

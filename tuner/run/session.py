@@ -343,8 +343,15 @@ class Session:
                 return
 
     def _confirm_after_run(self, loaded: Loaded, evaluation: Evaluation, study: optuna.Study, summary: dict) -> None:
+        from tuner.evaluate.confirm import standing_confirmation
+
         search = self.search(loaded.cfg) if loaded.cfg else None
         if loaded.recording is None and search is not None and search.confirm_top >= 2:
+            standing = None if summary.get("trials_run") else standing_confirmation(study)
+            if standing is not None:  # a re-run with nothing to do: the winner stands as confirmed
+                self._say(f"confirmed at {standing['at']}, with no trial since: `tuner confirm` measures again")
+                summary["confirmed"] = _gist(standing)
+                return
             summary["confirmed"] = self.confirm(study, loaded.space, evaluation.evaluator, search)
 
     def confirm(self, study: optuna.Study, space: Space, evaluator: Any, search: options.SearchSettings) -> dict | None:
@@ -352,9 +359,10 @@ class Session:
         from tuner.evaluate.confirm import confirm_study, describe, factor_warning, top_trials
 
         top, rounds = search.confirm_top, search.confirm_rounds
-        if len(top_trials(study, space, top)) < 2:
+        compared = len(top_trials(study, space, top))
+        if compared < 2:
             return None  # nothing to compare
-        self._say(f"confirming the top {top} configs ({rounds} rounds, round-robin)...")
+        self._say(f"confirming the top {compared} configs ({rounds} rounds, round-robin)...")
         resolution = evaluator.measure_settings.ci_target
         record = confirm_study(study, space, evaluator, evaluator.supervisor.device, top, rounds, resolution)
         if record is None:
@@ -363,8 +371,7 @@ class Session:
         warning = factor_warning(study.study_name, record)
         if warning:
             self._say(warning)
-        return {"winner": record["winner"], "tied": record["tied"], "standings": record["standings"],
-                "session_factor": record.get("session_factor")}
+        return _gist(record)
 
     def confirm_stored(self) -> tuple[str, dict | None]:
         """``tuner confirm``: re-measure a stored study's top configs in this session: (name, record's gist)."""
@@ -493,3 +500,9 @@ def open_study(storage_url: str | None, study_file: str | Path | None = None, na
     if found is None:
         raise UserError(f"no study {' or '.join(map(repr, wanted))} in {where}; studies there: {', '.join(names) or 'none'}")
     return optuna.load_study(study_name=found, storage=storage)
+
+
+def _gist(record: dict) -> dict:
+    """What a run's summary keeps of a confirmation record."""
+    return {"winner": record["winner"], "tied": record["tied"], "standings": record["standings"],
+            "session_factor": record.get("session_factor")}

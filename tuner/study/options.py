@@ -151,10 +151,11 @@ class SearchSettings:
                                    "front of time and energy per launch (needs [measure] energy_s; default then 1 s)")
     start: list[dict[str, Value]] = option([], "known configs tried first (axes not named take their defaults)")
     compile_ahead: int | None = option(None, "at most this many configs proposed and compiled ahead of the one "
-                                       "measured, in as many processes; as many as keep the GPU fed are (default: "
-                                       "one per CPU core; 0: compile each when it is measured)",
+                                       "measured, in as many processes; as many as keep the GPU fed are, up to one per "
+                                       "CPU core where unset (0: compile each when it is measured)",
                                        minimum=0, commands=SEARCH_COMMANDS)
-    confirm_top: int = option(5, "after a GPU run, re-measure this many best configs against each other (0: never)",
+    confirm_top: int = option(5, "re-measure this many best configs against each other (at least 2; the study "
+                                 "file's key: after each GPU run, 0 never)",
                               minimum=0, commands=("confirm",), flag="--top")
     confirm_rounds: int = option(100, "round-robin rounds of a confirmation", minimum=1, commands=("confirm",),
                                  flag="--rounds")
@@ -197,7 +198,7 @@ class MeasureSettings:
 class RunOptions:
     """Command-line settings of one run (no study-file key)."""
 
-    study_name: str | None = option(None, "store under this name instead of the study file's",
+    study_name: str | None = option(None, "the study's name in the storage (default: the study file's)",
                                     commands=(*SEARCH_COMMANDS, "grid", "confirm"))
     replay: Path | None = option(None, "evaluate against a recorded table (our CSV, a Kernel Tuner cache or T4 file, KTT output) instead of a GPU",
                                  commands=(*SEARCH_COMMANDS, "grid"), metavar="FILE")
