@@ -92,6 +92,31 @@ def test_a_ctrl_c_or_a_sigterm_stops_a_run_in_one_line(tmp_path, how):
     assert not study.get_trials(states=(TrialState.RUNNING,))
 
 
+@pytest.mark.parametrize("gap_s", [0.2, 0.5])
+def test_a_second_ctrl_c_while_the_first_stops_the_builds_still_ends_the_command(tmp_path, gap_s):
+    """An impatient user: Ctrl-C, then again while the compile pool shuts down. The pool, dropped as
+    the second interrupt unwound its shutdown, left its processes waiting for work, and the
+    interpreter's exit joined them for ever."""
+    import time
+
+    check = subprocess.Popen([sys.executable, "-m", "tuner", "check", "--compile", "--all",
+                              ROOT / "studies" / "patch_embed_sm90a.toml"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True, cwd=tmp_path,
+                             env={**os.environ, "TUNER_CACHE_DIR": str(tmp_path / "cache")})
+    try:
+        wait_for(lambda: len(list((tmp_path / "cache").glob("*.cubin"))) >= 2, 120, "two builds")
+        os.killpg(check.pid, signal.SIGINT)
+        time.sleep(gap_s)
+        os.killpg(check.pid, signal.SIGINT)
+        _, err = check.communicate(timeout=60)
+    finally:
+        if check.poll() is None:
+            os.killpg(check.pid, signal.SIGKILL)
+            check.wait()
+    assert check.returncode in (130, -signal.SIGINT) and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1] == "tuner: interrupted"
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_stop_whose_interrupt_a_finalizer_dropped_is_raised_again(monkeypatch):
     """Python prints and drops a KeyboardInterrupt raised in a weakref callback (SQLAlchemy has some): a SIGTERM

@@ -61,6 +61,10 @@ def stop_helpers() -> None:
         pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             process.terminate()
+    # A pool dropped while a stop unwound its shutdown (a second Ctrl-C) is gone from ``_pools``, and
+    # its processes wait for work that never comes: the interpreter's exit would join them forever.
+    for child in mp.active_children():
+        child.terminate()
 
 
 def start_helpers() -> None:

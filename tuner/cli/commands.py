@@ -68,13 +68,13 @@ def main(argv: list[str] | None = None, worker: Supervisor | None = None, early_
         args.run = options.run_options(args.given)
         return args.func(args) or 0
     except KeyboardInterrupt:
-        return _interrupted()
+        return _interrupted(args.command)
     except BrokenPipeError:  # `tuner check ... | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:
         if interrupted(exc):  # something broke while Ctrl-C unwound the run
-            return _interrupted()
+            return _interrupted(args.command)
         error = as_user_error(exc)
         if error is None:  # a bug: the traceback is for us
             raise
@@ -115,8 +115,11 @@ def _show_storage_logs() -> None:
         logger.propagate = False
 
 
-def _interrupted() -> int:
-    print("tuner: interrupted; finished trials are stored, run the same command to resume", file=sys.stderr)
+def _interrupted(command: str) -> int:
+    if command in ("run", "grid", "worker"):
+        print("tuner: interrupted; finished trials are stored, run the same command to resume", file=sys.stderr)
+    else:  # it stores no trials (a confirmation is stored whole, or not at all)
+        print("tuner: interrupted", file=sys.stderr)
     return 130
 
 
