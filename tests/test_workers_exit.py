@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
 import pytest
@@ -115,6 +116,41 @@ def test_a_second_ctrl_c_while_the_first_stops_the_builds_still_ends_the_command
             check.wait()
     assert check.returncode in (130, -signal.SIGINT) and "Traceback" not in err, err[-2000:]
     assert err.strip().splitlines()[-1] == "tuner: interrupted"
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+@pytest.mark.parametrize("children", [1, 2, 3])
+def test_a_ctrl_c_while_the_run_starts_its_worker_and_helpers_is_one_line(tmp_path, children):
+    """The terminal's Ctrl-C reaches the worker and the compile helpers' forkserver while they still
+    import: they ignore it from their first instruction, so no traceback of theirs is printed."""
+    import time
+
+    run = subprocess.Popen([sys.executable, "-m", "tuner", "run", ROOT / "studies" / "fc2_sm90a.toml", "--storage",
+                            f"sqlite:///{tmp_path / 's.db'}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True, cwd=tmp_path,
+                           env={**os.environ, "TUNER_WORKER_BACKEND": FAKE_BACKEND, "TUNER_CACHE_DIR": str(tmp_path / "c")})
+    try:
+        deadline = time.monotonic() + 60
+        while len(_children(run.pid)) < children and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.005)
+        os.killpg(run.pid, signal.SIGINT)  # the children have just been started
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    assert run.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert len(err.strip().splitlines()) == 1 and err.startswith("tuner: interrupted"), err[-3000:]
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

@@ -41,6 +41,7 @@ def helper_pool(workers: int) -> ProcessPoolExecutor:
     """Processes for work in parallel (the enumeration, compiles, host dry runs) that end with this
     one. They are forked by a forkserver, never from this threaded process, and find
     :data:`HELPER_MODULES` imported."""
+    start_helpers()  # (its forkserver, once)
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_helper_context(), initializer=exit_with,
                                initargs=(os.getpid(),))
     _pools.add(pool)
@@ -73,7 +74,34 @@ def start_helpers() -> None:
     from multiprocessing import forkserver
 
     _helper_context()
-    forkserver.ensure_running()
+    with started_deaf_to_ctrl_c():  # the forkserver, and every helper it forks: the command stops them
+        forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def started_deaf_to_ctrl_c() -> Iterator[None]:
+    """Processes started in the block ignore Ctrl-C from their first instruction: an ignored SIGINT
+    survives exec, and Python leaves it ignored (a child that ignores it only once its imports are
+    done prints a traceback for a Ctrl-C that lands while it imports). This process ignores SIGINT
+    for the block's few milliseconds with the signal blocked in this thread, where Linux keeps it
+    pending rather than dropping it: it is handled once the block ends (a thread of its own that
+    takes it meanwhile drops it). From another thread than the main one nothing changes (only the
+    main thread sets a handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    # A spawn or forkserver start starts multiprocessing's resource tracker first, if it runs not yet,
+    # and that start unblocks SIGINT as it ends (a Ctrl-C would then be dropped): it starts here.
+    resource_tracker.ensure_running()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _helper_context() -> mp.context.ForkServerContext:
@@ -100,11 +128,11 @@ def children_skip_user_main() -> Iterator[None]:
     as it was when that one ends).
     """
     main = sys.modules.get("__main__")
-    if main is None or main.__spec__ is _MAIN_STAND_IN or (getattr(main, "__file__", None) is None
-                                                         and main.__spec__ is None):
+    spec = getattr(main, "__spec__", None)
+    if main is None or spec is _MAIN_STAND_IN or (getattr(main, "__file__", None) is None and spec is None):
         yield  # a notebook or an interactive session: nothing to import again
         return
-    saved = main.__spec__
+    saved = spec
     main.__spec__ = _MAIN_STAND_IN
     try:
         yield

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from tuner.device.supervisor import Supervisor
-from tuner.lifetime import start_helpers, stop_helpers
+from tuner.lifetime import children_skip_user_main, start_helpers, stop_helpers
 from tuner.run.early_build import EarlyBuild
 
 
@@ -38,16 +38,21 @@ def runs_on_the_gpu(argv: Sequence[str]) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     worker, early_build = None, None
-    if runs_on_the_gpu(argv):
-        worker = Supervisor.from_env()
-        worker.start_soon()
-        start_helpers()
-        early_build = EarlyBuild.for_run(argv)
-    from tuner.cli.commands import main as cli_main
+    # the `tuner` script is imported again by no child (the worker, the compile helpers)
+    with children_skip_user_main():
+        try:
+            if runs_on_the_gpu(argv):
+                start_helpers()  # (first: started while this process has no other thread to take a Ctrl-C)
+                worker = Supervisor.from_env()
+                worker.start_soon()
+                early_build = EarlyBuild.for_run(argv)
+            from tuner.cli.commands import main as cli_main
 
-    try:
-        return cli_main(argv, worker=worker, early_build=early_build)
-    finally:
-        if worker is not None:  # stopped by the run unless it never got that far (bad input, --help)
-            worker.discard()
-        stop_helpers()  # work nobody will read (the early build's enumeration, say) does not hold the exit up
+            return cli_main(argv, worker=worker, early_build=early_build)
+        except KeyboardInterrupt:  # a Ctrl-C while the command starts: nothing was stored yet
+            print("tuner: interrupted", file=sys.stderr)
+            return 130
+        finally:
+            if worker is not None:  # stopped by the run unless it never got that far (bad input, --help)
+                worker.discard()
+            stop_helpers()  # work nobody will read (the early build's enumeration, say) does not hold the exit up

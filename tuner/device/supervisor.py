@@ -11,13 +11,11 @@ Protocol: the typed messages of :mod:`tuner.device.protocol`, encoded to plain d
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing as mp
 import os
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -39,7 +37,7 @@ from tuner.device.protocol import (
     Ready,
     Reply,
 )
-from tuner.lifetime import kill_group, stop_if_asked
+from tuner.lifetime import children_skip_user_main, kill_group, started_deaf_to_ctrl_c, stop_if_asked
 from tuner.measurement.value import Measurement
 
 #: called with each block (step, running value, the block's samples); True means stop
@@ -52,22 +50,6 @@ BACKEND_ENV = "TUNER_WORKER_BACKEND"
 REFERENCE_HANG = "reference_hang"
 SETUP_TIMEOUT_S = 600.0  # allocating and uploading a problem's inputs (GBs) can take a while
 
-
-
-@contextlib.contextmanager
-def _main_module_hidden() -> Iterator[None]:
-    """Spawn without re-running the parent's main module in the child: the worker needs nothing
-    from it, and the ``tuner`` script's imports (the whole CLI: Optuna, pandas) would add
-    ~0.4 s to every worker start. (multiprocessing re-runs ``__main__`` by its ``__spec__`` or
-    ``__file__``; without both it re-runs nothing.)"""
-    main = sys.modules["__main__"]
-    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
-    main.__dict__.pop("__file__", None)
-    main.__spec__ = None
-    try:
-        yield
-    finally:
-        main.__dict__.update(saved)
 
 
 def _worker_entry(conn: Connection, backend: str, parent: int) -> None:
@@ -180,7 +162,9 @@ class Supervisor:
         os.environ.update(self.env)  # spawn copies the environment (CUDA_VISIBLE_DEVICES)
         try:
             self._proc = self._ctx.Process(target=_worker_entry, args=(child, self.backend, os.getpid()), daemon=True)
-            with _main_module_hidden():
+            # the worker needs nothing of the main script (a script's imports: ~0.4 s), and it leaves a
+            # Ctrl-C to the run that started it, from its first instruction on
+            with children_skip_user_main(), started_deaf_to_ctrl_c():
                 self._proc.start()
         finally:
             for k, v in saved.items():
