@@ -50,8 +50,8 @@ def test_the_correct_kernel_passes(tmp_path, shared_cache):
 
 # (file, old, new, text the failure line must hold): each found only on a GPU before the preflight
 FAILS_PREFLIGHT = {
-    "kernel renamed": ("transpose.cu", "\ntranspose(", "\ntranspose_tiled(",
-                       "entry 'transpose' is not in the CUBIN of transpose.cu (kernels there: transpose_tiled)"),
+    "kernel misnamed": ("transpose.py", 'source = "transpose.cu"', 'source = "transpose.cu"\n    kernel_name = "transpose_v2"',
+                        "entry 'transpose_v2' is not in the CUBIN of transpose.cu (kernels there: transpose)"),
     "not extern C": ("transpose.cu", 'extern "C" __global__', "__global__",
                      "entry 'transpose' is in the CUBIN of transpose.cu only under its C++ name (_Z9transpose"),
     "syntax error in the .cu": ("transpose.cu", "__syncthreads();", "__syncthreads()",
@@ -179,7 +179,7 @@ def test_a_define_nothing_reads_is_named(tmp_path, shared_cache):
 def test_several_studies_in_one_check(tmp_path, shared_cache):
     good = planted(tmp_path / "good" if (tmp_path / "good").mkdir() is None else None)
     bad = planted(tmp_path / "bad" if (tmp_path / "bad").mkdir() is None else None,
-                  "transpose.cu", "\ntranspose(", "\ntranspose_tiled(")
+                  "transpose.py", 'source = "transpose.cu"', 'source = "transpose.cu"\n    kernel_name = "transpose_v2"')
     result = check(good, shared_cache)
     assert result.returncode == 0
     both = tuner("check", good, bad, "--compile", "--cache-dir", shared_cache, "--jobs", 2)

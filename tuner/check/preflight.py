@@ -283,11 +283,19 @@ def check_config(spec: KernelSpec, config: Config, problem: Problem, row: ArchLi
     launch, reasons = check_launch(spec, config, problem, row, buffers)
     if launch is None or any("whole numbers" in r for r in reasons):
         return reasons
-    kernel, why = _entry(spec, compiled)
+    try:
+        return reasons + check_built(spec, launch, compiled, row)
+    except (OSError, CubinError) as exc:
+        return [*reasons, f"CUBIN unreadable: {exc}"]
+
+
+def check_built(spec: KernelSpec, launch: Launch, compiled: CompileResult, row: ArchLimits) -> list[str]:
+    """The launch against its CUBIN: the entry, its parameters, registers, shared memory, cluster.
+    Raises :class:`CubinError` (or ``OSError``) where the CUBIN cannot be read."""
+    kernel, why = _entry(spec, read_cubin(Path(str(compiled.cubin_path)).read_bytes()))
     if kernel is None:
-        return [*reasons, why]
-    reasons += _against_cubin(launch, kernel, compiled, row)
-    return reasons
+        return [why]
+    return _against_cubin(launch, kernel, compiled, row)
 
 
 def check_launch(spec: KernelSpec, config: Config, problem: Problem, row: ArchLimits,
@@ -366,11 +374,7 @@ def _arguments(spec: KernelSpec, launch: Launch, buffers: Mapping[str, tuple[tup
     return reasons
 
 
-def _entry(spec: KernelSpec, compiled: CompileResult) -> tuple[CubinKernel | None, str]:
-    try:
-        kernels = read_cubin(Path(str(compiled.cubin_path)).read_bytes())
-    except (OSError, CubinError) as exc:
-        return None, f"CUBIN unreadable: {exc}"
+def _entry(spec: KernelSpec, kernels: Mapping[str, CubinKernel]) -> tuple[CubinKernel | None, str]:
     kernel = kernels.get(spec.kernel_name)
     if kernel is None:
         there = ", ".join(sorted(kernels)) or "none"

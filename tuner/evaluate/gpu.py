@@ -172,15 +172,22 @@ class GpuEvaluator(Evaluator):
         config (grid, block, arguments against the inputs and the CUBIN's entry, the reference
         function): a spec mistake stops the run with its reason before any trial, not trial by trial
         on the GPU."""
-        from tuner.check.preflight import check_config, check_spec
+        from tuner.check.preflight import check_built, check_launch, check_spec
+        from tuner.compile.cubin import CubinError
         from tuner.contract.arch import limits
 
-        if not isinstance(self.reference, dict):
-            return
+        if not isinstance(self.reference, dict) or isinstance(self.spec, ProgramSpec):
+            return  # (a program launches its kernel itself)
+        row = limits(self.arch)
         buffers, reasons = check_spec(self.spec, self.problem, self.arch)
+        launch = None
         if not reasons:
-            built = self.compiler.result(self.reference)
-            reasons = check_config(self.spec, self.reference, self.problem, limits(self.arch), built, buffers)
+            launch, reasons = check_launch(self.spec, self.reference, self.problem, row, buffers)
+        if launch is not None and not reasons:
+            try:
+                reasons = check_built(self.spec, launch, self.compiler.result(self.reference), row)
+            except (OSError, CubinError):
+                pass  # a CUBIN this reader cannot parse: the driver loads it, and says what is wrong
         if reasons:
             more = len(reasons) - REFERENCE_REASONS
             raise UserError(f"the kernel spec fails before its first launch: {'; '.join(reasons[:REFERENCE_REASONS])}"
