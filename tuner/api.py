@@ -86,10 +86,10 @@ class Result:
         return str(self.winner.user_attrs.get("flags", ""))
 
     @property
-    def best_value(self) -> float | None:
-        """The winner's value, in :attr:`metric` units (several objectives: its time)."""
-        values = self.winner.values
-        return values[0] if values else None
+    def best_value(self) -> float:
+        """The winner's value, in :attr:`metric` units (several objectives: its time); raises
+        :class:`tuner.UserError` where no trial completed, as :attr:`best_params` does."""
+        return self.winner.values[0]
 
     @property
     def metric(self) -> str:
