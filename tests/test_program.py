@@ -353,7 +353,7 @@ def test_a_run_where_every_trial_failed_says_how(tmp_path):
     study = write_study(tmp_path, "broken", kernel=KERNEL, tier1={"TILE": [32, 64, 128], "PLANT": [2]},
                         search={"trials": 3})
     done = tuner("run", study, "--storage", f"sqlite:///{tmp_path / 't.db'}", env=env(tmp_path / "c"), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # a script (CI) sees that nothing could be measured
     line = next(x for x in done.stdout.splitlines() if x.startswith("best:"))
     assert line.startswith("best: none yet (no trial completed: launch_error x3, e.g. ") and "exited 3" in line
 

@@ -314,7 +314,9 @@ def cmd_run(args) -> int:
     # the worker spawned by tuner.cli.launch before those imports: its CUDA start overlaps loading the study
     summary, _ = _session(args).run(None if args.run.replay else args.gpu_worker, startup, early_build=args.early_build)
     _print_summary(summary, args.json)
-    return 0
+    from tuner.run.summary import exit_code
+
+    return exit_code(summary)
 
 
 def cmd_confirm(args) -> int:
@@ -444,7 +446,9 @@ def cmd_grid(args) -> int:
         rejected_note = "" if rejected is None else f" and {len(rejected)} rejected before compiling"
         print(f"\n{len(measured)} configs measured{rejected_note}; CSV written to {csv_path}")
         _print_summary(summary, False)
-    return 0
+    from tuner.run.summary import exit_code
+
+    return exit_code(summary)
 
 
 def cmd_check(args) -> int:

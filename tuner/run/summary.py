@@ -18,6 +18,15 @@ from tuner.table import printable
 NOT_FAILURES = ("ok", "duplicate", "interrupted", "killed", "waiting", "running")
 
 
+#: `tuner run` / `grid`: the study holds failed configs and none that completed (the kernel, its spec or
+#: its build needs a fix before anything is measured; bad input is 2, a stop 130)
+EXIT_NONE_COMPLETED = 1
+
+
+def exit_code(summary: dict) -> int:
+    return EXIT_NONE_COMPLETED if summary.get("failure") else 0
+
+
 def summarize(study: optuna.Study, storage_url: str) -> dict:
     trials = study.get_trials(deepcopy=False)
     statuses = Counter(status_of(t) for t in trials)
