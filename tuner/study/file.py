@@ -76,6 +76,44 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
     def fail(key: str, message: str) -> UserError:
         return UserError(f"{where}: [{key}] {message}")
 
+    _check_sections(data, fail)
+    study = data.get("study")
+    if not study:
+        raise fail("study", "missing: give name, kernel and arch")
+    name, kernel, arch, shape = _study_section(study, path, where, fail)
+    problem = _defines(data.get("problem", {}), f"{where}: [problem")
+
+    space = data.get("space", {})
+    tier1 = _axes(space.get("tier1", {}), f"{where}: [space.tier1", fail)
+    tier2 = _axes(space.get("tier2", {}), f"{where}: [space.tier2", fail)
+    if not tier1 and not tier2:
+        raise fail("space.tier1", "no axes: give at least one define with a list of values")
+    for key in tier1.keys() & tier2.keys():
+        raise fail(f"space.tier2.{key}", "already an axis in tier1; list it once")
+    axes = {**tier1, **tier2}
+    fixed = _defines(data.get("fixed", {}), f"{where}: [fixed")
+    for key in fixed.keys() & axes.keys():
+        raise fail(f"fixed.{key}", "is also a search axis; keep it in one place")
+
+    search = _search_section(data.get("search", {}), axes, where, fail)
+    if search.mode == "tiered" and not (tier1 and tier2):
+        raise fail("search.mode", "'tiered' needs axes in both [space.tier1] and [space.tier2]; use mode = \"joint\" for one tier")
+    measure = _measure_section(data.get("measure", {}), axes, where, fail)
+
+    baseline = {}
+    for key, value in data.get("baseline", {}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise fail(f"baseline.{key}", "must be a positive time in ms")
+        baseline[key] = float(value)
+
+    precision = parse_precision(study.get("precision", "fast"), f"{where}: [study.precision]")
+    given = frozenset(k for k in [*data.get("search", {}), *data.get("measure", {})])
+    return StudyConfig(path, name, kernel, arch, problem, tier1, tier2, fixed, search, measure, shape, baseline, precision,
+                       given)
+
+
+def _check_sections(data: dict[str, Any], fail) -> None:
+    """Known sections, each a table, holding known keys (``[problem]``, ``[space.*]``: any)."""
     for section, value in data.items():
         if section not in _SECTIONS:
             raise fail(section, f"unknown section; expected one of {', '.join(_SECTIONS)}")
@@ -87,12 +125,12 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
                 if key not in allowed:
                     raise fail(f"{section}.{key}", f"unknown key; expected one of {', '.join(sorted(allowed))}")
 
-    study = data.get("study")
-    if not study:
-        raise fail("study", "missing: give name, kernel and arch")
-    name = _get(study, "name", str, f"{where}: [study.name]", required=True)
+
+def _study_section(study: dict[str, Any], path: Path | None, where: str, fail) -> tuple[str, Path, str, str]:
+    """``[study]``: its name, the kernel spec's path, the arch and the shape."""
     from tuner.store.storage import check_study_name  # the rule every storage and file name needs
 
+    name = _get(study, "name", str, f"{where}: [study.name]", required=True)
     check_study_name(name, f"{where}: [study.name]")
     kernel_rel = _get(study, "kernel", str, f"{where}: [study.kernel]", required=True)
     base = path.parent if path else Path.cwd()
@@ -111,61 +149,42 @@ def parse_study(data: dict[str, Any], path: Path | None = None) -> StudyConfig:
             raise fail("study.arch", str(exc).replace("arch ", "", 1)) from None
     # default shape: the name without its arch suffix ("patch_embed_sm90a" -> "patch_embed")
     shape = _get(study, "shape", str, f"{where}: [study.shape]") or re.sub(r"_sm\d+a?(_.*)?$", "", name)
+    return name, kernel, arch, shape
 
-    problem: dict[str, Value] = {}
-    for key, value in data.get("problem", {}).items():
-        value = as_define_value(value, f"{where}: [problem.{key}]")
-        validate_define(key, value, f"{where}: [problem.{key}]")
-        problem[key] = value
 
-    space = data.get("space", {})
-    tier1 = _axes(space.get("tier1", {}), f"{where}: [space.tier1", fail)
-    tier2 = _axes(space.get("tier2", {}), f"{where}: [space.tier2", fail)
-    if not tier1 and not tier2:
-        raise fail("space.tier1", "no axes: give at least one define with a list of values")
-    for key in tier1.keys() & tier2.keys():
-        raise fail(f"space.tier2.{key}", "already an axis in tier1; list it once")
+def _defines(table: dict[str, Any], prefix: str) -> dict[str, Value]:
+    """``[problem]`` or ``[fixed]``: define = value, each a value a ``-D`` flag can carry."""
+    out: dict[str, Value] = {}
+    for key, value in table.items():
+        value = as_define_value(value, f"{prefix}.{key}]")
+        validate_define(key, value, f"{prefix}.{key}]")
+        out[key] = value
+    return out
 
-    fixed: dict[str, Value] = {}
-    for key, value in data.get("fixed", {}).items():
-        value = as_define_value(value, f"{where}: [fixed.{key}]")
-        validate_define(key, value, f"{where}: [fixed.{key}]")
-        if key in tier1 or key in tier2:
-            raise fail(f"fixed.{key}", "is also a search axis; keep it in one place")
-        fixed[key] = value
 
-    search_values = options.from_toml("search", data.get("search", {}), where)
-    search_values["start"] = _start_configs(search_values.get("start", []), {**tier1, **tier2}, fail)
-    if "objectives" in search_values:
+def _search_section(table: dict[str, Any], axes: dict[str, list[Value]], where: str, fail) -> SearchSettings:
+    values = options.from_toml("search", table, where)
+    values["start"] = _start_configs(values.get("start", []), axes, fail)
+    if "objectives" in values:
         from tuner.measurement.pareto import check_objectives
 
-        search_values["objectives"] = check_objectives(search_values["objectives"], f"{where}: [search.objectives]")
-    search = options.apply(SearchSettings(), search_values)
-    if search.mode == "tiered" and not (tier1 and tier2):
-        raise fail("search.mode", "'tiered' needs axes in both [space.tier1] and [space.tier2]; use mode = \"joint\" for one tier")
+        values["objectives"] = check_objectives(values["objectives"], f"{where}: [search.objectives]")
+    return options.apply(SearchSettings(), values)
 
-    measure_values = options.from_toml("measure", data.get("measure", {}), where)
-    measure_values["reference"] = _reference(measure_values.get("reference"), {**tier1, **tier2}, fail)
-    measure = options.apply(MeasureSettings(), measure_values)
+
+def _measure_section(table: dict[str, Any], axes: dict[str, list[Value]], where: str, fail) -> MeasureSettings:
+    values = options.from_toml("measure", table, where)
+    values["reference"] = _reference(values.get("reference"), axes, fail)
+    measure = options.apply(MeasureSettings(), values)
     # A short study (repeats = 10, say) keeps working with the defaults: they shrink to fit.
     for key in ("block", "min_pairs"):
-        if key not in measure_values and getattr(measure, key) > measure.repeats:
+        if key not in values and getattr(measure, key) > measure.repeats:
             setattr(measure, key, measure.repeats)
     if measure.block > measure.repeats:
         raise fail("measure.block", f"{measure.block} > repeats={measure.repeats}; a block is a slice of the repeats")
     if measure.min_pairs > measure.repeats:
         raise fail("measure.min_pairs", f"{measure.min_pairs} > repeats={measure.repeats} (the most pairs measured)")
-
-    baseline = {}
-    for key, value in data.get("baseline", {}).items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise fail(f"baseline.{key}", "must be a positive time in ms")
-        baseline[key] = float(value)
-
-    precision = parse_precision(study.get("precision", "fast"), f"{where}: [study.precision]")
-    given = frozenset(k for k in [*data.get("search", {}), *data.get("measure", {})])
-    return StudyConfig(path, name, kernel, arch, problem, tier1, tier2, fixed, search, measure, shape, baseline, precision,
-                       given)
+    return measure
 
 
 def _axes(table: Any, prefix: str, fail) -> dict[str, list[Value]]:
