@@ -174,14 +174,11 @@ def real_entries(spec, configs: Sequence[dict], problem: dict, arch: str, jobs: 
 def run(cfg, spec, space, supervisor, jobs: int, chunk: int = 64, timeout_s: float = 120.0,
         say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> DryRunSummary:
     """The host dry run of every valid config of a study (``cfg``: its StudyConfig) on the worker's GPU."""
-    from tuner.compile.nvrtc import helper_cubin
-
     started = time.perf_counter()
     device_info = TARGET_DEVICES.get(cfg.arch)
     if device_info is None:
         raise UserError(f"host dry run: no target device known for arch {cfg.arch!r} "
                         f"(known: {', '.join(TARGET_DEVICES)}); it is for studies of a GPU not at hand")
-    target = limits(cfg.arch)
     problem = space.problem
     job_base = PrepareJob(spec_path=str(spec.path), problem=problem, seed=0)
     try:
@@ -197,6 +194,38 @@ def run(cfg, spec, space, supervisor, jobs: int, chunk: int = 64, timeout_s: flo
                            lambda n: say(f"  PTX {n}/{len(configs)} ({time.perf_counter() - started:.0f} s)"))
     summary.ptx_s = time.perf_counter() - started
 
+    cases, config_case = _distinct_launches(spec, configs, entries, problem, device_info, summary)
+    summary.distinct_launches = len(cases)
+    summary.device = str(device.get("name", "?"))
+    host_arch = plain_target(device.get("cc", (0, 0)))
+    host = limits(host_arch)
+    host = replace(host, max_smem_per_block=min(host.max_smem_per_block, int(device.get("max_smem_per_block", 0))))
+    stubs, runnable = _fitted_with_stubs(spec, cases, host, limits(cfg.arch), host_arch)
+    summary.stubs = len(stubs)
+    say(f"  {len(cases)} distinct launch(es), {len(stubs)} stub(s) for {host_arch}; launching on {summary.device}")
+
+    launched = time.perf_counter()
+    for first in range(0, len(runnable), chunk):
+        _launch_part(supervisor, job_base, runnable[first:first + chunk], stubs, timeout_s)
+        say(f"  launched {min(first + chunk, len(runnable))}/{len(runnable)} ({time.perf_counter() - started:.0f} s)")
+    summary.launch_s = time.perf_counter() - launched
+
+    for config, case_key in zip(configs, config_case, strict=True):
+        if case_key is None:
+            continue
+        case = cases[case_key]
+        _count(summary, case.problems, config)
+        assert case.fitted is not None
+        for reason in case.fitted.capped:
+            summary.checked_against_target[reason] = summary.checked_against_target.get(reason, 0) + 1
+    summary.duration_s = time.perf_counter() - started
+    return summary
+
+
+def _distinct_launches(spec, configs: list[dict], entries: list[PtxEntry | str], problem: dict, device_info,
+                       summary: DryRunSummary) -> tuple[dict[tuple, Case], list[tuple | None]]:
+    """The configs grouped by what a launch sends (entry, grid, block, arguments, cluster, SMEM): each
+    group launched once; per config its group's key, or None where it has no launch (counted now)."""
     cases: dict[tuple, Case] = {}
     config_case: list[tuple | None] = []
     for config, entry in zip(configs, entries, strict=True):
@@ -215,12 +244,15 @@ def run(cfg, spec, space, supervisor, jobs: int, chunk: int = 64, timeout_s: flo
         case = cases.setdefault(key, Case(entry, launch))
         case.configs += 1
         config_case.append(key)
-    summary.distinct_launches = len(cases)
+    return cases, config_case
 
-    summary.device = str(device.get("name", "?"))
-    host_arch = plain_target(device.get("cc", (0, 0)))
-    host = limits(host_arch)
-    host = replace(host, max_smem_per_block=min(host.max_smem_per_block, int(device.get("max_smem_per_block", 0))))
+
+def _fitted_with_stubs(spec, cases: dict[tuple, Case], host, target, host_arch: str
+                       ) -> tuple[dict[tuple, bytes], list[tuple[tuple, Case]]]:
+    """Each launch checked against the kernel's ABI and fitted to this GPU; the stubs (one CUBIN per
+    entry and cluster shape) and the launches that can run."""
+    from tuner.compile.nvrtc import helper_cubin
+
     stubs: dict[tuple, bytes] = {}
     runnable: list[tuple[tuple, Case]] = []
     for key, case in cases.items():
@@ -234,45 +266,32 @@ def run(cfg, spec, space, supervisor, jobs: int, chunk: int = 64, timeout_s: flo
             stubs[stub_key] = helper_cubin(f"{spec.kernel_name}_stub.cu", stub_source(case.entry, case.fitted.cluster),
                                            host_arch)
         runnable.append((key, case))
-    summary.stubs = len(stubs)
-    say(f"  {len(cases)} distinct launch(es), {len(stubs)} stub(s) for {host_arch}; launching on {summary.device}")
+    return stubs, runnable
 
-    launched = time.perf_counter()
-    for first in range(0, len(runnable), chunk):
-        part = runnable[first:first + chunk]
-        job = HostDryRunJob(spec_path=job_base.spec_path, problem=job_base.problem, seed=job_base.seed,
-                            cases=[{"launch": launch_to_json(c.fitted.launch), "kernel_name": c.entry.name,  # type: ignore[union-attr]
-                                    "image": stubs[(c.entry, c.fitted.cluster)], "record_size": record_size(c.entry)}  # type: ignore[union-attr]
-                                   for _, c in part])
-        result = supervisor.host_dry_run(job, timeout_s)
-        answers = result.extra.get("results", [])
-        for i, (_, case) in enumerate(part):
-            if i >= len(answers):  # a launch error that took the worker's context with it is still the launch's
-                kind = "launch" if result.status == "launch_error" else "worker"
-                case.problems.append(f"{kind}: {result.status}: {result.reason}")
-                continue
-            answer = answers[i]
-            if "error" in answer:
-                case.problems.append(f"launch: {answer['error']}")
-                continue
-            fitted = case.fitted
-            assert fitted is not None
-            received = decode_record(bytes.fromhex(answer["record"]), case.entry)
-            case.problems += differences(fitted.launch, case.entry, [bytes.fromhex(s) for s in answer["sent"]], received,
-                                         fitted.cluster)
-        say(f"  launched {min(first + chunk, len(runnable))}/{len(runnable)} ({time.perf_counter() - started:.0f} s)")
-    summary.launch_s = time.perf_counter() - launched
 
-    for config, case_key in zip(configs, config_case, strict=True):
-        if case_key is None:
+def _launch_part(supervisor, job_base: PrepareJob, part: list[tuple[tuple, Case]], stubs: dict[tuple, bytes],
+                 timeout_s: float) -> None:
+    """Launch ``part`` in one worker job; each case gains what its stub received otherwise than sent."""
+    job = HostDryRunJob(spec_path=job_base.spec_path, problem=job_base.problem, seed=job_base.seed,
+                        cases=[{"launch": launch_to_json(c.fitted.launch), "kernel_name": c.entry.name,  # type: ignore[union-attr]
+                                "image": stubs[(c.entry, c.fitted.cluster)], "record_size": record_size(c.entry)}  # type: ignore[union-attr]
+                               for _, c in part])
+    result = supervisor.host_dry_run(job, timeout_s)
+    answers = result.extra.get("results", [])
+    for i, (_, case) in enumerate(part):
+        if i >= len(answers):  # a launch error that took the worker's context with it is still the launch's
+            kind = "launch" if result.status == "launch_error" else "worker"
+            case.problems.append(f"{kind}: {result.status}: {result.reason}")
             continue
-        case = cases[case_key]
-        _count(summary, case.problems, config)
-        assert case.fitted is not None
-        for reason in case.fitted.capped:
-            summary.checked_against_target[reason] = summary.checked_against_target.get(reason, 0) + 1
-    summary.duration_s = time.perf_counter() - started
-    return summary
+        answer = answers[i]
+        if "error" in answer:
+            case.problems.append(f"launch: {answer['error']}")
+            continue
+        fitted = case.fitted
+        assert fitted is not None
+        received = decode_record(bytes.fromhex(answer["record"]), case.entry)
+        case.problems += differences(fitted.launch, case.entry, [bytes.fromhex(s) for s in answer["sent"]], received,
+                                     fitted.cluster)
 
 
 def _count(summary: DryRunSummary, problems: list[str], config: dict) -> None:
