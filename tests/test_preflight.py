@@ -176,6 +176,24 @@ def test_a_define_nothing_reads_is_named(tmp_path, shared_cache):
     assert len(notes) == 1 and notes[0].startswith("note: VEC changes neither the compiled kernel nor its launch"), result.stdout
 
 
+def test_a_run_names_a_define_nothing_reads_among_the_configs_it_built(tmp_path, shared_cache):
+    """`tuner run` says it too, from the builds its trials made (the worker double measures them)."""
+    from tests.conftest import FAKE_BACKEND
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    good = tuner("run", planted(tmp_path / "good" if (tmp_path / "good").mkdir() is None else None), "--storage",
+                 url, "--trials", 24, "--cache-dir", shared_cache, env={"TUNER_WORKER_BACKEND": FAKE_BACKEND})
+    assert good.returncode == 0 and "changes neither" not in good.stderr, good.stderr
+    study = planted(tmp_path, "transpose.cu", "#ifndef PAD", "#ifndef VEC\n#define VEC 1\n#endif\n#ifndef PAD")
+    study.write_text(study.read_text().replace("PAD = [0, 1]", "PAD = [0, 1]\nVEC = [1, 2, 4]")
+                     .replace('name = "transpose"', 'name = "transpose_vec"'))
+    result = tuner("run", study, "--storage", url, "--trials", 24, "--cache-dir", shared_cache,
+                   env={"TUNER_WORKER_BACKEND": FAKE_BACKEND})
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if "changes neither" in line]
+    assert len(notes) == 1 and notes[0].startswith("note: VEC changes neither the compiled kernel nor its launch"), result.stderr
+
+
 def test_several_studies_in_one_check(tmp_path, shared_cache):
     good = planted(tmp_path / "good" if (tmp_path / "good").mkdir() is None else None)
     bad = planted(tmp_path / "bad" if (tmp_path / "bad").mkdir() is None else None,

@@ -161,9 +161,7 @@ def run_preflight(spec: KernelSpec, problem: Problem, valid: Sequence[dict[str, 
             checks.append(check)
         report.checked.extend(checks)
         if index == 0:  # one target tells
-            report.notes.extend(f"{axis} changes neither the compiled kernel nor its launch ({n} configs compared): "
-                                "a define the .cu guards but never reads? Tune it, or drop it from the space"
-                                for axis, n in inert_axes(spec, problem, configs, checks).items())
+            report.notes.extend(inert_note(axis, n) for axis, n in inert_axes(spec, problem, configs, checks).items())
     report.seconds = time.perf_counter() - start
     return report
 
@@ -180,6 +178,11 @@ def with_axis_lines(sample: list[dict[str, Value]], valid: Sequence[dict[str, Va
         if sum(params[a] != base[a] for a in base) == 1 and tuple(sorted(params.items())) not in keys:
             lines.append(params)
     return [*sample, *lines]
+
+
+def inert_note(axis: str, compared: int) -> str:
+    return (f"{axis} changes neither the compiled kernel nor its launch ({compared} configs compared): "
+            "a define the .cu guards but never reads? Tune it, or drop it from the space")
 
 
 def inert_axes(spec: KernelSpec, problem: Problem, configs: Sequence[Config],

@@ -292,6 +292,12 @@ class CompilePool:
                 self._executor = ThreadPoolExecutor(self.jobs) if self._programs else helper_pool(self.jobs)
             self._pending[key] = self._executor.submit(compile_job, self.job(config), not self._programs)
 
+    def cached(self, config: Config) -> CompileResult | None:
+        """``config``'s build where the compile cache holds it (a program's: None); nothing is compiled."""
+        if self._programs:
+            return None
+        return _Build.of(self.spec, config, self.problem, self.arch, self.cache_dir).cached(self.limits)
+
     def result(self, config: Config) -> CompileResult:
         with self._lock:
             future = self._pending.pop(self._key(config), None)

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from tuner.search.space import Space
     from tuner.study.file import StudyConfig
 
+#: the most recent distinct configs a run's end looks at for a define the kernel never reads
+INERT_CHECK_CONFIGS = 400
+
 
 @dataclass
 class Loaded:
@@ -310,6 +313,7 @@ class Session:
             if self.command != "grid":
                 summary["startup_s"] = dict(sorted(startup.marks.items(), key=lambda mark: mark[1]))
             self._warn_of_a_wrong_reference(loaded.space, evaluation, runner.study)
+            self._note_inert_axes(loaded.space, evaluation, runner.study)
             self._confirm_after_run(loaded, evaluation, runner.study, summary)
             write_note(runner)
         finally:
@@ -326,6 +330,31 @@ class Session:
             self._say(runner.transfer)
         if runner.start_queued:
             self._say(f"start: {len(runner.start_queued)} config(s) from [search] start queued first")
+
+    def _note_inert_axes(self, space: Space, evaluation: Evaluation, study: optuna.Study) -> None:
+        """A define the kernel never reads, seen among the study's latest builds (those the compile cache
+        holds), said as ``tuner check --compile`` says it: its trials are spent on configs that are one."""
+        from tuner.check.preflight import ConfigCheck, inert_axes, inert_note
+        from tuner.evaluate.gpu import GpuEvaluator
+
+        evaluator = evaluation.evaluator
+        if not isinstance(evaluator, GpuEvaluator):
+            return
+        latest: dict[tuple, dict] = {}
+        for t in reversed(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))):
+            if len(latest) >= INERT_CHECK_CONFIGS:
+                break
+            if set(t.params) == set(space.axis_names):
+                latest.setdefault(space.key(t.params), dict(t.params))
+        configs, checks = [], []
+        for params in latest.values():
+            config = space.full_config(params)
+            built = evaluator.compiler.cached(config)
+            if built is not None and built.ok:
+                configs.append(config)
+                checks.append(ConfigCheck(params, evaluator.arch, built))
+        for axis, compared in inert_axes(space.spec, dict(space.problem), configs, checks).items():
+            self._say(f"note: {inert_note(axis, compared)}")
 
     def _warn_of_a_wrong_reference(self, space: Space, evaluation: Evaluation, study: optuna.Study) -> None:
         """The reference is timed, never checked, as the yardstick of every trial: where its config,
