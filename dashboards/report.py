@@ -810,9 +810,8 @@ def write_report(storage: str | BaseStorage, out_dir: str | Path,
     if out.exists() and not out.is_dir():
         raise UserError(f"-o {out} is a file: give a folder for the report's pages")
     whose = _whose(storage, label)
-    _check_report_folder(out, whose, force)
+    replacing = _check_report_folder(out, whose, force)
     storage = storage if isinstance(storage, BaseStorage) else open_storage(storage, create=False)
-    out.mkdir(parents=True, exist_ok=True)
     studies = {name: optuna.load_study(study_name=name, storage=storage) for name in optuna.get_all_study_names(storage)}
     if study_names is not None:
         missing = [n for n in study_names if n not in studies]
@@ -822,6 +821,10 @@ def write_report(storage: str | BaseStorage, out_dir: str | Path,
         wanted = list(dict.fromkeys(study_names))
     else:
         wanted = sorted(studies)
+    out.mkdir(parents=True, exist_ok=True)
+    if replacing:  # another storage's pages: the index must not link them as this one's
+        for page in out.glob("study-*.html"):
+            page.unlink()
 
     plotly_js = _plotly_js()
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -855,19 +858,22 @@ def _whose(storage: str | BaseStorage, label: str) -> str:
     return str(Path(path).resolve()) if path is not None else label
 
 
-def _check_report_folder(out: Path, label: str, force: bool) -> None:
-    """Refuse to replace the report of another storage (or an index.html not ours) unless ``force``."""
+def _check_report_folder(out: Path, label: str, force: bool) -> bool:
+    """Refuse to replace the report of another storage (or an index.html not ours) unless ``force``;
+    whether the folder holds one that is replaced."""
     from tuner.errors import UserError
     from tuner.table import printable
 
-    if force or not (out / "index.html").exists():
-        return
+    if not (out / "index.html").exists():
+        return False
     try:
         previous = json.loads((out / REPORT_MARK).read_text(encoding="utf-8")).get("storage")
     except (OSError, ValueError, AttributeError):
         previous = None
     if previous == label:
-        return
+        return False
+    if force:
+        return True
     what = f"the report of {printable(previous)}" if isinstance(previous, str) else "an index.html the tuner did not write"
     raise UserError(f"-o {out} holds {what}: give another folder, or --force to replace it")
 

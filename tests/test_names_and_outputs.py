@@ -102,6 +102,13 @@ def test_a_report_folder_is_updated_from_its_storage_and_kept_from_another(tmp_p
     forced = tuner_here(capsys, monkeypatch, "report", "--storage", second, "-o", out, "--force")
     assert forced.returncode == 0 and "study_of_b_db" in (out / "index.html").read_text()
     assert "study_of_a_db" in index
+    # the replaced report's pages are gone: none is left for the new index to link as this storage's
+    pages = sorted(p.name for p in out.glob("study-*.html"))
+    assert len(pages) == 1 and "study_of_b_db" in pages[0]
+    # a study the storage lacks is refused before a folder is made
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "report", "--storage", first, "--study", "nosuch", "-o",
+                                      tmp_path / "fresh" / "deep"), "no study named nosuch")
+    assert not (tmp_path / "fresh").exists()
     foreign = tmp_path / "site"
     foreign.mkdir()
     (foreign / "index.html").write_text("<html>mine</html>")
