@@ -5,6 +5,7 @@ drifting clock. A config's nominal time grows with the sum of its integer define
 the example study's best config is known in advance.
 """
 
+import datetime
 import json
 
 from tests.conftest import FAKE_BACKEND, tuner
@@ -66,6 +67,16 @@ def test_run_stores_ratios_and_a_confirmed_winner(tmp_path, cache_dir):
     assert rerun.returncode == 0 and "confirming" not in rerun.stderr, rerun.stderr
     assert "with no trial since: `tuner confirm` measures again" in rerun.stderr
     assert len(optuna.load_study(study_name="paired", storage=url).user_attrs["confirmations"]) == 1
+    # the run's best is the confirmed winner, as `tuner best` names it, not the best value (a later
+    # confirmation that named another config, as another session's may)
+    runner_up = max((t for t in stored.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+                     if t.number != confirmed["winner"]), key=lambda t: t.value)  # not the best value
+    record = {**stored.user_attrs["confirmations"][0], "winner": runner_up.number,
+              "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+    stored.set_user_attr("confirmations", [*stored.user_attrs["confirmations"], record])
+    named = run_json("run", study, "--storage", url, "--json", "--cache-dir", cache_dir)
+    assert named["best"]["trial"] == runner_up.number == named["confirmed"]["winner"]
+    stored.set_user_attr("confirmations", stored.user_attrs["confirmations"][:1])
 
     # a later session confirms again: a second record, same winner
     again = run_json("confirm", study, "--storage", url, "--json", "--top", "4", "--cache-dir", cache_dir)

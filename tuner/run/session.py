@@ -380,8 +380,13 @@ class Session:
             if standing is not None:  # a re-run with nothing to do: the winner stands as confirmed
                 self._say(f"confirmed at {standing['at']}, with no trial since: `tuner confirm` measures again")
                 summary["confirmed"] = _gist(standing)
-                return
-            summary["confirmed"] = self.confirm(study, loaded.space, evaluation.evaluator, search)
+            else:
+                summary["confirmed"] = self.confirm(study, loaded.space, evaluation.evaluator, search)
+            winner = (summary["confirmed"] or {}).get("winner")
+            if winner is not None:  # the run's best is the confirmed winner, as `tuner best` names it
+                from tuner.run.summary import best_entry
+
+                summary["best"] = best_entry(study, study.trials[winner])
 
     def confirm(self, study: optuna.Study, space: Space, evaluator: Any, search: options.SearchSettings) -> dict | None:
         """Re-measure the study's top configs against each other on this GPU; the record's gist."""

@@ -30,12 +30,8 @@ def exit_code(summary: dict) -> int:
 def summarize(study: optuna.Study, storage_url: str) -> dict:
     trials = study.get_trials(deepcopy=False)
     statuses = Counter(status_of(t) for t in trials)
-    best = None
     b = best_trial(trials, study.directions[0])  # several objectives: the fastest (tuner best --pareto: the front)
-    if b is not None:
-        metric = metric_of(study)
-        best = {"params": b.params, "ms": time_of(b, trials), metric: value_of(b),
-                "flags": b.user_attrs.get("flags", ""), "trial": b.number}
+    best = None if b is None else best_entry(study, b, trials)
     summary = {
         "study": study.study_name,
         "storage": redact(storage_url),
@@ -51,6 +47,14 @@ def summarize(study: optuna.Study, storage_url: str) -> dict:
     if pareto.is_multi(study):
         summary["front"] = pareto.front_rows(study)
     return summary
+
+
+def best_entry(study: optuna.Study, trial: optuna.trial.FrozenTrial,
+               trials: list[optuna.trial.FrozenTrial] | None = None) -> dict:
+    """A summary's ``best``: the trial's defines, time, value, flags and number."""
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
+    return {"params": trial.params, "ms": time_of(trial, trials), metric_of(study): value_of(trial),
+            "flags": trial.user_attrs.get("flags", ""), "trial": trial.number}
 
 
 def study_line(summary: dict) -> str:
