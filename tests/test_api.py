@@ -51,6 +51,8 @@ def test_tune_then_load_give_the_same_winner(tmp_path):
     header = result.to_header(tmp_path / "out" / "best.h").read_text()
     for name, value in result.best_params.items():
         assert f"#define {name} {value}\n" in header
+    with pytest.raises(tuner.UserError, match=r"to_header\(path\): .* is a folder: give a file name"):
+        result.to_header(tmp_path / "out")
     assert tuner.load("patch_embed_sm90a_hopper_grid.replay", storage=db).best_params == result.best_params
     as_path = str(tmp_path / "api.db")  # the README's "or a path", as a string too
     assert tuner.load(HOPPER, storage=as_path).best_params == result.best_params

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import zlib
+from pathlib import Path
 
 
 class UserError(Exception):
@@ -98,3 +100,23 @@ def _database_message(exc: BaseException) -> str:
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0][:200] if lines else type(exc).__name__
+
+
+def check_output_path(path: Path | None, flag: str) -> None:
+    """Refuse an output path that cannot be written, before any work is done for it (``flag``: how
+    the caller named it, ``--output`` or ``to_header(path)``)."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise UserError(f"{flag} {path} is a folder: give a file name")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise UserError(f"{flag} {path} is not writable: give a path you can write")
+        return
+    folder = path.parent
+    while not folder.exists():  # the folders that do not exist yet are created on writing
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UserError(f"{flag} {path}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: folder {folder} is not writable; give a path you can write")

@@ -31,7 +31,7 @@ from pathlib import Path
 import optuna
 
 from tuner import __version__
-from tuner.errors import UserError, as_user_error, interrupted
+from tuner.errors import UserError, as_user_error, check_output_path, interrupted
 from tuner.store.storage import DEFAULT_URL
 from tuner.study import options
 
@@ -257,25 +257,6 @@ def _file_named(name: str, suffix: str) -> Path:
     return path
 
 
-def _check_output(path: Path | None, flag: str) -> None:
-    """Refuse an output path that cannot be written, before any work is done for it."""
-    if path is None:
-        return
-    if path.is_dir():
-        raise UserError(f"{flag} {path} is a folder: give a file name")
-    if path.exists():
-        if not os.access(path, os.W_OK):
-            raise UserError(f"{flag} {path} is not writable: give a path you can write")
-        return
-    folder = path.parent
-    while not folder.exists():  # the folders that do not exist yet are created on writing
-        folder = folder.parent
-    if not folder.is_dir():
-        raise UserError(f"{flag} {path}: {folder} is a file, not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UserError(f"{flag} {path}: folder {folder} is not writable; give a path you can write")
-
-
 def _print_summary(summary: dict, as_json: bool) -> None:
     from tuner.run.summary import best_line, study_line
     from tuner.table import printable
@@ -353,11 +334,11 @@ def cmd_profile(args) -> int:
     trials = [profile.chosen_trial(study, number) for number in numbers]
     if args.output and len(trials) > 1:
         raise UserError("-o names one report: give it with one --trial (several get NAME-trialN.ncu-rep each)")
-    _check_output(args.output, "--output")
+    check_output_path(args.output, "--output")
     reports = [args.output or Path(f"{study.study_name}-trial{t.number}.ncu-rep") for t in trials]
     reports = [r if r.suffix == ".ncu-rep" else r.with_name(r.name + ".ncu-rep") for r in reports]  # (ncu adds it)
     for report in reports:
-        _check_output(report, "--output")
+        check_output_path(report, "--output")
     # the flags as built now (a study accepted with another problem: not the trial's stored ones)
     flags = [space.spec.flags(space.full_config(dict(t.params)), space.problem) for t in trials]
     profiles = []
@@ -425,11 +406,11 @@ def cmd_grid(args) -> int:
     from tuner.store.results import ranked, trials_frame, write_table
     from tuner.table import seed_table
 
-    _check_output(args.csv, "--csv")
+    check_output_path(args.csv, "--csv")
 
     def default_csv_writable(name: str) -> None:  # NAME.csv must be writable before the grid runs, not after
         if args.csv is None:
-            _check_output(_file_named(name, ".csv"), "the grid's CSV (name it with --csv)")
+            check_output_path(_file_named(name, ".csv"), "the grid's CSV (name it with --csv)")
 
     summary, runner = _session(args).run(named=default_csv_writable)
     axes = runner.space.axis_names
@@ -552,7 +533,7 @@ def cmd_best(args) -> int:
     from tuner.store.header import write_header
     from tuner.store.results import metric_of, time_of, value_of
 
-    _check_output(args.header, "--header")
+    check_output_path(args.header, "--header")
     if args.pareto and args.header:
         raise UserError("--header writes one config, --pareto lists the front: tuner best --header FILE writes the "
                         "fastest; the front's other configs are in tuner best --pareto --json")
@@ -634,7 +615,7 @@ def cmd_export(args) -> int:
     from tuner.store.results import trials_frame, write_table
     from tuner.table import printable
 
-    _check_output(args.output, "--output")
+    check_output_path(args.output, "--output")
     if args.output.suffix.lower() not in (".csv", ".json"):
         raise UserError(f"--output {args.output}: name a .csv file (the results table) or a .json file (a Kernel Tuner cache)")
     study = _open_study(args)
