@@ -298,6 +298,7 @@ def test_a_kernel_tuner_cache_of_another_gpu_is_a_warm_start_source(tmp_path):
     # KTT's recording of this kernel and GPU spells the defines in capitals: it says nothing of these configs
     ktt = ROOT / "tests/data/ktt/KTPnpolyOutput_3090.json.gz"
     for source, message in ((broken, "--warm-start: replay file"), (tmp_path / "missing.csv", "no study"),
+                            (tmp_path / "missing.toml", "--warm-start " + str(tmp_path / "missing.toml") + ": no such study file"),
                             (ktt, "tunes none of this study's defines (the names differ in case")):
         bad = tuner("run", "--replay", PNPOLY, "--storage", db, "--study-name", "other", "--trials", 2, "--warm-start", source)
         assert bad.returncode == 2 and message in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr

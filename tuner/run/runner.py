@@ -199,6 +199,9 @@ def warm_source(storage: optuna.storages.BaseStorage, name: str) -> Source:
     if Path(name).suffix == ".toml":
         from tuner.study.file import load_study
 
+        if not Path(name).is_file():
+            raise UserError(f"--warm-start {name}: no such study file (give a study file, a recording, or the name "
+                            "of a study in this storage)")
         return study_source(storage, load_study(name).name)
     if Path(name).is_file():
         return recording_source(name)

@@ -154,7 +154,8 @@ class Session:
             recorded = len(records_in_space(recording, space))
             if recorded < len(space.valid):
                 self._say(f"replay file {recording.path} records {recorded} of the study's {len(space.valid)} valid "
-                          "configs: the others read as invalid (not in the recording)")
+                          "configs: the others read as invalid (not in the recording); without the study file the "
+                          "search keeps to the recorded ones")
         return Loaded(cfg, space, recording)
 
     def _program_settings(self, cfg: StudyConfig) -> None:
