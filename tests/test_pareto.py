@@ -188,16 +188,19 @@ def test_the_energy_ratio_holds_on_a_gpu_that_draws_more_where_millijoules_do_no
 def test_a_study_made_with_energy_in_millijoules_keeps_them(tmp_path):
     """A time-and-energy study stored before the energy ratio (metric ``energy_mj``) goes on in mJ."""
     url = f"sqlite:///{tmp_path / 's.db'}"
-    path = study_file(tmp_path)
-    first = tuner("run", path, "--storage", url, "--trials", "4", "--cache-dir", tmp_path / "cache", env=FAKE)
+    path = write_study(tmp_path, "pareto", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},  # all under the limit
+                       tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4], "UNROLL_K": [1]},
+                       search={"objectives": ["time", "energy"], "seed": 1, "confirm_top": 3, "confirm_rounds": 30},
+                       measure={"timeout_s": 20})
+    first = tuner("run", path, "--storage", url, "--trials", "3", "--cache-dir", tmp_path / "cache", env=FAKE)
     assert first.returncode == 0, first.stderr
     old = optuna.load_study(study_name="pareto", storage=url)
     with pytest.warns(optuna.exceptions.ExperimentalWarning):
         old.set_metric_names(["ratio", "energy_mj"])
-    resumed = tuner("run", path, "--storage", url, "--trials", "10", "--cache-dir", tmp_path / "cache", env=FAKE)
+    resumed = tuner("run", path, "--storage", url, "--trials", "6", "--cache-dir", tmp_path / "cache", env=FAKE)
     assert resumed.returncode == 0, resumed.stderr
     stored = optuna.load_study(study_name="pareto", storage=url)
-    later = [t for t in stored.get_trials(states=(TrialState.COMPLETE,)) if t.number >= 4]
+    later = [t for t in stored.get_trials(states=(TrialState.COMPLETE,)) if t.number >= 3]
     assert stored.metric_names == ["ratio", "energy_mj"] and later
     assert all(t.values[1] == t.user_attrs["energy_mj_per_launch"] for t in later)
     text = tuner("best", path, "--storage", url, "--pareto")
@@ -212,7 +215,7 @@ def test_a_trial_whose_reference_has_no_energy_is_not_complete_and_says_why(tmp_
                        search={"objectives": ["time", "energy"], "trials": 4, "seed": 1},
                        measure={"timeout_s": 20, "reference": {"BLOCK": 64, "THREAD_TILE": 2, "UNROLL_K": 4}})
     result = tuner("run", path, "--storage", url, "--cache-dir", tmp_path / "cache", env=FAKE)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # nothing completed
     trials = optuna.load_study(study_name="pareto", storage=url).trials
     assert trials and not any(t.state == TrialState.COMPLETE for t in trials)
     measured = [t for t in trials if t.params["UNROLL_K"] == 1]

@@ -33,8 +33,10 @@ if TYPE_CHECKING:
     from tuner.search.space import Space
     from tuner.study.file import StudyConfig
 
-#: the most recent distinct configs a run's end looks at for a define the kernel never reads
+#: the most recent distinct configs a run's end looks at for a define the kernel never reads, and the
+#: fewest of them compared before it says so (two configs alike may be the compiler's choice, not the define's)
 INERT_CHECK_CONFIGS = 400
+INERT_MIN_COMPARED = 8
 
 
 @dataclass
@@ -355,7 +357,8 @@ class Session:
                 configs.append(config)
                 checks.append(ConfigCheck(params, evaluator.arch, built))
         for axis, compared in inert_axes(space.spec, dict(space.problem), configs, checks).items():
-            self._say(f"note: {inert_note(axis, compared)}")
+            if compared >= INERT_MIN_COMPARED:
+                self._say(f"note: {inert_note(axis, compared)}")
 
     def _warn_of_a_wrong_reference(self, space: Space, evaluation: Evaluation, study: optuna.Study) -> None:
         """The reference is timed, never checked, as the yardstick of every trial: where its config,
