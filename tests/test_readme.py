@@ -39,4 +39,4 @@ def test_the_python_api_example_runs(tmp_path):
                             capture_output=True, text=True, timeout=300, env={**os.environ, **env})
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "best.h").read_text().startswith("// Best configuration of study patch_embed_sm90a_hopper_grid.replay")
-    assert (tmp_path / "cache" / "kernels").is_dir() and result.stdout.strip().endswith("study.toml")
+    assert (tmp_path / "cache" / "cubin" / "kernels").is_dir() and result.stdout.strip().endswith("study.toml")  # inside $TUNER_CACHE_DIR
