@@ -175,37 +175,6 @@ def write_kernel(
     return study
 
 
-#: the target a kernel for ``arch = "native"`` is checked against before a GPU names its own
-CHECK_TARGET = "sm_80"
-
-
-def check_kernel(study: Path) -> None:
-    """What fails in a kernel's folder before any build, as a :class:`UserError`: the restrictions,
-    grid, block and reference evaluated for the first config, the arguments against the inputs,
-    the kernel's name among the source's ``__global__`` functions."""
-    from tuner.check.preflight import check_launch, check_spec
-    from tuner.contract.arch import NATIVE, limits
-    from tuner.contract.source import SourceBundle
-    from tuner.search.space import Space
-
-    try:
-        cfg, space = Space.load(study)
-        spec, problem = space.spec, dict(space.problem)
-        found = SourceBundle.load(spec.source_path).global_functions()
-        if found and spec.kernel_name not in found:
-            raise UserError(f"kernel_name {spec.kernel_name!r} is not a __global__ function of the source (it has "
-                            f"{', '.join(found)})")
-        space.check(space.defaults())  # the restrictions, evaluated: a name they do not know is an error
-        target = CHECK_TARGET if cfg.arch == NATIVE else cfg.arch
-        buffers, failures = check_spec(spec, problem, target)
-        if not failures:
-            failures = check_launch(spec, space.full_config(space.defaults()), problem, limits(target), buffers)[1]
-        if failures:
-            raise UserError(failures[0])
-    except UserError as exc:  # the spec file is ours, not the caller's: name the kernel
-        raise UserError(str(exc).replace(f"kernel spec {SPEC_FILE}: ", "")) from None
-
-
 def kernels_dir() -> Path:
     """Where kernels given as data are written: in ``$TUNER_CACHE_DIR`` where it is set (a cache
     folder of one's own holds everything), else beside the CUBIN cache (``~/.cache/tuner/kernels``)."""
