@@ -118,6 +118,25 @@ def test_a_second_ctrl_c_while_the_first_stops_the_builds_still_ends_the_command
     assert err.strip().splitlines()[-1] == "tuner: interrupted"
 
 
+def test_a_ctrl_c_while_the_command_ends_its_helpers_is_ignored(monkeypatch, capsys):
+    """The command is over (a first Ctrl-C stopped it): a second one, landing while its helpers are
+    ended, has nothing left to stop and cuts nothing short."""
+    import tuner.cli.commands
+    from tuner.cli import launch
+
+    ended = []
+
+    def stop_helpers_interrupted() -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # delivered to this, the main thread, before the call returns
+        ended.append(True)
+
+    monkeypatch.setattr(tuner.cli.commands, "main", lambda argv, **_: 130)
+    monkeypatch.setattr(launch, "stop_helpers", stop_helpers_interrupted)
+    assert launch.main(["status", "nothing.db"]) == 130
+    assert ended == [True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back as it was
+
+
 def _children(pid: int) -> list[int]:
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):

@@ -104,6 +104,21 @@ def started_deaf_to_ctrl_c() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
+@contextlib.contextmanager
+def ctrl_c_ignored() -> Iterator[None]:
+    """Ctrl-C does nothing in the block: a command that is over (stopped by a first Ctrl-C, say) ends
+    its helpers there, and an impatient second one would cut that short with a traceback. Main
+    thread only (only it sets a handler); the handler is put back as the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _helper_context() -> mp.context.ForkServerContext:
     context = mp.get_context("forkserver")
     context.set_forkserver_preload(HELPER_MODULES)  # (read when the forkserver starts: once a process)

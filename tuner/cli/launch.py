@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from tuner.device.supervisor import Supervisor
-from tuner.lifetime import children_skip_user_main, start_helpers, stop_helpers
+from tuner.lifetime import children_skip_user_main, ctrl_c_ignored, start_helpers, stop_helpers
 from tuner.run.early_build import EarlyBuild
 
 
@@ -53,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("tuner: interrupted", file=sys.stderr)
             return 130
         finally:
-            if worker is not None:  # stopped by the run unless it never got that far (bad input, --help)
-                worker.discard()
-            stop_helpers()  # work nobody will read (the early build's enumeration, say) does not hold the exit up
+            with ctrl_c_ignored():  # the command is over: a second Ctrl-C has nothing left to stop
+                if worker is not None:  # stopped by the run unless it never got that far (bad input, --help)
+                    worker.discard()
+                stop_helpers()  # work nobody will read (the early build's enumeration, say) does not hold the exit up
