@@ -749,3 +749,34 @@ def test_the_suite_covers_at_least_100_kinds():
     kinds = (len(PASSWORD_FORMS) + len(STUDY_FILE_CASES) + len(TOML_CASES) + len(FLAG_CASES) + len(ARGPARSE_CASES) + len(STUDY_NAMES)
              + len(REPLAY_CASES) + len(STORAGE_CASES) + 6 + len(SPEC_CASES) + len(OUTPUT_KINDS) * len(OUTPUT_COMMANDS))
     assert kinds >= 100, kinds
+
+
+def test_a_replay_of_another_recording_is_refused_under_the_same_study(tmp_path, capsys, monkeypatch):
+    """A study file replayed from one recording, then from another of the same space: the second
+    recording's times would mix with the first's in one study. Refused, the study untouched;
+    --accept-mismatch adds to it anyway."""
+    study = ROOT / "studies" / "patch_embed_sm90a_hopper_grid.toml"
+    recorded = ROOT / "studies" / "recorded" / "patch_embed_sm90a_hopper_grid_h200.json"
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    first = tuner_here(capsys, monkeypatch, "run", study, "--replay", recorded, "--storage", url, "--trials", 3)
+    assert first.returncode == 0, first.stderr
+    cache = json.loads(recorded.read_text())
+    for entry in cache["cache"].values():
+        entry["time"] *= 1.05  # the same kernel measured again: another recording
+    again = tmp_path / recorded.name
+    again.write_text(json.dumps(cache))
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        conn.execute("pragma wal_checkpoint(truncate)")
+    before = snapshot(url)
+
+    refused = tuner_here(capsys, monkeypatch, "run", study, "--replay", again, "--storage", url, "--trials", 6)
+    line = assert_one_line_exit_2(refused, "recorded under a different setup (recording: stored ")
+    assert "--accept-mismatch" in line
+    assert snapshot(url) == before
+    added = tuner_here(capsys, monkeypatch, "run", study, "--replay", again, "--storage", url, "--trials", 6,
+                       "--accept-mismatch")
+    assert added.returncode == 0, added.stderr
+    with sqlite3.connect(tmp_path / "s.db") as conn:  # a replay study stored before recordings were fingerprinted
+        conn.execute("delete from study_user_attributes where key = 'recording'")
+    resumed = tuner_here(capsys, monkeypatch, "run", study, "--replay", recorded, "--storage", url, "--trials", 9)
+    assert resumed.returncode == 0, resumed.stderr

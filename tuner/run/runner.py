@@ -61,7 +61,7 @@ from tuner.study.file import SearchSettings
 #: study attribute: the sampler and seed of a study's first run
 SEARCH_ATTR = "search"
 #: fingerprint keys a resumed study must match
-BINDING_KEYS = ("kind", "device_name", "source_hash", "nvrtc_version", "arch", "problem", "objective")
+BINDING_KEYS = ("kind", "device_name", "source_hash", "nvrtc_version", "arch", "problem", "objective", "recording")
 #: what the values of a study without an objective record mean (a replay's): milliseconds
 MS_OBJECTIVE = {"metric": "ms"}
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -118,6 +118,8 @@ def bind_study(study: optuna.Study, attrs: dict[str, Any], accept_mismatch: bool
     objective = stored["objective"]
     if isinstance(objective, dict) and "precision" not in objective and "precision" in attrs.get("objective", {}):
         stored["objective"] = {**objective, "precision": "fast"}  # checked as the spec says: the default class
+    if stored.get("kind") == "replay" and "recording" not in stored:
+        stored["recording"] = attrs.get("recording")  # a replay stored before its recording was fingerprinted
     if not stored.get("kind"):
         # "kind" is written last: it marks the binding complete, so a worker starting at
         # the same moment never compares against a half-written fingerprint.

@@ -230,7 +230,8 @@ class Session:
             # (a replay's export keeps "replay of X" as its device: replayed again, it is still X's recording)
             device = {"name": recorded_on if recorded_on.startswith("replay of ") else f"replay of {recorded_on}"}
             attrs = study_attrs("replay", space, cfg.arch if cfg else "", device, "", shape,
-                                {"replay_file": str(recording.path), "replay_format": recording.format,
+                                {"replay_file": str(recording.path), "recording": recording.digest(),
+                                 "replay_format": recording.format,
                                  "baseline_ms": cfg.baseline if cfg else {},
                                  **({"problem_size": recording.problem_size} if recording.problem_size is not None else {})})
             return Evaluation(ReplayEvaluator(recording, measure.block), attrs, name, lambda: None)
