@@ -25,7 +25,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     before = (Path(args.out) / "index.html").exists()
     paths = write_report(url, args.out, study_names=names, force=args.force)
     done = "wrote" if not before else "replaced the report with" if args.force else "updated"
-    print(f"{done} {len(paths)} pages in {Path(args.out)}/ from {redact(url)}; open {paths[0]}")
+    studies = len(paths) - 1
+    what = f"the index and {studies} study page{'s' * (studies != 1)}" if studies else "the index (no study there yet)"
+    print(f"{done} {what} in {Path(args.out)}/ from {redact(url)}; open {paths[0]}")
     return 0
 
 

@@ -250,6 +250,17 @@ def test_report_of_an_empty_storage(tmp_path):
     assert "holds no studies yet" in paths[0].read_text()
 
 
+def test_tuner_report_of_a_storage_without_studies_says_so(tmp_path, capsys):
+    from tuner.cli import commands as cli
+
+    (tmp_path / "empty.log").touch()
+    assert cli.main(["report", "--storage", str(tmp_path / "empty.log"), "-o", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote the index (no study there yet) in {tmp_path / 'r'}/ from "), out
+    assert cli.main(["report", "--storage", str(tmp_path / "empty.log"), "-o", str(tmp_path / "r")]) == 0
+    assert capsys.readouterr().out.startswith("updated the index (no study there yet)")
+
+
 def test_cli_report_and_its_errors(journal, tmp_path, capsys):
     from tuner.cli import commands as cli
 
