@@ -243,6 +243,27 @@ def _kernel(levels: int, ordered: bool, shrink: float) -> np.ndarray:
     return kernel
 
 
+@dataclass
+class _Model:
+    """One proposal's densities: ``l`` (the good trials), ``g`` (the rest, failures and the trials in
+    flight too), the feasibility model's successes and failures, and the good configs, best first."""
+
+    good: Mixture
+    bad: Mixture
+    ok: Mixture
+    failed: Mixture
+    best: list[np.ndarray]
+    rng: np.random.Generator
+
+    def log_feasible(self, codes: np.ndarray) -> np.ndarray:
+        """log p_ok: the successes' share of the kernel mass at each config."""
+        if not len(self.failed):
+            return np.zeros(len(codes))
+        log_ok = self.ok.log_density(codes, self.rng) + math.log(self.ok.mass + 1.0)
+        log_fail = self.failed.log_density(codes, self.rng) + math.log(self.failed.mass + 1.0)
+        return log_ok - np.logaddexp(log_ok, log_fail)
+
+
 class ParzenSearch:
     """Chooses the next row of a :class:`~tuner.search.pool.Pool` (see the module docstring)."""
 
@@ -268,6 +289,20 @@ class ParzenSearch:
 
         ordered = choose_kernels(own, pool.levels, ordered)
         n_axes = sum(1 for n in pool.levels if n > 1)
+        model = self._model(pool, own, prior, ordered, n_axes)
+        if self._on_plateau(own, prior, n_axes):
+            # with a prior, the source's whole history has measured the other code paths already
+            row = self._other_code_path(pool, own) if prior is None else None
+            if row is None:
+                row = self._local_move(pool, own, ordered, model.log_feasible)
+            if row is not None:
+                return row
+        return self._by_density_ratio(pool, model)
+
+    def _model(self, pool: Pool, own: Observations, prior: Observations | None, ordered: Sequence[bool],
+               n_axes: int) -> _Model:
+        """The densities of this proposal: the good trials, the rest, and the feasibility model, with a
+        prior's trials weighed in (worth at most the random start-up, fading as the study's own arrive)."""
         # a long plateau: the runners-up's regions weigh in too, not only the incumbent's basin (with a
         # prior, a wider good set would hold more of the source's runners-up than of this study's)
         stalled = prior is None and own.measured and own.since_best >= WIDEN_AFTER * n_axes
@@ -289,48 +324,40 @@ class ParzenSearch:
         ok.add(own.array("measured"))
         ok.add(own.array("slower"))
         failed.add(own.array("failed"))
+        return _Model(good, bad, ok, failed, best, self.rng)
 
-        def log_feasible(codes: np.ndarray) -> np.ndarray:
-            """log p_ok: the successes' share of the kernel mass at each config."""
-            if not len(failed):
-                return np.zeros(len(codes))
-            log_ok = ok.log_density(codes, self.rng) + math.log(ok.mass + 1.0)
-            log_fail = failed.log_density(codes, self.rng) + math.log(failed.mass + 1.0)
-            return log_ok - np.logaddexp(log_ok, log_fail)
-
+    def _on_plateau(self, own: Observations, prior: Observations | None, n_axes: int) -> bool:
+        """Is this proposal one of a plateau's moves (every other proposal once the best has not
+        moved for ``patience`` trials)?"""
         if self.patience is not None:
             patience = self.patience
         elif prior is not None:
             patience = 0  # the queued configs were the source's search: climb from the best of them at once
         else:
             patience = n_axes
-        if own.measured and own.since_best >= patience and (own.since_best - patience) % 2 == 0:
-            # with a prior, the source's whole history has measured the other code paths already
-            row = self._other_code_path(pool, own) if prior is None else None
-            if row is None:
-                row = self._local_move(pool, own, ordered, log_feasible)
-            if row is not None:
-                return row
+        return bool(own.measured) and own.since_best >= patience and (own.since_best - patience) % 2 == 0
 
+    def _by_density_ratio(self, pool: Pool, model: _Model) -> int | None:
+        """TPE's proposal over the candidates (a uniform sample of the untried configs and the good
+        configs' neighbours): drawn from ``l * p_ok``, the best ``l / g * p_ok`` of those drawn."""
         candidates = [pool.random_untried(self.sample_size, self.rng)]
-        candidates += [pool.neighbours(code) for code in best]
+        candidates += [pool.neighbours(code) for code in model.best]
         rows = np.unique(np.concatenate(candidates)).astype(np.int64)
         if not len(rows):
             return None
         codes = pool.codes[rows]
-        log_l = good.log_density(codes, self.rng)
-        if len(ok) + len(failed) >= FEASIBILITY_TOP_AFTER and len(failed) and len(rows) > FEASIBILITY_TOP:
+        log_l = model.good.log_density(codes, self.rng)
+        if len(model.ok) + len(model.failed) >= FEASIBILITY_TOP_AFTER and len(model.failed) and len(rows) > FEASIBILITY_TOP:
             # late in a study, or with a prior, the feasibility model (two mixtures of MAX_COMPONENTS sharp
             # kernels over every candidate) is most of a proposal's cost: it weighs only the candidates l favours most
             keep = np.sort(np.argpartition(-log_l, FEASIBILITY_TOP)[:FEASIBILITY_TOP])
             rows, codes, log_l = rows[keep], codes[keep], log_l[keep]
-        log_l = log_l + log_feasible(codes)
-        # TPE's draw: candidates come from l (here: the sample reweighted by l * p_ok), the ratio picks among them
+        log_l = log_l + model.log_feasible(codes)
         if len(rows) > self.n_ei_candidates:
             weight = np.exp(log_l - log_l.max())
             pick = self.rng.choice(len(rows), size=self.n_ei_candidates, replace=False, p=weight / weight.sum())
             rows, codes, log_l = rows[pick], codes[pick], log_l[pick]
-        score = log_l - bad.log_density(codes, self.rng)
+        score = log_l - model.bad.log_density(codes, self.rng)
         top = np.flatnonzero(score >= score.max() - 1e-12)
         return int(rows[top[self.rng.integers(len(top))]])
 
