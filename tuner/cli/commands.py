@@ -36,9 +36,12 @@ from tuner.store.storage import DEFAULT_URL
 from tuner.study import options
 
 if typing.TYPE_CHECKING:
+    from tuner.check.preflight import Preflight
     from tuner.device.supervisor import Supervisor
     from tuner.run.early_build import EarlyBuild
     from tuner.run.session import Session
+    from tuner.search.space import Space
+    from tuner.study.file import StudyConfig
 
 #: commands that store trials or a confirmation: SIGTERM stops them as Ctrl-C does (a view just ends)
 STUDY_COMMANDS = ("run", "grid", "worker", "confirm", "profile")
@@ -440,12 +443,7 @@ def cmd_check(args) -> int:
 
 
 def _check_study(args, path: Path) -> int:
-    from tuner.check.preflight import run_preflight
-    from tuner.compile.build import CompileLimits
-    from tuner.compile.targets import check_targets
-    from tuner.contract.kernel_spec import user_code
     from tuner.search.space import Space
-    from tuner.table import SHORT, render
 
     cfg, space = Space.load(path)
     spec = space.spec
@@ -461,26 +459,7 @@ def _check_study(args, path: Path) -> int:
     configs: list[dict[str, typing.Any]] = []
     preflight = None
     if args.compile:
-        targets = check_targets(cfg.arch, spec, str(path), args.arch)
-        progress = None
-        if not args.json and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            bar = tqdm(desc="compiling", unit="config", file=sys.stderr)
-            progress = lambda: bar.update(1)  # noqa: E731
-        preflight = run_preflight(spec, space.problem, space.valid, space.full_config, targets,
-                                  CompileLimits.of(cfg.measure), every=args.all,
-                                  study=cfg.name, cache_dir=args.run.cache_dir, jobs=args.run.jobs, progress=progress)
-        skipped = [a for a in spec.archs if a not in targets] if cfg.arch == "native" and not args.arch else []
-        if skipped:
-            preflight.notes.append(f"not built for {', '.join(skipped)}: this NVRTC cannot compile for them")
-        for checked in preflight.checked:
-            r = checked.compiled
-            with user_code(spec.path, "derive()"):
-                smem = spec.derive(space.full_config(checked.params), space.problem).get("smem_bytes", r.smem_static)
-            configs.append({"params": checked.params, "arch": checked.arch, "regs": r.regs, "spills": r.spills,
-                            "smem_bytes": smem, "status": r.status, "reason": r.reason, "compile_s": round(r.compile_s, 3),
-                            "preflight": checked.status, "problems": checked.reasons})
+        preflight, configs = _compile_and_check(args, path, cfg, space)
         compiled: dict[str, int] = {}
         for c in configs:
             compiled[c["status"]] = compiled.get(c["status"], 0) + 1
@@ -497,24 +476,64 @@ def _check_study(args, path: Path) -> int:
     sys.stdout.flush()
     space.require_valid()
     if preflight is not None:
-        axes = space.axis_names
-        several = len({c["arch"] for c in configs}) > 1
-        headers = [SHORT.get(a, a) for a in axes] + (["ARCH"] if several else []) + ["REGS", "SPILL", "SMEM_KB", "STATUS"]
-        order = sorted(configs, key=lambda c: (c["preflight"] == "passed", c["status"] != "ok", [_sort_key(c["params"][a]) for a in axes]))
-        print(render(headers, [[c["params"][a] for a in axes] + ([c["arch"]] if several else []) + [
-            c["regs"], c["spills"], round(c["smem_bytes"] / 1024, 1) if c["smem_bytes"] is not None else None,
-            "ok" if c["preflight"] == "passed" else f"{c['status']}: {c['reason'][:60]}" if c["preflight"] == "rejected"
-            else f"failed: {c['problems'][0][:80]}"] for c in order]))
-        print("compiled: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["compiled"].items())))
-        for note in preflight.notes:
-            print(f"note: {note}")
-        counts = preflight.counts()
-        spec_failed = f", spec checks failed={len(preflight.spec_failures)}" if preflight.spec_failures else ""  # not per config
-        print(f"preflight: {'passed' if preflight.ok else 'FAILED'}: " + ", ".join(f"{k}={counts.get(k, 0)}" for k in
-              ("passed", "rejected", "failed")) + f"{spec_failed} ({preflight.seconds:.1f} s)")
-        for count, reason in preflight.by_reason():
-            print(f"  x{count}: {reason}")
+        _print_preflight(space, configs, summary["compiled"], preflight)
     return code
+
+
+def _compile_and_check(args, path: Path, cfg: StudyConfig, space: Space) -> tuple[Preflight, list[dict[str, typing.Any]]]:
+    """`tuner check --compile`: each config built and checked (:func:`tuner.check.preflight.run_preflight`),
+    and one row per build."""
+    from tuner.check.preflight import run_preflight
+    from tuner.compile.build import CompileLimits
+    from tuner.compile.targets import check_targets
+    from tuner.contract.kernel_spec import user_code
+
+    spec = space.spec
+    targets = check_targets(cfg.arch, spec, str(path), args.arch)
+    progress = None
+    if not args.json and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(desc="compiling", unit="config", file=sys.stderr)
+        progress = lambda: bar.update(1)  # noqa: E731
+    preflight = run_preflight(spec, space.problem, space.valid, space.full_config, targets,
+                              CompileLimits.of(cfg.measure), every=args.all,
+                              study=cfg.name, cache_dir=args.run.cache_dir, jobs=args.run.jobs, progress=progress)
+    skipped = [a for a in spec.archs if a not in targets] if cfg.arch == "native" and not args.arch else []
+    if skipped:
+        preflight.notes.append(f"not built for {', '.join(skipped)}: this NVRTC cannot compile for them")
+    configs = []
+    for checked in preflight.checked:
+        r = checked.compiled
+        with user_code(spec.path, "derive()"):
+            smem = spec.derive(space.full_config(checked.params), space.problem).get("smem_bytes", r.smem_static)
+        configs.append({"params": checked.params, "arch": checked.arch, "regs": r.regs, "spills": r.spills,
+                        "smem_bytes": smem, "status": r.status, "reason": r.reason, "compile_s": round(r.compile_s, 3),
+                        "preflight": checked.status, "problems": checked.reasons})
+    return preflight, configs
+
+
+def _print_preflight(space: Space, configs: list[dict[str, typing.Any]], compiled: dict[str, int], preflight: Preflight) -> None:
+    """The builds' table (the ones that passed last), then the preflight's counts and reasons."""
+    from tuner.table import SHORT, render
+
+    axes = space.axis_names
+    several = len({c["arch"] for c in configs}) > 1
+    headers = [SHORT.get(a, a) for a in axes] + (["ARCH"] if several else []) + ["REGS", "SPILL", "SMEM_KB", "STATUS"]
+    order = sorted(configs, key=lambda c: (c["preflight"] == "passed", c["status"] != "ok", [_sort_key(c["params"][a]) for a in axes]))
+    print(render(headers, [[c["params"][a] for a in axes] + ([c["arch"]] if several else []) + [
+        c["regs"], c["spills"], round(c["smem_bytes"] / 1024, 1) if c["smem_bytes"] is not None else None,
+        "ok" if c["preflight"] == "passed" else f"{c['status']}: {c['reason'][:60]}" if c["preflight"] == "rejected"
+        else f"failed: {c['problems'][0][:80]}"] for c in order]))
+    print("compiled: " + ", ".join(f"{k}={v}" for k, v in sorted(compiled.items())))
+    for note in preflight.notes:
+        print(f"note: {note}")
+    counts = preflight.counts()
+    spec_failed = f", spec checks failed={len(preflight.spec_failures)}" if preflight.spec_failures else ""  # not per config
+    print(f"preflight: {'passed' if preflight.ok else 'FAILED'}: " + ", ".join(f"{k}={counts.get(k, 0)}" for k in
+          ("passed", "rejected", "failed")) + f"{spec_failed} ({preflight.seconds:.1f} s)")
+    for count, reason in preflight.by_reason():
+        print(f"  x{count}: {reason}")
 
 
 def _sort_key(value: typing.Any) -> tuple:
