@@ -26,6 +26,8 @@ from types import FrameType
 from typing import Any
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+#: how long a stop waits for a pool's manager thread to end once the pool's processes are ended
+POOL_THREAD_JOIN_S = 5.0
 
 #: imported once by the forkserver that every pooled helper is forked from, rather than by each
 #: helper (NumPy and the kernel-spec machinery: ~0.3 s a process, 16 processes at once on a 16-core
@@ -66,6 +68,12 @@ def stop_helpers() -> None:
     # its processes wait for work that never comes: the interpreter's exit would join them forever.
     for child in mp.active_children():
         child.terminate()
+    # Each pool's manager thread, its processes gone, closes its wake-up pipe as it ends; the
+    # interpreter's exit writes to every such pipe without the lock that close holds (Python 3.11),
+    # and prints "Bad file descriptor" where the two meet. They end here, before the exit.
+    for thread in threading.enumerate():
+        if type(thread).__name__ == "_ExecutorManagerThread":
+            thread.join(timeout=POOL_THREAD_JOIN_S)
 
 
 def start_helpers() -> None:
