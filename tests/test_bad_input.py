@@ -315,7 +315,12 @@ def test_sqlite_refused_for_workers_before_anything_runs(tmp_path, store):
     url, before = store
     line = assert_one_line_exit_2(tuner("run", "--replay", PNPOLY, "--workers", 3, "--storage", url), "SQLite cannot be shared")
     assert ".log" in line and "postgresql" in line
+    joining = assert_one_line_exit_2(tuner("worker", "--replay", PNPOLY, "--storage", url), "SQLite cannot be shared")
+    assert ".log" in joining and "postgresql" in joining
     assert snapshot(url) == before
+    default = assert_one_line_exit_2(tuner("worker", "--replay", PNPOLY, cwd=tmp_path), "SQLite cannot be shared")
+    assert "(no --storage: the default sqlite:///tuner.db)" in default
+    assert not list(tmp_path.glob("tuner.db*"))
 
 
 # -- passwords ---------------------------------------------------------------------------------------------------

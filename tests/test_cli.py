@@ -465,3 +465,18 @@ def test_an_early_worker_is_stopped_when_the_arguments_are_bad(tmp_path):
     result = tuner("run", STUDY, "--trials", "many", "--storage", f"sqlite:///{tmp_path / 't.db'}",
                    env={**FAKE, "FAKE_START_DELAY_S": "60"}, timeout=30)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "--trials" in result.stderr
+
+
+def test_a_worker_that_finds_no_study_says_it_started_one_alone(tmp_path):
+    """`tuner worker` on another host without the run's --storage would search a study of its own in
+    a local file, thinking it helps the run: it says so. Joining a study that exists says nothing."""
+    storage = tmp_path / "s.log"
+    alone = tuner("worker", "--replay", PNPOLY, "--storage", storage, "--trials", 3)
+    assert alone.returncode == 0, alone.stderr
+    assert (f"study pnpoly_RTX_3090.replay was not in {storage}: this worker started it, alone (to join a `tuner run`, "
+            "give the --storage that run uses)") in alone.stderr
+    joined = tuner("worker", "--replay", PNPOLY, "--storage", storage, "--trials", 6)
+    assert joined.returncode == 0, joined.stderr
+    assert "was not in" not in joined.stderr
+    run = tuner("run", "--replay", PNPOLY, "--storage", tmp_path / "r.log", "--trials", 3)
+    assert run.returncode == 0 and "was not in" not in run.stderr

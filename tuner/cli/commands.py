@@ -377,6 +377,10 @@ def cmd_worker(args) -> int:
         from tuner.lifetime import die_with_parent
 
         die_with_parent(int(parent), signal.SIGTERM)
+    else:
+        from tuner.store.storage import check_workers
+
+        check_workers(args.storage, 1, joining=True)
     return cmd_run(args)
 
 

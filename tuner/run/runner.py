@@ -316,6 +316,8 @@ class Runner:
             directions=pareto.directions(settings.objectives),
             load_if_exists=True,
         )
+        #: no run had bound this study to its setup before: this one made it (or found it empty)
+        self.started_study = not self.study.user_attrs.get("kind")
         check_same_objectives(self.study, settings.objectives)
         adopt(self.study, evaluator, settings.study_attrs)  # the reference the study chose, on any GPU
         bind_study(self.study, settings.study_attrs, settings.accept_mismatch)

@@ -326,6 +326,12 @@ class Session:
         return summary, runner
 
     def _say_queued(self, runner) -> None:
+        from tuner.run.scale import PARENT_ENV
+        from tuner.store.url import redact
+
+        if self.command == "worker" and runner.started_study and not os.environ.get(PARENT_ENV):
+            self._say(f"study {runner.study.study_name} was not in {redact(runner.storage_url)}: this worker started it, "
+                      "alone (to join a `tuner run`, give the --storage that run uses)")
         if runner.search_changed:
             self._say(runner.search_changed)
         if runner.requeued:

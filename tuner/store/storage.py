@@ -564,10 +564,12 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:200] if text else ""
 
 
-def check_workers(url: str, workers: int) -> None:
-    """SQLite serialises writers and locks under load: refuse it for several workers."""
-    if workers > 1 and resolve_url(url).startswith("sqlite"):
+def check_workers(url: str | None, workers: int, joining: bool = False) -> None:
+    """SQLite serialises writers and locks under load: refuse it for several workers, and for a
+    worker that joins (``joining``: ``tuner worker``, a second writer by its purpose)."""
+    if (workers > 1 or joining) and resolve_url(url).startswith("sqlite"):
+        given = "" if url else f" (no --storage: the default {DEFAULT_URL})"
         raise UserError(
-            "SQLite cannot be shared safely by several workers (writers lock each other out): "
+            f"SQLite cannot be shared safely by several workers (writers lock each other out){given}: "
             "use --storage FILE.log (one host) or --storage postgresql+psycopg://USER@HOST/DB (many hosts)"
         )
