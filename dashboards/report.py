@@ -40,8 +40,18 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
-from tuner.evaluate.confirm import describe, last_confirmation_of
-from tuner.store.results import COLUMNS, best_trial, metric_of, paired_ms, reference_ms, trials_frame, value_text
+from tuner.evaluate.confirm import describe
+from tuner.store.results import (
+    COLUMNS,
+    best_trial,
+    last_confirmation_of,
+    metric_of,
+    paired_ms,
+    reference_ms,
+    trials_frame,
+    value_text,
+    winner,
+)
 from tuner.store.storage import describe_storage, is_journal, journal_path, open_storage, resolve_url
 from tuner.store.url import redact, sqlite_file
 
@@ -105,19 +115,15 @@ class StudyData:
         return names
 
     def best(self) -> pd.Series | None:
-        """The winner of the latest confirmation (as ``tuner best`` names it), else the best value."""
-        record = self.confirmation()
-        if record is not None:
-            row = self.df[self.df["number"] == record["winner"]]
-            if len(row):
-                row = row.iloc[0].copy()
-                if pd.isna(row["value"]):  # a config the pruner had stopped: the value it was stopped at
-                    row["value"] = record["standings"][0].get("value")
-                return row
-        trial = best_trial(self.trials, self.direction)
+        """The study's winner (:func:`tuner.store.results.winner`, as ``tuner best`` names it)."""
+        trial = winner(self.attrs, self.trials, self.direction)
         if trial is None:
             return None
-        return self.df[self.df["number"] == trial.number].iloc[0]
+        row = self.df[self.df["number"] == trial.number].iloc[0].copy()
+        record = self.confirmation()
+        if pd.isna(row["value"]) and record is not None:  # a config the pruner had stopped: the value its confirmation measured
+            row["value"] = record["standings"][0].get("value")
+        return row
 
     def confirmation(self) -> dict | None:
         return last_confirmation_of(self.attrs)

@@ -212,6 +212,34 @@ def test_a_trial_without_a_recorded_status_is_named_alike_by_status_export_and_n
     assert "(failed 1, ok 1)" in study_note(study)
 
 
+def test_the_confirmed_winner_is_the_winner_everywhere():
+    """A confirmation may name another config than the best value (the top configs measured again
+    against each other): `tuner status`, a run's summary, the study note, the report and `tuner best`
+    all name its winner, a config the pruner had stopped too; without one, the best value."""
+    from dashboards.report import load_study
+    from tuner.evaluate.confirm import confirmed_best
+    from tuner.run.summary import summarize
+    from tuner.store.notes import study_note
+    from tuner.store.results import CONFIRMATIONS, winner
+
+    study = optuna.create_study()
+    for value, state, status in ((1.00, "COMPLETE", "ok"), (0.98, "COMPLETE", "ok"), (0.99, "COMPLETE", "ok"),
+                                 (1.02, "PRUNED", "pruned_slow")):  # stopped at 1.02 (Optuna's value of a pruned trial)
+        study.add_trial(optuna.trial.create_trial(
+            params={"X": len(study.trials)}, distributions={"X": optuna.distributions.IntDistribution(0, 9)},
+            value=value, state=getattr(optuna.trial.TrialState, state), user_attrs={"status": status, "ms": value}))
+    assert winner(study.user_attrs, study.trials).number == 1 == summarize(study, "sqlite:///x.db")["best"]["trial"]
+    for confirmed in (2, 3):
+        record = {"at": "2026-12-02T08:00:00+00:00", "winner": confirmed, "standings": [{"trial": confirmed, "value": 0.97}]}
+        study.set_user_attr(CONFIRMATIONS, [{"at": "2026-12-01T08:00:00+00:00", "winner": None}, record])
+        assert winner(study.user_attrs, study.trials).number == confirmed
+        assert summarize(study, "sqlite:///x.db")["best"]["trial"] == confirmed
+        assert f"**Best**: trial {confirmed}," in study_note(study)
+        assert confirmed_best(study)[0].number == confirmed and confirmed_best(study)[1] == record
+        row = load_study(study).best()
+        assert row["number"] == confirmed and row["value"] == (0.99 if confirmed == 2 else 0.97)  # (its confirmation's)
+
+
 def test_the_grid_table_ranks_a_paired_study_by_its_ratios():
     """Raw medians carry the clock's drift; the ratios to the reference launched alternately do not."""
     from tuner.store.results import ranked

@@ -587,8 +587,9 @@ def cmd_best(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from tuner.evaluate.confirm import CONFIRMATIONS, factor_warning, session_factors
+    from tuner.evaluate.confirm import factor_warning, session_factors
     from tuner.run.summary import summarize
+    from tuner.store.results import CONFIRMATIONS
     from tuner.store.storage import open_storage, resolve_url
     from tuner.store.url import redact
     from tuner.table import printable, render

@@ -29,9 +29,6 @@ from tuner.measurement.value import Measurement
 if TYPE_CHECKING:
     from tuner.device.protocol import CheckedJob, ConfirmJob, MeasureJob, PrepareJob, ProfileJob, WarmUpJob
 
-REGIMES = ("sustained", "burst")
-
-
 class LaunchFailed(Exception):
     """A load or launch failed; ``restart`` when the device context is unusable after it."""
 

@@ -29,9 +29,7 @@ from tuner.errors import UserError
 from tuner.measurement.paired import CI_TARGET, Standing
 from tuner.measurement.pareto import front, is_multi
 from tuner.search.space import Space
-from tuner.store.results import best_trial, status_of, value_of
-
-CONFIRMATIONS = "confirmations"  # study user attr: every confirmation, oldest first
+from tuner.store.results import CONFIRMATIONS, last_confirmation_of, status_of, value_of, winner
 
 
 class Confirms(Protocol):
@@ -179,12 +177,6 @@ def standing_confirmation(study: optuna.Study) -> dict | None:
     return record
 
 
-def last_confirmation_of(attrs: dict[str, Any]) -> dict | None:
-    """:func:`last_confirmation` of a study's user attributes, as read already."""
-    history = [r for r in attrs.get(CONFIRMATIONS) or [] if r.get("winner") is not None]
-    return history[-1] if history else None
-
-
 def no_winner(study: optuna.Study) -> str:
     """Why a study without a completed trial names no winner."""
     finished = study.get_trials(deepcopy=False, states=(TrialState.FAIL, TrialState.PRUNED, TrialState.COMPLETE))
@@ -202,16 +194,13 @@ def no_winner(study: optuna.Study) -> str:
 
 def confirmed_best(study: optuna.Study) -> tuple[FrozenTrial, dict | None]:
     """The winner of the latest confirmation, else the trial with the best value."""
+    attrs = study.user_attrs
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-    best = best_trial(trials, study.directions[0])
+    best = winner(attrs, trials, study.directions[0])
     if best is None:
         raise UserError(no_winner(study))
-    record = last_confirmation(study)
-    if record is not None:  # its winner may be a config the pruner had stopped (see top_trials)
-        by_number = {t.number: t for t in trials}
-        if record["winner"] in by_number:
-            return by_number[record["winner"]], record
-    return best, None
+    record = last_confirmation_of(attrs)
+    return best, record if record is not None and record["winner"] == best.number else None
 
 
 def failed_since(study: optuna.Study, trial: int) -> str | None:

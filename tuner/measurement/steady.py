@@ -2,7 +2,7 @@
 
 A GPU that has been idle starts a session at other clocks than it holds under load, and
 kernels do not all scale alike with the clock, so even a paired ratio measured then is
-off (by ~1 % for a 10 % clock difference, measured on an H200; issue 32). Before the
+off (by ~1 % for a 10 % clock difference, measured on an H200: docs/experiments/MEASUREMENT.md). Before the
 first trial of a session the worker runs the reference in blocks of about ``block_ms``
 of device time and stops when the medians of the last ``blocks`` blocks lie within
 ``tolerance`` of each other and a line through the last ``2 * blocks`` shows no trend

@@ -4,7 +4,7 @@ Every value is a paired ratio to one reference config (:mod:`tuner.measurement.p
 unlike the candidates (the spec's defaults are often another kind of kernel: other tiles,
 another bound) scales otherwise with the clock state than they do, so the same study's
 values moved by 0.7 % (median, 2.3 % max) between two H200s and the winner changed; against
-a near-top reference they agreed within 0.05 % (issue 32, item 2). So a study that names
+a near-top reference they agreed within 0.05 % (docs/experiments/MEASUREMENT.md, 2026-11-27, H200s). So a study that names
 neither ``[measure] reference`` nor ``[search] start`` chooses its own: its first run
 measures the first ``reference_probe`` configs against the spec's defaults, each to the end
 (nothing to prune against yet), holds them untold, takes the fastest that measured ok (its

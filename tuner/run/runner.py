@@ -102,10 +102,6 @@ class RunSettings(SearchSettings):
     peers: int = 1  # processes sharing the budget (`tuner run --workers N`): none asks ahead beyond its share
 
 
-def fingerprint(attrs: dict[str, Any]) -> dict[str, Any]:
-    return {k: attrs.get(k) for k in BINDING_KEYS}
-
-
 def setup_differences(stored: Mapping[str, Any], now: Mapping[str, Any], keys: Iterable[str]) -> list[str]:
     """The fingerprint keys ``keys`` on which a study's stored setup and this one differ, each as
     "key: stored X, now Y"."""

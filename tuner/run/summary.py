@@ -10,7 +10,7 @@ import optuna
 from tuner.measurement import pareto
 from tuner.run.probe import describe as describe_reference
 from tuner.search.enumeration import reason_kind
-from tuner.store.results import best_trial, metric_of, status_of, time_of, value_of, value_text
+from tuner.store.results import metric_of, status_of, time_of, value_of, value_text, winner
 from tuner.store.url import redact
 from tuner.table import printable
 
@@ -30,7 +30,7 @@ def exit_code(summary: dict) -> int:
 def summarize(study: optuna.Study, storage_url: str) -> dict:
     trials = study.get_trials(deepcopy=False)
     statuses = Counter(status_of(t) for t in trials)
-    b = best_trial(trials, study.directions[0])  # several objectives: the fastest (tuner best --pareto: the front)
+    b = winner(study.user_attrs, trials, study.directions[0])  # several objectives: the fastest (tuner best --pareto: the front)
     best = None if b is None else best_entry(study, b, trials)
     summary = {
         "study": study.study_name,

@@ -20,7 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from tuner.store import optuna_private
-from tuner.store.results import best_trial, metric_of, status_of, time_of, value_text
+from tuner.store.results import metric_of, status_of, time_of, value_text, winner
 from tuner.store.url import redact
 
 #: optuna-dashboard's note format: a version counter and the body in chunks of this many characters
@@ -33,7 +33,7 @@ def study_note(study: optuna.Study, storage_label: str | None = None) -> str:
     """The Markdown note for ``study``: problem, device, best flags, how to reproduce."""
     attrs = study.user_attrs
     trials = study.get_trials(deepcopy=False)
-    best = best_trial(trials, study.directions[0])
+    best = winner(attrs, trials, study.directions[0])
     problem, device = attrs.get("problem"), attrs.get("device")
     problem = problem if isinstance(problem, dict) else {}
     device = device if isinstance(device, dict) else {}

@@ -5,7 +5,7 @@ Columns: the tuned defines as plain columns (``BLOCK_M``, ...), then :data:`COLU
 it was measured and ``energy_ratio`` that over the reference's in the same trial, ``gpu`` the UUID of the GPU that measured it). ``tuner grid --csv`` and
 ``tuner export`` write it, replay reads it back (and also the ``params_`` /
 ``user_attrs_`` columns of Optuna's ``trials_dataframe``, which older exports used),
-and the reports draw from it. :func:`best_trial` is the one rule for "the winner".
+and the reports draw from it. :func:`winner` is the one rule for "the winner".
 """
 
 from __future__ import annotations
@@ -81,6 +81,33 @@ def best_trial(trials: Iterable[FrozenTrial], direction: StudyDirection = StudyD
         return None
     pick = max if direction == StudyDirection.MAXIMIZE else min
     return pick(done, key=value_of)
+
+
+#: study user attr: every confirmation of the study's top configs, oldest first (:mod:`tuner.evaluate.confirm`)
+CONFIRMATIONS = "confirmations"
+
+
+def last_confirmation_of(attrs: Mapping[str, Any]) -> dict | None:
+    """The latest confirmation that named a winner (one that left all but one config out names none),
+    from a study's user attributes."""
+    history = [r for r in attrs.get(CONFIRMATIONS) or [] if r.get("winner") is not None]
+    return history[-1] if history else None
+
+
+def winner(attrs: Mapping[str, Any], trials: Sequence[FrozenTrial],
+           direction: StudyDirection = StudyDirection.MINIMIZE) -> FrozenTrial | None:
+    """The study's winner: its latest confirmation's (the top configs measured again against each other,
+    which may name a config the pruner had stopped), else the trial with the best value; None before
+    any trial completed. ``attrs``: the study's user attributes, ``trials``: its trials."""
+    best = best_trial(trials, direction)
+    if best is None:
+        return None
+    record = last_confirmation_of(attrs)
+    if record is not None:
+        confirmed = next((t for t in trials if t.number == record["winner"]), None)
+        if confirmed is not None:
+            return confirmed
+    return best
 
 
 def trials_frame(trials: Iterable[FrozenTrial], axes: Sequence[str] | None = None) -> pd.DataFrame:
