@@ -47,7 +47,7 @@ def as_user_error(exc: BaseException) -> UserError | None:
         what = _OS_HINTS.get(exc.errno, "")
         return UserError(f"{where}: {exc.strerror}{what}" if where else f"{exc.strerror}{what}")
     if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError, zlib.error, EOFError)):
-        return UserError(f"unreadable data ({type(exc).__name__}: {_first_line(exc)})")
+        return UserError(f"unreadable data ({type(exc).__name__}: {first_line(exc)})")
     return None
 
 
@@ -79,12 +79,22 @@ _OS_HINTS = {
 }
 
 
+#: what to do when a database server refuses another connection
+TOO_MANY_CLIENTS = ("the database server has too many clients already: close other sessions, run fewer workers, "
+                    "or raise its max_connections")
+
+
+def too_many_clients(message: str) -> bool:
+    """Is ``message`` a server's refusal of another connection (PostgreSQL's two wordings)?"""
+    lower = message.lower()
+    return "too many clients" in lower or "remaining connection slots" in lower
+
+
 def _database_message(exc: BaseException) -> str:
-    text = _first_line(getattr(exc, "orig", None) or exc)
+    text = first_line(getattr(exc, "orig", None) or exc)
     lower = text.lower()
-    if "too many clients" in lower or "remaining connection slots" in lower:
-        return ("the database server has too many clients already: close other sessions, run fewer workers, "
-                f"or raise its max_connections ({text})")
+    if too_many_clients(text):
+        return f"{TOO_MANY_CLIENTS} ({text})"
     if "readonly database" in lower or "read-only" in lower:
         return f"the storage is read-only ({text}): make the file and its folder writable, or give another --storage"
     if "disk is full" in lower or "no space left" in lower:
@@ -97,9 +107,11 @@ def _database_message(exc: BaseException) -> str:
     return f"storage error: {type(getattr(exc, 'orig', None) or exc).__name__}: {text}"
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException, width: int = 200) -> str:
+    """An exception's message cut to its first line (a database's error runs on for lines); its
+    type's name where it has none. Not redacted: what prints it redacts (:func:`tuner.store.url.redact`)."""
     lines = str(exc).strip().splitlines()
-    return lines[0][:200] if lines else type(exc).__name__
+    return lines[0][:width] if lines else type(exc).__name__
 
 
 def check_output_path(path: Path | None, flag: str) -> None:

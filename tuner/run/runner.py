@@ -24,7 +24,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import __version__
-from tuner.errors import UserError
+from tuner.errors import UserError, first_line
 from tuner.evaluate.evaluator import Evaluator
 from tuner.evaluate.replay import recording_source
 from tuner.measurement import pareto
@@ -83,8 +83,7 @@ def _storage_error(exc: BaseException):
 
 
 def _one_line(exc: BaseException) -> str:
-    lines = redact(str(getattr(exc, "orig", None) or exc)).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0][:160] if lines else ''}"
+    return f"{type(exc).__name__}: {redact(first_line(getattr(exc, 'orig', None) or exc, 160))}"
 
 
 @dataclass(kw_only=True)

@@ -28,7 +28,7 @@ import optuna
 from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
-from tuner.errors import UserError, as_user_error
+from tuner.errors import TOO_MANY_CLIENTS, UserError, as_user_error, first_line, too_many_clients
 from tuner.store import optuna_private
 from tuner.store.journal_file import TolerantJournalFile
 from tuner.store.liveness import grace_s, heartbeat_s, pid_space, process_gone
@@ -318,8 +318,8 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
             elif "timeout" in str(exc).lower():
                 hint = (f"the server did not answer within {connect_timeout_s()} s: is it up and the URL right? "
                         "(TUNER_DB_CONNECT_TIMEOUT_S sets the limit)")
-            if "too many clients" in str(exc).lower() or "remaining connection slots" in str(exc).lower():
-                hint = "the server has too many clients already: close other sessions, run fewer workers, or raise its max_connections"
+            if too_many_clients(str(exc)):
+                hint = TOO_MANY_CLIENTS
             elif url.startswith("sqlite"):
                 known = as_user_error(exc)
                 if known is not None and "storage error:" not in str(known):  # read-only, disk full, damaged
@@ -328,7 +328,7 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
                 hint = ("is it a SQLite file written by tuner/optuna (not damaged)? move it aside to start afresh"
                         if path is not None and path.exists() else
                         f"no file could be made there: is folder {path.parent if path else '?'} writable?")
-            raise UserError(f"cannot open storage {redact(url)}: {type(exc).__name__}: {_first_line(exc)}; {hint}") from None
+            raise UserError(f"cannot open storage {redact(url)}: {type(exc).__name__}: {redact(first_line(exc))}; {hint}") from None
     raise AssertionError("unreachable")
 
 
@@ -430,7 +430,7 @@ def _open_journal(path: Path, create: bool) -> optuna.storages.BaseStorage:
         raise UserError(f"journal file {path} is not writable ({exc.strerror}): give a path in a folder you can write") from None
     except Exception as exc:  # a corrupt or foreign file
         raise UserError(
-            f"journal file {path} cannot be read ({type(exc).__name__}: {_first_line(exc)}); "
+            f"journal file {path} cannot be read ({type(exc).__name__}: {redact(first_line(exc))}); "
             "move it aside to start afresh"
         ) from None
 
@@ -441,7 +441,7 @@ def _check_sqlite_file(url: str, create: bool) -> None:
     try:
         path = sqlite_file(url)
     except Exception as exc:
-        raise UserError(f"storage {redact(url)!r} is not a valid URL ({_first_line(exc)}): use sqlite:///FILE.db") from None
+        raise UserError(f"storage {redact(url)!r} is not a valid URL ({redact(first_line(exc))}): use sqlite:///FILE.db") from None
     if path is None or "mode=memory" in url:
         raise UserError(f"storage {redact(url)} is an in-memory database: nothing would be kept; use sqlite:///FILE.db")
     if not path.exists():
@@ -557,11 +557,6 @@ def _repair_partial_tail(backend: JournalFileBackend, path: Path) -> None:
 def _transient(exc: BaseException) -> bool:
     text = str(exc).lower()
     return any(s in text for s in ("already exists", "database is locked", "duplicate key", "unique constraint"))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = redact(str(exc)).strip().splitlines()
-    return text[0][:200] if text else ""
 
 
 def check_workers(url: str | None, workers: int, joining: bool = False) -> None:
