@@ -39,14 +39,9 @@ from tuner.search.distributions import space_distributions
 from tuner.search.enumeration import Enumeration
 from tuner.search.space import Space
 from tuner.search.warm_start import Source, finished_trial
-from tuner.store.results import TableError, normalise
+from tuner.store.results import KT_FAILURES, TableError, normalise
 
-# Kernel Tuner's failure strings and T4 invalidity kinds, in our statuses.
-KT_FAILURES = {
-    "InvalidConfig": "invalid",
-    "CompilationFailedConfig": "compile_error",
-    "RuntimeFailedConfig": "launch_error",
-}
+# T4's invalidity kinds, in our statuses (Kernel Tuner's failure strings: tuner.store.results.KT_FAILURES).
 T4_INVALIDITY = {"compile": "compile_error", "runtime": "launch_error", "constraints": "invalid", "correctness": "mismatch"}
 # KTT's result statuses (ktt::ResultStatus), in ours. A launch beyond the device's limits is not a
 # config of that GPU at all, as Kernel Tuner leaves such configs out of its space.

@@ -250,8 +250,10 @@ def paired_ms(trials: Sequence[FrozenTrial]) -> dict[int, float]:
     return out
 
 
-#: Kernel Tuner's failure strings, by our status (any other failure: RuntimeFailedConfig)
-KT_FAILURE_OF = {"invalid": "InvalidConfig", "compile_error": "CompilationFailedConfig"}
+#: Kernel Tuner's failure strings (a cache's ``time`` of a config that failed), in our statuses
+KT_FAILURES = {"InvalidConfig": "invalid", "CompilationFailedConfig": "compile_error", "RuntimeFailedConfig": "launch_error"}
+#: the same, by our status (a failure of another kind is written as RuntimeFailedConfig)
+KT_FAILURE_OF = {status: name for name, status in KT_FAILURES.items()}
 
 
 def kernel_tuner_cache(trials: Sequence[FrozenTrial], axes: Mapping[str, Sequence[Any]], *, device: str, kernel: str,
