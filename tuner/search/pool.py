@@ -46,6 +46,15 @@ def trial_params(trial: FrozenTrial, axes: Sequence[str]) -> dict[str, Any] | No
     return params if all(a in params for a in axes) else None
 
 
+def distance_ranks(codes: np.ndarray, target: np.ndarray, ordered: Sequence[bool] | np.ndarray) -> np.ndarray:
+    """How far each row of ``codes`` is from ``target``, as one number to rank by: fewest differing
+    axes first, then fewest level steps (raw steps along an ordered axis, one on any other; so an
+    axis with many values is not favoured)."""
+    differing = (codes != target).sum(axis=1).astype(np.int64)
+    steps = np.where(ordered, np.abs(codes - target), codes != target).sum(axis=1)
+    return differing * (1 + int(steps.max(initial=0))) + steps
+
+
 class _Stacked:
     """A growing list read as one array: each read converts only the items appended since the
     last, so a long study's proposals do not restack every observation."""

@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial
 
 from tuner.errors import UserError
 from tuner.search.parzen import ParzenSearch
-from tuner.search.pool import TRIED_STATES, Observations, Pool, trial_params
+from tuner.search.pool import TRIED_STATES, Observations, Pool, distance_ranks, trial_params
 from tuner.search.space import Space
 
 __all__ = ["PROPOSERS", "TRIED_STATES", "GridWalk", "OptunaProposer", "ParzenProposer", "Proposer", "RandomPick",
@@ -275,11 +275,7 @@ class ValidOnlySampler(BaseSampler):
         rows = pool.neighbours(code)
         if not len(rows):
             rows = pool.random_untried(NEAREST_SAMPLE, self._rng)
-        codes = pool.codes[rows]
-        target = np.asarray(code)
-        differing = (codes != target).sum(axis=1)
-        steps = np.where(self._ordered, np.abs(codes - target), codes != target).sum(axis=1)
-        score = differing * (1 + int(steps.max(initial=0))) + steps
+        score = distance_ranks(pool.codes[rows], np.asarray(code), self._ordered)
         best = np.flatnonzero(score == score.min())
         return int(rows[best[self._rng.integers(len(best))]])
 

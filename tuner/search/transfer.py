@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner.search.pool import Pool
+from tuner.search.pool import Pool, distance_ranks
 from tuner.search.space import Space
 
 
@@ -99,9 +99,6 @@ class SpaceMap:
         A row one axis away is looked up directly; only when there is none is every row scanned."""
         target = np.asarray(code)
         rows = np.array(sorted(pool.one_axis_away(target)), dtype=np.int64)  # row order: ties to the first
-        codes = pool.codes[rows] if len(rows) else pool.codes
-        differing = (codes != target).sum(axis=1)
-        steps = np.where(self.ordered, np.abs(codes - target), codes != target).sum(axis=1)
-        score = differing.astype(np.int64) * (1 + int(steps.max(initial=0))) + steps
+        score = distance_ranks(pool.codes[rows] if len(rows) else pool.codes, target, self.ordered)
         best = int(np.argmin(score))  # the first of ties: enumeration order
         return int(rows[best]) if len(rows) else best
