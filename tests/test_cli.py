@@ -480,3 +480,44 @@ def test_a_worker_that_finds_no_study_says_it_started_one_alone(tmp_path):
     assert "was not in" not in joined.stderr
     run = tuner("run", "--replay", PNPOLY, "--storage", tmp_path / "r.log", "--trials", 3)
     assert run.returncode == 0 and "was not in" not in run.stderr
+
+
+def test_the_grid_table_marks_the_winner_and_leaves_out_trials_queued_again(tmp_path, cache_dir):
+    """The row marked BEST is the winner the summary and `tuner best` name (a confirmation may name
+    another config than the best value); a trial a stop cut short was queued again, and the later
+    trial is its config's row. A finished grid run again says it holds its plan, with no --trials hint
+    (grid has no such flag)."""
+    from tuner.testing import write_study
+
+    study = write_study(tmp_path, "grid_best", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
+                           tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]}, search={"confirm_top": 3},
+                           measure={"timeout_s": 20})
+    log = tmp_path / "s.log"
+    first = tuner("grid", study, "--storage", log, "--cache-dir", cache_dir, "--csv", tmp_path / "a.csv", env=FAKE)
+    assert first.returncode == 0, first.stderr
+    stored = optuna.load_study(study_name="grid_best.grid", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(log))))
+    complete = sorted(stored.get_trials(states=(optuna.trial.TrialState.COMPLETE,)), key=lambda t: t.value)
+    runner_up = complete[1]
+    finished = len([t for t in stored.trials if t.state.is_finished()])
+    record = {**stored.user_attrs["confirmations"][-1], "winner": runner_up.number}
+    stored.set_user_attr("confirmations", [*stored.user_attrs["confirmations"], record])
+    stored.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params=complete[0].params,
+                                               distributions=complete[0].distributions,
+                                               user_attrs={"status": "interrupted", "reason": "queued again"}))
+
+    again = tuner("grid", study, "--storage", log, "--cache-dir", cache_dir, "--csv", tmp_path / "b.csv", env=FAKE)
+    assert again.returncode == 0, again.stderr
+    assert "the grid holds every config of its plan already: nothing ran" in again.stderr and "--trials" not in again.stderr
+    lines = again.stdout.splitlines()
+    assert lines[1].split()[-1] == "BEST"
+    assert lines[1].split()[:2] == [str(runner_up.params["BLOCK"]), str(runner_up.params["THREAD_TILE"])]
+    assert f"(trial {runner_up.number})" in next(line for line in lines if line.startswith("best:"))
+    assert f"\n{finished} configs measured" in again.stdout
+    rows = list(csv.DictReader((tmp_path / "b.csv").open()))
+    assert float(rows[0]["number"]) == runner_up.number and "interrupted" not in {r["status"] for r in rows}
+    # `tuner confirm` finds the grid's study as `tuner best` does, in a journal file too
+    confirm = tuner("confirm", study, "--storage", log, "--top", 2, "--cache-dir", cache_dir, env=FAKE)
+    assert confirm.returncode == 0 and "confirmed winner: trial" in confirm.stderr, confirm.stderr
+    assert len(optuna.load_study(study_name="grid_best.grid", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(log)))).user_attrs["confirmations"]) == 3

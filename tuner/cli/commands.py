@@ -410,6 +410,7 @@ def cmd_grid(args) -> int:
 
     import pandas as pd
 
+    from tuner.measurement.value import EXTRA_STATUSES
     from tuner.store.results import ranked, trials_frame, write_table
     from tuner.table import seed_table
 
@@ -421,7 +422,13 @@ def cmd_grid(args) -> int:
 
     summary, runner = _session(args).run(named=default_csv_writable)
     axes = runner.space.axis_names
-    measured = ranked(trials_frame(runner.study.get_trials(deepcopy=False), axes))
+    frame = trials_frame(runner.study.get_trials(deepcopy=False), axes)
+    # a trial a stop or a dead process cut short was queued again: its config's row is the later trial's
+    measured = ranked(frame[~frame["status"].isin(EXTRA_STATUSES)])
+    winner = (summary.get("best") or {}).get("trial")  # the confirmed winner, first (the row marked BEST)
+    if winner is not None:
+        first = measured["number"] == winner
+        measured = pd.concat([measured[first], measured[~first]])
     rejected = _rejected_rows(runner.space, measured, runner.settings.mode == "tiered")
     table = measured if rejected is None else pd.concat([measured, pd.DataFrame(rejected, columns=measured.columns)],
                                                         ignore_index=True)

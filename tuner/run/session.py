@@ -313,7 +313,8 @@ class Session:
                 summary.update(recorded_best(loaded.recording, loaded.space, summary.get("best")))
             trials = runner.settings.trials
             if not summary.get("trials_run") and trials and summary["trials"] >= trials:  # a re-run of a finished study
-                self._say(f"the study holds its --trials {trials} already: nothing ran (raise --trials to go on)")
+                self._say("the grid holds every config of its plan already: nothing ran" if self.command == "grid" else
+                          f"the study holds its --trials {trials} already: nothing ran (raise --trials to go on)")
             if self.command != "grid":
                 summary["startup_s"] = dict(sorted(startup.marks.items(), key=lambda mark: mark[1]))
             self._warn_of_a_wrong_reference(loaded.space, evaluation, runner.study)
@@ -431,14 +432,19 @@ class Session:
             raise UserError("--top must be >= 2: a confirmation compares configs")
         evaluation = self.evaluation(Loaded(loaded.cfg, loaded.space, None))
         try:
+            storage = open_storage(self.storage, create=False)
+            name = evaluation.name
+            if self.run_options.study_name is None:  # its GPU run, else its `tuner grid` (as `tuner best` finds it)
+                names = optuna.get_all_study_names(storage)
+                name = next((n for n in (name, name + GRID_SUFFIX) if n in names), name)
             try:
-                study = optuna.load_study(study_name=evaluation.name, storage=open_storage(self.storage, create=False))
+                study = optuna.load_study(study_name=name, storage=storage)
             except KeyError:
-                raise UserError(f"no study {evaluation.name!r} in this storage: run it first "
+                raise UserError(f"no study {name!r} in this storage: run it first "
                                 f"(tuner run {self.study_file})") from None
             adopt(study, evaluation.evaluator, evaluation.attrs)
             bind_study(study, evaluation.attrs, self.run_options.accept_mismatch)
-            return evaluation.name, self.confirm(study, loaded.space, evaluation.evaluator, search)
+            return name, self.confirm(study, loaded.space, evaluation.evaluator, search)
         finally:
             evaluation.close()
 

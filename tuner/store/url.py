@@ -184,6 +184,8 @@ def sqlite_file(url: str) -> Path | None:
     not part of it; a ``file:`` URI's path is), else None (no file: in memory, or not SQLite)."""
     from sqlalchemy.engine import make_url
 
+    if not url.startswith("sqlite"):  # a journal file's path, another database's URL: not parsed here
+        return None
     parsed = make_url(url)
     if not parsed.drivername.startswith("sqlite"):
         return None
@@ -206,6 +208,8 @@ def sqlite_url(url: str) -> str:
     to SQLite only in a ``file:`` URI with ``uri=true``; otherwise it drops them with a warning."""
     from sqlalchemy.engine import make_url
 
+    if not url.startswith("sqlite"):  # a journal file's path, another database's URL: not parsed here
+        return None
     parsed = make_url(url)
     if not parsed.drivername.startswith("sqlite") or _uri(parsed):
         return url
