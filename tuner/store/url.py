@@ -208,8 +208,8 @@ def sqlite_url(url: str) -> str:
     to SQLite only in a ``file:`` URI with ``uri=true``; otherwise it drops them with a warning."""
     from sqlalchemy.engine import make_url
 
-    if not url.startswith("sqlite"):  # a journal file's path, another database's URL: not parsed here
-        return None
+    if not url.startswith("sqlite"):  # a journal file's path, another database's URL: as it is
+        return url
     parsed = make_url(url)
     if not parsed.drivername.startswith("sqlite") or _uri(parsed):
         return url
