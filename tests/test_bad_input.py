@@ -70,6 +70,9 @@ STUDY_FILE_CASES = [
     ("a problem key tuned", "UNROLL_K = [0, 1]", "M_DIM = [1024, 2048]", "M_DIM is a problem key of kernel spec "
                                                                           "example_sgemm.py, not a define to tune"),
     ("the kernel's source named", "example_sgemm.py", "example_sgemm.cu", "name the spec (.py) that describes it"),
+    ("an energy window too short to measure", "[search]", "[measure]\nenergy_s = 0.001\n\n[search]",
+     "[measure.energy_s] must be >= 0.5 (or 0: off), got 0.001"),
+    ("a confirmation of one config", "trials = 4", "trials = 4\nconfirm_top = 1", "must be >= 2 (or 0: off), got 1"),
 ]
 
 

@@ -428,8 +428,8 @@ class Session:
         sqlite_read_only(resolve_url(self.storage), create=True)  # a confirmation is stored: say so before the GPU runs
         loaded = self.load()
         search = self.search(loaded.cfg)
-        if search.confirm_top < 2:
-            raise UserError("--top must be >= 2: a confirmation compares configs")
+        if search.confirm_top < 2:  # (0: the study file turns the confirmation after each run off)
+            raise UserError("a confirmation compares 2 configs or more, and the study file's confirm_top is 0: give --top N")
         evaluation = self.evaluation(Loaded(loaded.cfg, loaded.space, None))
         try:
             storage = open_storage(self.storage, create=False)

@@ -41,6 +41,8 @@ SAMPLERS = ("tpe", "gp", "random", "grid")
 MODES = ("joint", "tiered")
 PRUNE_BY = ("sign", "margin")
 REGIMES = ("sustained", "burst")
+#: the shortest energy window: NVML's counter steps every 100 ms on an H200, and a window needs 3 steps or more
+ENERGY_S_MIN = 0.5
 VALUES = ("ratio", "ms")
 
 
@@ -58,6 +60,7 @@ class Option:
     minimum: float | None = None  # inclusive
     above: float | None = None  # exclusive lower bound
     maximum: float | None = None  # inclusive
+    off: float | None = None  # a value outside the bounds that turns the option off (energy_s 0)
     commands: tuple[str, ...] = ()  # commands that take it as a flag
     flag: str | None = None  # the flag's spelling when it is not --NAME (e.g. --no-pruner)
     metavar: str | None = None
@@ -96,10 +99,13 @@ class Option:
     def _check_bounds(self, value: float, where: str) -> None:
         if not math.isfinite(value):
             raise UserError(f"{where} must be a finite number, got {value!r}")
+        if self.off is not None and value == self.off:
+            return
+        off = "" if self.off is None else f" (or {_num(self.off)}: off)"
         if self.above is not None and value <= self.above:
-            raise UserError(f"{where} must be > {_num(self.above)}, got {value!r}")
+            raise UserError(f"{where} must be > {_num(self.above)}{off}, got {value!r}")
         if self.minimum is not None and value < self.minimum:
-            raise UserError(f"{where} must be >= {_num(self.minimum)}, got {value!r}")
+            raise UserError(f"{where} must be >= {_num(self.minimum)}{off}, got {value!r}")
         if self.maximum is not None and value > self.maximum:
             raise UserError(f"{where} must be <= {_num(self.maximum)}, got {value!r}")
 
@@ -156,7 +162,7 @@ class SearchSettings:
                                        minimum=0, commands=SEARCH_COMMANDS)
     confirm_top: int = option(5, "re-measure this many best configs against each other (at least 2; the study "
                                  "file's key: after each GPU run, 0 never)",
-                              minimum=0, commands=("confirm",), flag="--top")
+                              minimum=2, off=0, commands=("confirm",), flag="--top")
     confirm_rounds: int = option(100, "round-robin rounds of a confirmation", minimum=1, commands=("confirm",),
                                  flag="--rounds")
 
@@ -185,7 +191,7 @@ class MeasureSettings:
     idle_s: float = option(2.0, "burst regime: seconds the GPU rests before each trial", minimum=0)
     energy_s: float = option(0.0, "after timing, run the candidate and then the reference alone this long each and "
                              "store energy per launch and power with their uncertainty (0: none; the energy counter "
-                             "steps every few tens of ms: 1 s or more)", minimum=0)
+                             "steps every few tens of ms: 0.5 s or more, 1 s advised)", minimum=ENERGY_S_MIN, off=0)
     timeout_s: float = option(30.0, "a launch that takes longer is a hang: the worker is restarted", above=0)
     check_rows: int | None = option(None, "output rows of the sampled CPU check (default: the kernel spec's)", minimum=1)
     max_regs: int = option(255, "reject configs that need more registers per thread", minimum=1)
