@@ -219,3 +219,43 @@ def test_a_stop_inside_a_deferred_block_is_raised_once_the_block_is_done(monkeyp
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+
+
+def test_a_worker_of_a_run_stops_once_on_the_runs_sigterm_and_ignores_the_terminals_ctrl_c(tmp_path):
+    """The terminal's Ctrl-C reaches each worker of `tuner run --workers N` as it reaches the run, which
+    then stops each worker itself: a worker taking both stopped twice, and the second stop cut short
+    the first's clean-up (trials left RUNNING). A worker ignores the Ctrl-C and stops on the run's
+    SIGTERM, its trials finished or queued again."""
+    import time
+
+    from tests.conftest import PNPOLY
+    from tuner.run.scale import PARENT_ENV
+
+    log = tmp_path / "s.log"
+    worker = subprocess.Popen([sys.executable, "-m", "tuner", "worker", "--replay", PNPOLY, "--storage", log,
+                               "--trials", "4000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env={**os.environ, PARENT_ENV: str(os.getpid())})
+    try:
+        storage = None
+
+        def some_trials() -> bool:
+            nonlocal storage
+            if not log.exists():
+                return False
+            storage = storage or open_storage(str(log), create=False)
+            studies = optuna.get_all_study_names(storage)
+            return bool(studies) and len(optuna.load_study(study_name=studies[0], storage=storage).trials) >= 20
+
+        wait_for(some_trials, 120, "20 trials")
+        worker.send_signal(signal.SIGINT)
+        time.sleep(1.0)
+        assert worker.poll() is None, worker.communicate()[1][-2000:]  # the Ctrl-C is the run's to act on
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode in (130, 143, -signal.SIGTERM) and "Traceback" not in err, err[-2000:]
+    study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=open_storage(str(log), create=False))
+    assert not study.get_trials(states=(TrialState.RUNNING,)) and len(study.trials) < 4000

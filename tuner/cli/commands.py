@@ -374,9 +374,12 @@ def cmd_worker(args) -> int:
     if parent and parent.isdigit():  # a worker of `tuner run --workers N`: it stops (SIGTERM) when that run dies
         import signal
 
-        from tuner.lifetime import die_with_parent
+        from tuner.lifetime import die_with_parent, ignore_interrupts
 
         die_with_parent(int(parent), signal.SIGTERM)
+        # the terminal's Ctrl-C reaches every worker as it reaches the run, which then stops each one with
+        # SIGTERM: one stop, whose clean-up (its trials failed and queued again) no second one cuts short
+        ignore_interrupts()
     else:
         from tuner.store.storage import check_workers
 

@@ -179,11 +179,12 @@ def _wait(procs: list[subprocess.Popen]) -> list[int]:
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
-    """SIGINT every worker (Optuna records its trial as failed), then SIGKILL stragglers."""
+    """SIGTERM every worker (it stops as at a Ctrl-C, which it ignores: its trials in flight are failed
+    and queued again), then SIGKILL stragglers."""
     for p in procs:
         if p.poll() is None:
             try:
-                p.send_signal(signal.SIGINT)
+                p.send_signal(signal.SIGTERM)
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + STOP_GRACE_S
