@@ -577,6 +577,9 @@ STORAGE_CASES = [
     ("not a URL", lambda f: "somewhere-else", "not a URL"),
     ("unknown database kind", lambda f: "nosuchdb://u@h/d", "'nosuchdb' is no database SQLAlchemy knows"),
     ("postgres unreachable", lambda f: "postgresql+psycopg://u@127.0.0.1:1/db", "is the server up"),
+    ("postgres database missing, its name saying invalid", lambda f: "postgresql+psycopg://postgres@127.0.0.1/invalid_db",
+     '"invalid_db" does not exist; the server is up; create that database (or user), or name one it has'),
+    ("postgres host named invalid", lambda f: "postgresql+psycopg://u@nohost.invalid:1/db", "is the server up"),
     ("postgres password with a raw @", lambda f: "postgresql+psycopg://u:se@cret@127.0.0.1:1/db", "%40"),
 ]
 

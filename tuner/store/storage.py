@@ -313,7 +313,9 @@ def open_storage(url: str | None = None, pool_size: int = 2, create: bool = True
                 time.sleep(0.5 * (attempt + 1))
                 continue
             hint = "is the server up and the URL right?"
-            if "invalid" in str(exc).lower() or "bad value" in str(exc).lower():  # an option the URL sets
+            if "does not exist" in str(exc).lower():  # the server answered: no such database or role
+                hint = "the server is up; create that database (or user), or name one it has"
+            elif "?" in url and ("invalid" in str(exc).lower() or "bad value" in str(exc).lower()):  # an option the URL sets
                 hint = "a setting in the URL's ?query is not one the server takes"
             elif "timeout" in str(exc).lower():
                 hint = (f"the server did not answer within {connect_timeout_s()} s: is it up and the URL right? "
