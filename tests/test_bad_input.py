@@ -9,6 +9,7 @@ Passwords in storage URLs never appear in output, reports or stored notes.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -317,6 +318,14 @@ def test_replay_mismatch_with_study_file(tmp_path, store):
 def test_sqlite_refused_for_workers_before_anything_runs(tmp_path, store):
     url, before = store
     line = assert_one_line_exit_2(tuner("run", "--replay", PNPOLY, "--workers", 3, "--storage", url), "SQLite cannot be shared")
+    cores = os.cpu_count() or 1
+    many = assert_one_line_exit_2(tuner("run", "--replay", PNPOLY, "--workers", 4 * cores + 1, "--storage",
+                                        tmp_path / "w.log"), f"--workers {4 * cores + 1} is more than 4 per CPU core")
+    assert f"give at most {4 * cores}" in many and not (tmp_path / "w.log").exists()
+    folder = tmp_path / "d.log"
+    folder.mkdir()
+    refused = tuner("run", "--replay", PNPOLY, "--workers", 2, "--storage", folder)
+    assert "is a folder" in assert_one_line_exit_2(refused, "d.log") and "started" not in refused.stderr
     assert ".log" in line and "postgresql" in line
     joining = assert_one_line_exit_2(tuner("worker", "--replay", PNPOLY, "--storage", url), "SQLite cannot be shared")
     assert ".log" in joining and "postgresql" in joining

@@ -70,9 +70,19 @@ def worker_env(args, index: int) -> dict[str, str]:
     return env
 
 
+#: workers a host takes per CPU core (`--workers N` above it is refused: a thousand processes starting at once
+#: took minutes to start and left the study empty)
+WORKERS_PER_CORE = 4
+
+
 def run_workers(args) -> int:
     n = args.run.workers
+    most = WORKERS_PER_CORE * (os.cpu_count() or 1)
+    if n > most:  # each worker is a process with its compiles beside it: beyond that they only wait on each other
+        raise UserError(f"--workers {n} is more than {WORKERS_PER_CORE} per CPU core of this host: give at most {most} "
+                        "(on a GPU host, one per GPU)")
     url = resolve_url(args.storage)
+    open_storage(url)  # a storage the workers cannot open is refused here, once, before any of them starts
     procs: list[subprocess.Popen] = []
     outs, errs = [], []
     started = time.monotonic()
