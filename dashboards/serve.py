@@ -43,6 +43,7 @@ def run_dashboard(storage_url: str | BaseStorage, host: str = DEFAULT_HOST, port
 
     storage = storage_url if isinstance(storage_url, BaseStorage) else open_storage(storage_url)
     store = artifact_store(artifact_dir) if artifact_dir else None
+    _check_address(host, port)
     label = describe_storage(storage) if not isinstance(storage_url, str) else redact(storage_url)
     if not quiet:
         shown = "localhost" if host in ("127.0.0.1", "::1") else host
@@ -52,3 +53,28 @@ def run_dashboard(storage_url: str | BaseStorage, host: str = DEFAULT_HOST, port
         optuna_dashboard.run_server(storage, host=host, port=port, artifact_store=store)
     except KeyboardInterrupt:
         pass
+    except OSError as exc:  # taken meanwhile
+        raise UserError(_address_error(host, port, exc)) from None
+
+
+def _check_address(host: str, port: int) -> None:
+    """Refuse an address the server could not listen on (a port in use, a host not of this machine)
+    before saying where the dashboard is."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UserError(_address_error(host, port, exc)) from None
+    family, kind, _, _, address = infos[0]
+    with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise UserError(_address_error(host, port, exc)) from None
+
+
+def _address_error(host: str, port: int, exc: OSError) -> str:
+    return (f"cannot serve on --host {host} --port {port}: {exc.strerror or exc}: give another --port "
+            "(or --host: an address of this machine)")

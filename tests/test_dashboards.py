@@ -590,3 +590,22 @@ def test_the_report_names_the_confirmed_winner_as_tuner_best_does():
     assert int(data.best()["number"]) == second.number == confirmed_best(paired)[0].number
     page, _ = rep.render_study_page(data, "", "")
     assert f"(trial {second.number})" in page and f"confirmed winner: trial {second.number}" in page
+
+
+def test_the_dashboard_on_a_port_in_use_says_so_before_it_says_where_it_serves(journal, capsys):
+    """A port another server holds, or a host that is not this machine's: one line naming the address and
+    the flag to change, before the line that says where the dashboard is."""
+    import socket
+
+    from tuner.cli import commands as cli
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli.main(["dashboard", "--storage", journal, "--port", str(port)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"tuner: error: cannot serve on --host 127.0.0.1 --port {port}: Address already in use: "
+                                 "give another --port (or --host: an address of this machine)\n"), (out, err)
+    assert cli.main(["dashboard", "--storage", journal, "--host", "192.0.2.1", "--port", "0"]) == 2  # TEST-NET-1: no one's
+    assert "cannot serve on --host 192.0.2.1 --port 0: Cannot assign requested address" in capsys.readouterr().err
