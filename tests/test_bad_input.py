@@ -800,3 +800,17 @@ def test_a_replay_of_another_recording_is_refused_under_the_same_study(tmp_path,
         conn.execute("delete from study_user_attributes where key = 'recording'")
     resumed = tuner_here(capsys, monkeypatch, "run", study, "--replay", recorded, "--storage", url, "--trials", 9)
     assert resumed.returncode == 0, resumed.stderr
+
+
+@pytest.mark.parametrize("command", ["best", "export"])
+def test_a_study_file_the_study_was_not_run_from_is_refused(command, tmp_path, store, capsys, monkeypatch):
+    """`tuner best`/`export` read the study's configs: with a study file that is not the one it was run
+    from (other defines, another problem size) they would hand out another kernel's flags."""
+    url, before = store
+    path = tmp_path / "study.toml"
+    path.write_text(GOOD)
+    extra = ("-o", tmp_path / "x.csv") if command == "export" else ()
+    result = tuner_here(capsys, monkeypatch, command, path, "--study", "kept", "--storage", url, *extra)
+    line = assert_one_line_exit_2(result, f"study 'kept' was not run from {path} (it searched ")
+    assert line.endswith("give the study file it was run from, or --study NAME alone")
+    assert snapshot(url) == before and not (tmp_path / "x.csv").exists()

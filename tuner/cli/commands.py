@@ -331,7 +331,7 @@ def cmd_profile(args) -> int:
     if isinstance(space.spec, ProgramSpec):
         space.spec.profiled_kernel()  # a program kernel's ncu needs its name: said before anything runs
     ncu = profile.find_ncu()
-    study = _open_study(args)
+    study = _open_study(args, run_from=False)  # (check_unchanged compares the whole setup, --accept-mismatch aside)
     profile.check_unchanged(study, space, args.run.accept_mismatch)
     numbers = list(dict.fromkeys(args.trial)) if args.trial else [None]  # (a trial named twice is profiled once)
     trials = [profile.chosen_trial(study, number) for number in numbers]
@@ -555,10 +555,10 @@ def _sort_key(value: typing.Any) -> tuple:
     return (0, value, "") if isinstance(value, int | float) else (1, 0, str(value))
 
 
-def _open_study(args):
+def _open_study(args, run_from: bool = True):
     from tuner.run.session import open_study
 
-    return open_study(args.storage, args.study_file, args.study)
+    return open_study(args.storage, args.study_file, args.study, run_from=run_from)
 
 
 def cmd_best(args) -> int:

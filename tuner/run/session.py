@@ -525,9 +525,11 @@ def write_note(runner) -> None:
     write_study_note(runner.study, redact(runner.storage_url))
 
 
-def open_study(storage_url: str | None, study_file: str | Path | None = None, name: str | None = None) -> optuna.Study:
+def open_study(storage_url: str | None, study_file: str | Path | None = None, name: str | None = None,
+               run_from: bool = True) -> optuna.Study:
     """A stored study by ``name``, or the one run from ``study_file``: stored under its name by a
-    GPU run, ``NAME.grid`` by ``tuner grid``, ``NAME.replay`` by a replay (the first found)."""
+    GPU run, ``NAME.grid`` by ``tuner grid``, ``NAME.replay`` by a replay (the first found).
+    ``run_from``: refuse a study file the study was not run from (its defines, its problem)."""
     from tuner.store.storage import check_study_name, open_storage, resolve_url, stored_as
     from tuner.store.url import redact
 
@@ -550,7 +552,29 @@ def open_study(storage_url: str | None, study_file: str | Path | None = None, na
                         f"{': ' + ', '.join(names) if names else ''}; give a study file or --study NAME")
     if found is None:
         raise UserError(f"no study {' or '.join(map(repr, wanted))} in {where}; studies there: {', '.join(names) or 'none'}")
-    return optuna.load_study(study_name=found, storage=storage)
+    study = optuna.load_study(study_name=found, storage=storage)
+    if study_file and run_from:
+        _check_run_from(study, study_file)
+    return study
+
+
+def _check_run_from(study: optuna.Study, study_file: str | Path) -> None:
+    """Refuse a study file that is not the one ``study`` was run from (its defines, or a problem size it
+    sets otherwise): what is read out of the study (``tuner best``'s flags) would be another kernel's."""
+    from tuner.study.file import load_study
+
+    cfg = load_study(study_file)
+    attrs = study.user_attrs
+    stored_axes, stored_problem = attrs.get("axes"), attrs.get("problem")
+    differs = []
+    if isinstance(stored_axes, list) and set(stored_axes) != set(cfg.axes):
+        differs.append(f"it searched {', '.join(map(str, stored_axes))}, the file {', '.join(cfg.axes)}")
+    if isinstance(stored_problem, dict):
+        differs += [f"{key}={stored_problem[key]} there, {value} in the file" for key, value in cfg.problem.items()
+                    if key in stored_problem and stored_problem[key] != value]
+    if differs:
+        raise UserError(f"study {study.study_name!r} was not run from {study_file} ({'; '.join(differs)}): give the "
+                        "study file it was run from, or --study NAME alone")
 
 
 def _gist(record: dict) -> dict:
