@@ -29,6 +29,8 @@ def test_check_json_counts_and_compiles(cache_dir):
         assert c["regs"] and c["smem_bytes"] == 4 * c["params"]["BLOCK_K"] * (2 * c["params"]["BLOCK"] + 1)
     table = tuner("check", STUDY, "--compile", "--arch", "sm_90a", "--cache-dir", cache_dir)
     assert "REGS" in table.stdout and "SMEM_KB" in table.stdout and "compiled: ok=" in table.stdout
+    native = tuner("check", STUDY, "--compile", "--arch", "native")  # one target, named: native is the study's arch
+    assert native.returncode == 2 and native.stderr.startswith("tuner: error: --arch native: --arch names one target")
 
 
 def test_run_best_status_export_notes_artifacts(tmp_path, cache_dir):

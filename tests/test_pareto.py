@@ -222,3 +222,13 @@ def test_a_trial_whose_reference_has_no_energy_is_not_complete_and_says_why(tmp_
     assert measured and all(t.user_attrs["status"] == "no_energy" for t in measured)
     assert all(t.user_attrs["reason"].startswith("the reference: ") and "above the enforced limit" in
                t.user_attrs["reason"] for t in measured)
+
+
+def test_objectives_written_as_one_name_are_a_list_of_it():
+    """`objectives = "time"` in a study file reads as ["time"], not as the letters of the word."""
+    from tuner.errors import UserError
+    from tuner.measurement.pareto import check_objectives
+
+    assert check_objectives("time", "w") == ["time"] and check_objectives(["time", "energy"], "w") == ["time", "energy"]
+    with pytest.raises(UserError, match=r"got \['energy'\]$"):
+        check_objectives("energy", "w")

@@ -32,6 +32,9 @@ def check_targets(arch: str, spec: KernelSpec, where: str, override: str | None 
     arch, else (``native``) every target the spec lists that this NVRTC can build."""
     check_supported(arch, spec, where)
     if override is not None:
+        if override == NATIVE:
+            raise UserError(f"--arch {NATIVE}: --arch names one target to build, e.g. --arch sm_90a (a study whose arch "
+                            f"is \"{NATIVE}\" builds every target of its spec without --arch)")
         limits(override)
         if spec.archs and override not in spec.archs:
             raise UserError(f"--arch {override} is not a target of {spec.path.name} ({', '.join(spec.archs)})")

@@ -41,7 +41,7 @@ NO_ENERGY = "no_energy"
 
 def check_objectives(objectives: Sequence[str], where: str) -> list[str]:
     """``objectives`` as given, or a :class:`UserError`: known names, each once, time first."""
-    names = list(objectives)
+    names = [objectives] if isinstance(objectives, str) else list(objectives)  # "time": a list of one, as written
     unknown = [n for n in names if n not in OBJECTIVES]
     if unknown or not names or len(set(names)) != len(names) or names[0] != "time":
         raise UserError(f"{where}: objectives must be [\"time\"] or [\"time\", \"energy\"], got {names!r}")
