@@ -523,3 +523,21 @@ def test_the_grid_table_marks_the_winner_and_leaves_out_trials_queued_again(tmp_
     assert confirm.returncode == 0 and "confirmed winner: trial" in confirm.stderr, confirm.stderr
     assert len(optuna.load_study(study_name="grid_best.grid", storage=optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(log)))).user_attrs["confirmations"]) == 3
+
+
+@pytest.mark.parametrize("where", ["start", "reference"])
+def test_check_refuses_a_start_or_reference_config_the_kernels_model_rejects(tmp_path, where):
+    """`tuner check` passes only what `tuner run` starts from: a start config or a reference the kernel's
+    constraint model rejects (16384 threads per block) is refused by both, in the same line."""
+    from tuner.testing import write_study
+
+    rejected = {"BLOCK": 128, "THREAD_TILE": 1}
+    study = write_study(tmp_path, "rejected_start", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
+                        tier1={"BLOCK": [32, 128], "THREAD_TILE": [1, 2]},
+                        **({"search": {"start": [rejected]}} if where == "start" else {"measure": {"reference": rejected}}))
+    named = "[search.start] #1" if where == "start" else "[measure] reference"
+    line = f"tuner: error: {named} is rejected by the kernel's constraint model: 16384 threads per block > 1024\n"
+    check = tuner("check", study)
+    assert check.returncode == 2 and check.stderr == line, check.stderr
+    run = tuner("run", study, "--storage", tmp_path / "s.log", env=FAKE)
+    assert run.returncode == 2 and run.stderr == line, run.stderr

@@ -458,9 +458,14 @@ def cmd_check(args) -> int:
 
 def _check_study(args, path: Path) -> int:
     from tuner.search.space import Space
+    from tuner.search.start import start_params
 
     cfg, space = Space.load(path)
     spec = space.spec
+    # the configs `tuner run` starts from: one the kernel's model rejects is refused here as there
+    start_params(space, cfg.search.start, cfg.search.mode == "tiered")
+    if isinstance(cfg.measure.reference, dict):
+        start_params(space, [cfg.measure.reference], what="[measure] reference")
     if args.host_dry_run:
         from tuner.check.host_dry_run import command
         from tuner.contract.program import ProgramSpec
