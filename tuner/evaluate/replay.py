@@ -74,8 +74,13 @@ class Recording:
     #: recorded columns a study holds at one value (its [fixed] or [problem]): every lookup reads that slice
     pinned: dict[str, Value] = field(default_factory=dict)
 
+    #: the file's digest once read (a replay's fingerprint and its spec's source hash both ask for it)
+    _digest: str = field(default="", init=False, repr=False, compare=False)
+
     def digest(self) -> str:
-        return hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
+        if not self._digest:
+            self._digest = hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
+        return self._digest
 
     def lookup(self, params: dict[str, Value]) -> Record | None:
         given = {**self.pinned, **params}
