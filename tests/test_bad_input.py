@@ -74,6 +74,7 @@ STUDY_FILE_CASES = [
     ("an energy window too short to measure", "[search]", "[measure]\nenergy_s = 0.001\n\n[search]",
      "[measure.energy_s] must be >= 0.5 (or 0: off), got 0.001"),
     ("a confirmation of one config", "trials = 4", "trials = 4\nconfirm_top = 1", "must be >= 2 (or 0: off), got 1"),
+    ("a confirmation too short for an interval", "trials = 4", "trials = 4\nconfirm_rounds = 5", "must be >= 6, got 5"),
     ("objectives a name that is not time", "trials = 4", 'trials = 4\nobjectives = "energy"', "got ['energy']"),
 ]
 

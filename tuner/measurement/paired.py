@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 
 #: default half-width of the ratio's 95 % interval, relative to the ratio
 CI_TARGET = 0.0025
+#: the fewest values whose median has a 95 % interval: the range of 6 misses it with probability 2 / 2**6
+#: (3 %), of 5 with 6 % (a confirmation of fewer rounds could not tell a winner from chance)
+FEWEST_FOR_INTERVAL = 6
 
 
 def median_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:

@@ -30,6 +30,7 @@ from typing import Any
 
 from tuner.contract.kernel_spec import Value
 from tuner.errors import UserError
+from tuner.measurement.paired import FEWEST_FOR_INTERVAL
 
 #: the environment variable that carries a worker's settings (:func:`encode`)
 ENV = "TUNER_OPTIONS"
@@ -163,7 +164,8 @@ class SearchSettings:
     confirm_top: int = option(5, "re-measure this many best configs against each other (at least 2; the study "
                                  "file's key: after each GPU run, 0 never)",
                               minimum=2, off=0, commands=("confirm",), flag="--top")
-    confirm_rounds: int = option(100, "round-robin rounds of a confirmation", minimum=1, commands=("confirm",),
+    confirm_rounds: int = option(100, "round-robin rounds of a confirmation (at least 6: fewer give the winner no "
+                                      "95 % interval)", minimum=FEWEST_FOR_INTERVAL, commands=("confirm",),
                                  flag="--rounds")
 
 
