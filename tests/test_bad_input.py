@@ -816,3 +816,23 @@ def test_a_study_file_the_study_was_not_run_from_is_refused(command, tmp_path, s
     line = assert_one_line_exit_2(result, f"study 'kept' was not run from {path} (it searched ")
     assert line.endswith("give the study file it was run from, or --study NAME alone")
     assert snapshot(url) == before and not (tmp_path / "x.csv").exists()
+
+
+def test_a_refused_run_leaves_a_journal_file_as_it_was(tmp_path, capsys, monkeypatch):
+    """Optuna's journal writes a study's creation record even when the study exists: every run of a stored
+    study, a refused one too, added a line. A run opens a study it finds, and creates only a missing one."""
+    study = ROOT / "studies" / "patch_embed_sm90a_hopper_grid.toml"
+    recorded = ROOT / "studies" / "recorded" / "patch_embed_sm90a_hopper_grid_h200.json"
+    journal = tmp_path / "study.log"
+    first = tuner_here(capsys, monkeypatch, "run", study, "--replay", recorded, "--storage", journal, "--trials", 3)
+    assert first.returncode == 0, first.stderr
+    cache = json.loads(recorded.read_text())
+    for entry in cache["cache"].values():
+        entry["time"] *= 1.05
+    again = tmp_path / recorded.name
+    again.write_text(json.dumps(cache))
+    before = journal.read_bytes()
+
+    refused = tuner_here(capsys, monkeypatch, "run", study, "--replay", again, "--storage", journal, "--trials", 6)
+    assert_one_line_exit_2(refused, "recorded under a different setup")
+    assert journal.read_bytes() == before

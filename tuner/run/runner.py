@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import __version__
@@ -273,6 +274,17 @@ class _Tally:
         return bisect.bisect_left(self._counting, number)
 
 
+def _open_or_create(storage: optuna.storages.BaseStorage, name: str, sampler: optuna.samplers.BaseSampler,
+                    pruner: optuna.pruners.BasePruner, directions: list[StudyDirection]) -> optuna.Study:
+    """The stored study, created only where it is missing: a journal file records a creation even of a
+    study it holds (each run of a stored study, a refused one too, would add a line)."""
+    try:
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
+    except KeyError:  # (another worker may create it meanwhile: load_if_exists takes that one)
+        return optuna.create_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner,
+                                   directions=directions, load_if_exists=True)
+
+
 class Runner:
     def __init__(self, space: Space, evaluator: Evaluator, settings: RunSettings, storage_url: str | None = None,
                  storage: optuna.storages.BaseStorage | None = None):
@@ -303,14 +315,8 @@ class Runner:
         sources = [warm_source(self.storage, name) for name in settings.warm_start]  # a bad one: before a study exists
         for source in sources:
             check_shares_axes(space, source)
-        self.study = optuna.create_study(
-            study_name=settings.study_name,
-            storage=self.storage,
-            sampler=self.sampler,
-            pruner=pruner,
-            directions=pareto.directions(settings.objectives),
-            load_if_exists=True,
-        )
+        self.study = _open_or_create(self.storage, settings.study_name, self.sampler, pruner,
+                                     pareto.directions(settings.objectives))
         #: no run had bound this study to its setup before: this one made it (or found it empty)
         self.started_study = not self.study.user_attrs.get("kind")
         check_same_objectives(self.study, settings.objectives)
