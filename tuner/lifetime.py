@@ -25,6 +25,8 @@ from concurrent.futures import ProcessPoolExecutor
 from types import FrameType
 from typing import Any
 
+from tuner import procfs
+
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 #: how long a stop waits for a pool's manager thread to end once the pool's processes are ended
 POOL_THREAD_JOIN_S = 5.0
@@ -198,7 +200,7 @@ def exit_with(pid: int, period_s: float = 1.0) -> None:
         os._exit(0)
 
     def poll() -> None:
-        while _running(pid):
+        while procfs.alive(pid):
             time.sleep(period_s)
         os._exit(0)
 
@@ -274,17 +276,3 @@ def ignore_interrupts() -> None:
     """SIGINT does nothing in this child process: the run that started it stops it (a child
     interrupted too would print its own traceback under the run's one line)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a killed, unreaped process is a zombie: gone for us
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True

@@ -17,7 +17,6 @@ the same PID space, by their expired lease from another host or container).
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import threading
 import time
@@ -70,18 +69,6 @@ class Timeline:
             "trials_per_s": round((self.told - 1) / span, 3) if self.told > 1 and span > 0 else None,
             "run_s": round(self.last_told - self.started, 3),
         }
-
-
-def process_started() -> float:
-    """``time.monotonic()`` at this process's start (Linux: /proc), else now."""
-    try:
-        with open("/proc/self/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime, clock ticks after boot
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        return time.monotonic() - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return time.monotonic()
 
 
 class _Heartbeat(threading.Thread):

@@ -63,10 +63,10 @@ class StartupClock:
     beside ``first_trial_s``: where a slow start goes."""
 
     def __init__(self, started: float | None = None) -> None:
-        from tuner.run.pipeline import process_started
+        from tuner.procfs import started_monotonic
 
         #: a command's clock starts with its process; an API call's, with the call (a notebook's kernel is older)
-        self.started = process_started() if started is None else started
+        self.started = started_monotonic() if started is None else started
         self.marks: dict[str, float] = {}
 
     def mark(self, step: str, at: float | None = None) -> None:
@@ -97,9 +97,9 @@ class Session:
 
     @property
     def clock_started(self) -> float:
-        from tuner.run.pipeline import process_started
+        from tuner.procfs import started_monotonic
 
-        return process_started() if self.started is None else self.started
+        return started_monotonic() if self.started is None else self.started
 
     def _say(self, text: str) -> None:
         if self.say is not None:

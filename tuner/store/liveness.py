@@ -30,6 +30,7 @@ import optuna
 from optuna.storages import JournalStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import procfs
 from tuner.store.optuna_private import fail_trial, heartbeat_ages, is_database, set_trial_system_attr_by_id
 from tuner.store.optuna_private import trial_id as id_of
 
@@ -78,26 +79,16 @@ def pid_space() -> str:
         return ""
 
 
-def _stat(pid: int | str) -> tuple[str, int] | None:
-    """A process's state letter and start time in clock ticks after boot (Linux), else None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _start_ticks(pid: int | str) -> int | None:
-    stat = _stat(pid)
-    return None if stat is None else stat[1]
+def _start_ticks_of_self() -> int | None:
+    found = procfs.stat("self")  # /proc/self: right inside a PID namespace too
+    return None if found is None else found.start_ticks
 
 
 def runner_attrs() -> dict[str, object]:
     """This process, as a trial's runner (user attributes, stored as the trial is created:
     :func:`tuner.store.optuna_private.ask_with_user_attrs`)."""
     attrs: dict[str, object] = {HOST_ATTR: socket.gethostname(), PID_ATTR: os.getpid()}
-    started = _start_ticks("self")  # /proc/self: right inside a PID namespace too
+    started = _start_ticks_of_self()
     if started is not None:
         attrs[STARTED_ATTR] = started
     if pid_space():
@@ -116,32 +107,12 @@ def runner_alive(attrs: Mapping[str, object]) -> bool | None:
     pid = attrs.get(PID_ATTR)
     if not isinstance(pid, int) or not _here(attrs):
         return None
-    return _pid_alive(pid, attrs.get(STARTED_ATTR))
+    return procfs.alive(pid, attrs.get(STARTED_ATTR))
 
 
 def is_mine(trial: FrozenTrial) -> bool:
     attrs = trial.user_attrs
-    return _here(attrs) and attrs.get(PID_ATTR) == os.getpid() and attrs.get(STARTED_ATTR) == _start_ticks("self")
-
-
-def _pid_alive(pid: int, started: object) -> bool:
-    """Is process ``pid`` of this PID space the runner that started at ``started``? (A killed
-    runner not yet reaped is a zombie: gone.)"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    stat = _stat(pid)
-    if stat is None:
-        return True  # no /proc: the signal is all we know
-    return stat[0] != "Z" and (not isinstance(started, int) or stat[1] == started)
-
-
-def process_gone(pid: int) -> bool:
-    """Is process ``pid`` of this PID space gone (a killed one not yet reaped included)?"""
-    return not _pid_alive(pid, None)
+    return _here(attrs) and attrs.get(PID_ATTR) == os.getpid() and attrs.get(STARTED_ATTR) == _start_ticks_of_self()
 
 
 # -- the lease --------------------------------------------------------------------------------
@@ -178,7 +149,7 @@ def runner_dead(trial: FrozenTrial, ages: Mapping[int, float] | None = None) -> 
     attrs = trial.user_attrs
     pid = attrs.get(PID_ATTR)
     if isinstance(pid, int) and _here(attrs):
-        return not is_mine(trial) and not _pid_alive(pid, attrs.get(STARTED_ATTR))
+        return not is_mine(trial) and not procfs.alive(pid, attrs.get(STARTED_ATTR))
     age = None if ages is None else ages.get(id_of(trial))
     if age is not None:
         return age > grace_s()

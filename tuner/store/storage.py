@@ -28,10 +28,11 @@ import optuna
 from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
+from tuner import procfs
 from tuner.errors import TOO_MANY_CLIENTS, UserError, as_user_error, first_line, too_many_clients
 from tuner.store import optuna_private
 from tuner.store.journal_file import TolerantJournalFile
-from tuner.store.liveness import grace_s, heartbeat_s, pid_space, process_gone
+from tuner.store.liveness import grace_s, heartbeat_s, pid_space
 from tuner.store.url import hidden, optuna_template, raw_password, redact, remember, sqlite_file, sqlite_url
 
 DEFAULT_URL = "sqlite:///tuner.db"
@@ -196,7 +197,7 @@ def _remove_orphaned_drafts(path: Path) -> None:
     with contextlib.suppress(OSError):
         for draft in path.parent.glob(f".{glob.escape(path.name)}.*.new"):
             owner = named.fullmatch(draft.name)
-            if owner and process_gone(int(owner.group(1))):
+            if owner and not procfs.alive(int(owner.group(1))):
                 _remove_sqlite_file(draft)
 
 
