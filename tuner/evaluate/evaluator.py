@@ -49,3 +49,18 @@ class Evaluator:
 
     def bind(self, study: optuna.Study) -> None:
         """The study the trials are told to (where a reference's time is kept between sessions)."""
+
+    # -- a reference the study chooses (:mod:`tuner.run.probe`): asked only where ``reference_probe`` is set
+
+    def objective_attrs(self) -> dict:
+        """What the study's values mean (``{"objective": {"reference": flags, ...}}``): a resumed study
+        must have been measured the same way."""
+        raise NotImplementedError
+
+    def use_reference(self, config: dict[str, Value], factor: float = 1.0) -> None:
+        """Pair with ``config`` from now on; ``factor``: its ratio to the reference it replaces."""
+        raise NotImplementedError
+
+    def rebase(self, m: Measurement, factor: float) -> None:
+        """``m``, measured against the reference replaced, as one against a config ``factor`` x its time."""
+        raise NotImplementedError

@@ -45,7 +45,7 @@ def provisional(evaluator: Evaluator) -> bool:
     return evaluator.reference_probe is not None
 
 
-def adopt(study: optuna.Study, evaluator: Any, attrs: dict[str, Any]) -> None:
+def adopt(study: optuna.Study, evaluator: Evaluator, attrs: dict[str, Any]) -> None:
     """Pair with the reference the study chose, and name it in the fingerprint (``attrs``), before
     the study is bound: a resumed study keeps its reference on any GPU."""
     choice = study.user_attrs.get(CHOICE)
@@ -84,7 +84,7 @@ def _measured(study: optuna.Study) -> bool:
 class Probe:
     """The first run's first configs, held untold until the reference is chosen among them."""
 
-    def __init__(self, study: optuna.Study, evaluator: Any, k: int):
+    def __init__(self, study: optuna.Study, evaluator: Evaluator, k: int):
         self.study, self.evaluator, self.k = study, evaluator, k
         #: measured and not told yet, in the order measured (the pipeline tells them, and fails
         #: and queues again those left when a run stops)
@@ -152,7 +152,9 @@ class Probe:
         else:
             record = {"why": f"the spec's defaults: none of the first {n} configs measured ok"}
         objective = self.evaluator.objective_attrs()["objective"]
-        record.update(config=dict(self.evaluator.reference), flags=objective["reference"], probed=n, defaults=defaults)
+        reference = self.evaluator.reference
+        assert isinstance(reference, dict), "a study chooses a config as its reference, never a baseline"
+        record.update(config=dict(reference), flags=objective["reference"], probed=n, defaults=defaults)
         # the choice before any value: a run stopped while telling leaves the rest to be measured against it
         self.study.set_user_attr(CHOICE, record)
         self.study.set_user_attr("objective", objective)
