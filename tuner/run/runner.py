@@ -41,6 +41,7 @@ from tuner.search.sampler import ValidOnlySampler, make_proposer
 from tuner.search.space import Space
 from tuner.search.start import start_params
 from tuner.search.warm_start import (
+    Mapped,
     Source,
     check_shares_axes,
     other_kernels,
@@ -304,55 +305,72 @@ class Runner:
         base = (pareto.sampler(settings.seed) if self.multi and settings.sampler == "tpe"
                 else make_proposer(settings.sampler, settings.seed))
         self.sampler = ValidOnlySampler(space, base, seed=settings.seed)
-        prunes = settings.pruner and not self.multi  # the pruner judges time alone: off for a front
-        margin = prunes and settings.prune_by == "margin"
-        # a replayed block takes microseconds: the best is read after every one, so a replay stops the configs
-        # the GPU run it stands for would stop (at BEST_MAX_AGE_S, a whole replayed run sees no best at all)
-        self.best_max_age_s = 0.0 if evaluator.kind == "replay" else BEST_MAX_AGE_S
-        pruner = (MarginPruner(settings.pruner_margin, settings.pruner_min_blocks, self.best_max_age_s) if margin
-                  else optuna.pruners.NopPruner())
-        self.slower_test = SlowerTest() if prunes and settings.prune_by == "sign" else None
+        pruner = self._pruner()
         sources = [warm_source(self.storage, name) for name in settings.warm_start]  # a bad one: before a study exists
         for source in sources:
             check_shares_axes(space, source)
         self.study = _open_or_create(self.storage, settings.study_name, self.sampler, pruner,
                                      pareto.directions(settings.objectives))
-        #: no run had bound this study to its setup before: this one made it (or found it empty)
-        self.started_study = not self.study.user_attrs.get("kind")
-        check_same_objectives(self.study, settings.objectives)
-        adopt(self.study, evaluator, settings.study_attrs)  # the reference the study chose, on any GPU
-        bind_study(self.study, settings.study_attrs, settings.accept_mismatch)
-        check_same_choices(self.study, space)
-        space.adopt_stored(self.study)  # a study stored before compact axes keeps its kinds
-        store_axes(self.study, space.axes)
-        #: a line when this run searches the study otherwise than its first run did
-        self.search_changed = note_search(self.study, settings.sampler, settings.seed)
-        evaluator.bind(self.study)
+        self._bind_study()
         self.lock = ProposalLock(self.storage, self.storage_url, settings.study_name)
         with self.lock:  # runs starting together: one chooses the study's reference
             #: the study's first configs, held until they choose its reference (None: it has one)
             self.probe = Probe.plan(self.study, evaluator)
-        with self.lock:  # workers starting together queue each config once
-            self.requeued = recover_stale_trials(self.study, self.space.axis_names)
-            warm_queued = (
-                warm_start(self.study, space, sources, settings.warm_start_top, settings.mode == "tiered")
-                if sources else None
-            )
-            self.start_queued = queue_start_configs(self.study, space, start)
-            if self.probe is not None and self._alone_and_joint and settings.sampler != "grid":
-                # (a grid walk spreads its first configs over the valid set: it needs that set)
-                self.probe.queue_draws(space, self._waiting(), settings.trials, settings.seed)
-        self.transfer = ""  # what the warm start transferred, in words
-        if sources:  # the sources' trials shape the sampler's model (each run: a resume too)
-            prior = prior_trials(space, sources)
-            self.sampler.set_prior(prior)
-            self.transfer = (transfer_message(warm_queued, prior_sources(prior), [source.label for source in sources])
-                             + other_kernels(sources, str(settings.study_attrs.get("kernel") or "")))
+        warm_queued = self._queue_first_configs(sources, start)
+        self.transfer = self._take_prior(sources, warm_queued) if sources else ""  # what the warm start transferred
         if len(self.study.get_trials(deepcopy=False)) >= PLANNER_STATISTICS_FROM:  # a resumed study past that size
             give_planner_statistics(self.storage)
         self._bar = None
         self.flops = settings.study_attrs.get("flops") or None
         self.timeline = Timeline(started=settings.started if settings.started is not None else time.monotonic())
+
+    def _pruner(self) -> optuna.pruners.BasePruner:
+        """The pruner Optuna holds (``prune_by = "margin"``), and the sign test the loop applies itself."""
+        settings = self.settings
+        prunes = settings.pruner and not self.multi  # the pruner judges time alone: off for a front
+        # a replayed block takes microseconds: the best is read after every one, so a replay stops the configs
+        # the GPU run it stands for would stop (at BEST_MAX_AGE_S, a whole replayed run sees no best at all)
+        self.best_max_age_s = 0.0 if self.evaluator.kind == "replay" else BEST_MAX_AGE_S
+        self.slower_test = SlowerTest() if prunes and settings.prune_by == "sign" else None
+        if prunes and settings.prune_by == "margin":
+            return MarginPruner(settings.pruner_margin, settings.pruner_min_blocks, self.best_max_age_s)
+        return optuna.pruners.NopPruner()
+
+    def _bind_study(self) -> None:
+        """Check the stored study against this run's setup (or bind a new one to it); a mismatch is refused."""
+        study, settings = self.study, self.settings
+        #: no run had bound this study to its setup before: this one made it (or found it empty)
+        self.started_study = not study.user_attrs.get("kind")
+        check_same_objectives(study, settings.objectives)
+        adopt(study, self.evaluator, settings.study_attrs)  # the reference the study chose, on any GPU
+        bind_study(study, settings.study_attrs, settings.accept_mismatch)
+        check_same_choices(study, self.space)
+        self.space.adopt_stored(study)  # a study stored before compact axes keeps its kinds
+        store_axes(study, self.space.axes)
+        #: a line when this run searches the study otherwise than its first run did
+        self.search_changed = note_search(study, settings.sampler, settings.seed)
+        self.evaluator.bind(study)
+
+    def _queue_first_configs(self, sources: list[Source], start: list[dict]) -> list[Mapped] | None:
+        """Queue what the study measures first: trials a dead process left, the warm start's configs
+        (returned: None without a source), the start configs, the reference probe's draws."""
+        settings = self.settings
+        with self.lock:  # workers starting together queue each config once
+            self.requeued = recover_stale_trials(self.study, self.space.axis_names)
+            warm_queued = (warm_start(self.study, self.space, sources, settings.warm_start_top, settings.mode == "tiered")
+                           if sources else None)
+            self.start_queued = queue_start_configs(self.study, self.space, start)
+            if self.probe is not None and self._alone_and_joint and settings.sampler != "grid":
+                # (a grid walk spreads its first configs over the valid set: it needs that set)
+                self.probe.queue_draws(self.space, self._waiting(), settings.trials, settings.seed)
+        return warm_queued
+
+    def _take_prior(self, sources: list[Source], warm_queued: list[Mapped] | None) -> str:
+        """The sources' trials shape the sampler's model (each run: a resume too); what was transferred, in words."""
+        prior = prior_trials(self.space, sources)
+        self.sampler.set_prior(prior)
+        return (transfer_message(warm_queued, prior_sources(prior), [source.label for source in sources])
+                + other_kernels(sources, str(self.settings.study_attrs.get("kernel") or "")))
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> dict:
