@@ -525,6 +525,60 @@ def test_the_grid_table_marks_the_winner_and_leaves_out_trials_queued_again(tmp_
         optuna.storages.journal.JournalFileBackend(str(log)))).user_attrs["confirmations"]) == 3
 
 
+def _progress_lines(stderr: str) -> list[tuple[int, int]]:
+    """(done, total) of each ``compiling N/M configs (S s)`` line."""
+    import re
+
+    found = [re.fullmatch(r"compiling (\d+)/(\d+) configs \(\d+ s\)", line) for line in stderr.splitlines()]
+    return [(int(m[1]), int(m[2])) for m in found if m]
+
+
+def test_compiling_up_front_prints_lines_off_a_terminal(tmp_path, monkeypatch):
+    """In a log or a pipe no bar draws, and minutes of compiles would print nothing: `tuner grid`'s
+    compiles up front and `tuner check --compile`'s print a line each time another tenth is done, the
+    last one with every config; `--json` prints none."""
+    from tuner.run import progress
+    from tuner.testing import cli, write_study
+
+    monkeypatch.setattr(progress, "LINE_EVERY_S", float("inf"))  # the tenths alone: the same lines on any machine
+    monkeypatch.setenv("TUNER_WORKER_BACKEND", FAKE_BACKEND)
+    monkeypatch.chdir(tmp_path)
+    study = write_study(tmp_path, "lines", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
+                        tier1={"BLOCK": [32, 64], "BLOCK_K": [8, 16], "THREAD_TILE": [1, 2, 4]}, measure={"timeout_s": 20})
+    cache = ("--cache-dir", tmp_path / "cache")
+    valid = json.loads(cli("check", study, "--json").stdout)["valid"]
+    tenths = [(-(-k * valid // 10), valid) for k in range(1, 11)]  # the first count past each tenth
+    assert valid >= 10
+    grid = cli("grid", study, "--storage", tmp_path / "s.log", *cache)
+    assert grid.returncode == 0, grid.stderr
+    assert _progress_lines(grid.stderr) == tenths and "\r" not in grid.stderr
+    check = cli("check", study, "--compile", *cache)
+    assert check.returncode == 0, check.stderr
+    assert _progress_lines(check.stderr) == tenths and "\r" not in check.stderr
+    quiet = cli("check", study, "--compile", "--json", *cache)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+def test_progress_lines_say_each_tenth_or_after_a_while_and_the_last_at_close(monkeypatch):
+    from tuner.run import progress
+
+    said: list[str] = []
+    monkeypatch.setattr(progress, "LINE_EVERY_S", float("inf"))
+    lines = progress.ProgressLines(40, "compiling", "config", said.append)
+    for _ in range(13):
+        lines.update()
+    lines.close()  # (stopped short: the count it reached)
+    assert [line.split(" (")[0] for line in said] == ["compiling 4/40 configs", "compiling 8/40 configs",
+                                                      "compiling 12/40 configs", "compiling 13/40 configs"]
+    said.clear()
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)  # the time passed: every unit done says so
+    lines = progress.ProgressLines(40, "compiling", "config", said.append)
+    for _ in range(3):
+        lines.update()
+    lines.close()
+    assert [line.split(" (")[0] for line in said] == [f"compiling {n}/40 configs" for n in (1, 2, 3)]
+
+
 @pytest.mark.parametrize("where", ["start", "reference"])
 def test_check_refuses_a_start_or_reference_config_the_kernels_model_rejects(tmp_path, where):
     """`tuner check` passes only what `tuner run` starts from: a start config or a reference the kernel's

@@ -229,7 +229,7 @@ def tune(study: str | Path | None, *, trials: int | None = None, storage: str | 
                     **({"replay": replay} if replay is not None else {})})
     notes: list[str] = []
     with _api_call():
-        summary, runner = Session(study, storage=_storage_url(storage), given=given, command="run", progress=progress,
+        summary, runner = Session(study, storage=_storage_url(storage), given=given, command="run", progress="bar" if progress else None,
                                   say=lambda note: notes.append(options.in_api_terms(note)),
                                   started=time.monotonic()).run()
         return Result.of(runner.study, summary, notes)

@@ -46,6 +46,7 @@ from tuner.contract.kernel_spec import (
 )
 from tuner.contract.program import ProgramSpec
 from tuner.errors import UserError
+from tuner.run.progress import Shown, progress
 from tuner.search.enumeration import reason_kind
 
 #: above this many valid configs per target, a stratified sample is checked (``--all``: every one)
@@ -139,29 +140,30 @@ def stratified(valid: Sequence[dict[str, Value]], size: int) -> list[dict[str, V
 
 def run_preflight(spec: KernelSpec, problem: Problem, valid: Sequence[dict[str, Value]], full: Callable[[dict], Config],
                   targets: Sequence[str], compile_limits: CompileLimits, *, every: bool = False, study: str = "",
-                  cache_dir: Path | str | None = None, jobs: int | None = None,
-                  progress: Callable[[], None] | None = None) -> Preflight:
-    """Compile and check ``valid`` (or a sample of it) for each target; see the module documentation."""
+                  cache_dir: Path | str | None = None, jobs: int | None = None, shown: Shown = None) -> Preflight:
+    """Compile and check ``valid`` (or a sample of it) for each target, the builds' progress shown as
+    ``shown`` says; see the module documentation."""
     start = time.perf_counter()
     report = Preflight(study, len(valid))
     chosen = list(valid) if every else with_axis_lines(stratified(valid, SAMPLE), valid)
     if len(chosen) < len(valid):
         report.notes.append(f"checked a stratified sample of {len(chosen)} of {len(valid)} valid configs per target "
                             "(--all: every one)")
-    for index, arch in enumerate(targets):
-        buffers, failures = check_spec(spec, problem, arch)
-        report.spec_failures.extend(f"{arch}: {f}" if len(targets) > 1 else f for f in failures)
-        configs = [full(p) for p in chosen]
-        results = compile_many(spec, configs, problem, arch, cache_dir, compile_limits, jobs, progress)
-        row = limits(arch)
-        checks = []
-        for params, config, result in zip(chosen, configs, results, strict=True):
-            check = ConfigCheck(params, arch, result)
-            check.reasons = check_config(spec, config, problem, row, result, buffers)
-            checks.append(check)
-        report.checked.extend(checks)
-        if index == 0:  # one target tells
-            report.notes.extend(inert_note(axis, n) for axis, n in inert_axes(spec, problem, configs, checks).items())
+    with progress(len(chosen) * len(targets), "compiling", "config", shown) as tick:
+        for index, arch in enumerate(targets):
+            buffers, failures = check_spec(spec, problem, arch)
+            report.spec_failures.extend(f"{arch}: {f}" if len(targets) > 1 else f for f in failures)
+            configs = [full(p) for p in chosen]
+            results = compile_many(spec, configs, problem, arch, cache_dir, compile_limits, jobs, tick)
+            row = limits(arch)
+            checks = []
+            for params, config, result in zip(chosen, configs, results, strict=True):
+                check = ConfigCheck(params, arch, result)
+                check.reasons = check_config(spec, config, problem, row, result, buffers)
+                checks.append(check)
+            report.checked.extend(checks)
+            if index == 0:  # one target tells
+                report.notes.extend(inert_note(axis, n) for axis, n in inert_axes(spec, problem, configs, checks).items())
     report.seconds = time.perf_counter() - start
     return report
 

@@ -240,11 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _session(args) -> Session:
     """What this command is asked to do, for :mod:`tuner.run.session` (which runs every command's study)."""
+    from tuner.run.progress import shown_on_stderr
     from tuner.run.session import Session
 
     quiet = getattr(args, "json", False)
     return Session(args.study_file, storage=args.storage, given=args.given, command=args.command,
-                   progress=not quiet and sys.stderr.isatty(), say=None if quiet else _say)
+                   progress=shown_on_stderr(quiet), say=None if quiet else _say)
 
 
 def _say(text: str) -> None:
@@ -506,18 +507,13 @@ def _compile_and_check(args, path: Path, cfg: StudyConfig, space: Space) -> tupl
     from tuner.compile.build import CompileLimits
     from tuner.compile.targets import check_targets
     from tuner.contract.kernel_spec import user_code
+    from tuner.run.progress import shown_on_stderr
 
     spec = space.spec
     targets = check_targets(cfg.arch, spec, str(path), args.arch)
-    progress = None
-    if not args.json and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(desc="compiling", unit="config", file=sys.stderr)
-        progress = lambda: bar.update(1)  # noqa: E731
     preflight = run_preflight(spec, space.problem, space.valid, space.full_config, targets,
-                              CompileLimits.of(cfg.measure), every=args.all,
-                              study=cfg.name, cache_dir=args.run.cache_dir, jobs=args.run.jobs, progress=progress)
+                              CompileLimits.of(cfg.measure), every=args.all, study=cfg.name,
+                              cache_dir=args.run.cache_dir, jobs=args.run.jobs, shown=shown_on_stderr(args.json))
     skipped = [a for a in spec.archs if a not in targets] if cfg.arch == "native" and not args.arch else []
     if skipped:
         preflight.notes.append(f"not built for {', '.join(skipped)}: this NVRTC cannot compile for them")

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from tuner.evaluate.replay import Record, Recording
     from tuner.measurement.value import Measurement
     from tuner.run.early_build import EarlyBuild
+    from tuner.run.progress import Shown
     from tuner.run.runner import RunSettings
     from tuner.search.space import Space
     from tuner.study.file import StudyConfig
@@ -87,7 +88,8 @@ class Session:
     storage: str | None = None
     given: dict[str, Any] = field(default_factory=dict)
     command: str = "run"
-    progress: bool = False
+    #: long work shown as a bar (the trials too), or as lines (the grid's compiles up front; trials report at the end)
+    progress: Shown = None
     say: Callable[[str], None] | None = None  # where the run's notes go (the CLI: stderr)
     #: ``time.monotonic()`` when the command began (None: its process's start); a run's timeout counts from it
     started: float | None = None
@@ -199,7 +201,7 @@ class Session:
             **vars(search),
             study_name=evaluation.name,
             accept_mismatch=run.accept_mismatch,
-            progress=self.progress,
+            progress=self.progress == "bar",
             artifact_dir=str(run.artifacts) if run.artifacts else None,
             warm_start=run.warm_start,
             warm_start_top=run.warm_start_top,
@@ -497,24 +499,19 @@ def recorded_best(recording: Recording, space: Space, best: dict | None) -> dict
     return out
 
 
-def precompile(loaded: Loaded, mode: str, arch: str, cache_dir: Path | None, progress: bool) -> None:
+def precompile(loaded: Loaded, mode: str, arch: str, cache_dir: Path | None, shown: Shown) -> None:
     """Compile every valid config the grid measures first into the cache, in parallel (``tuner grid``;
     tiered: tier 1's, as tier 2's depend on its winner and compile as they are measured)."""
     from tuner.compile.build import CompileLimits
     from tuner.compile.nvrtc import compile_many
+    from tuner.run.progress import progress
 
     cfg, space = loaded.cfg, loaded.space
     assert cfg is not None  # a GPU grid has a study file
-    tick = None
     configs = space.tier1_candidates() if mode == "tiered" else space.valid
-    if progress:
-        from tuner.run.progress import progress_bar
-
-        bar = progress_bar(total=len(configs), desc="compiling", unit="config")
-        tick = lambda: bar.update(1)  # noqa: E731
     full = [space.full_config(p) for p in configs]
-    compile_many(space.spec, full, space.problem, arch, cache_dir,
-                 CompileLimits.of(cfg.measure), None, tick)
+    with progress(len(full), "compiling", "config", shown) as tick:
+        compile_many(space.spec, full, space.problem, arch, cache_dir, CompileLimits.of(cfg.measure), None, tick)
 
 
 def write_note(runner) -> None:
