@@ -38,6 +38,7 @@ from tuner.device.echo_stub import (
 from tuner.device.protocol import HostDryRunJob, PrepareJob
 from tuner.device.supervisor import WorkerDied
 from tuner.errors import UserError
+from tuner.run.progress import ProgressLines
 
 #: the device a study's arch means when nobody here has one (a spec's launch may depend on it)
 TARGET_DEVICES = {"sm_100a": DeviceInfo("NVIDIA B200", 148, (10, 0), limits("sm_100a").max_smem_per_block)}
@@ -149,16 +150,16 @@ def _entry_job(job: tuple) -> PtxEntry | str:
 
 
 def real_entries(spec, configs: Sequence[dict], problem: dict, arch: str, jobs: int,
-                 progress: Callable[[int], None] | None = None) -> list[PtxEntry | str]:
+                 tick: Callable[[], None] | None = None) -> list[PtxEntry | str]:
     """The real kernel's entry of each config, from its PTX for ``arch`` (in ``jobs`` processes), or
-    why there is none."""
+    why there is none; ``tick`` is called as each one is found."""
     work = [(str(spec.path), c, problem, arch) for c in configs]
     if jobs <= 1 or len(work) <= 1:
         found = []
         for w in work:
             found.append(_entry_job(w))
-            if progress:
-                progress(len(found))
+            if tick:
+                tick()
         return found
     from tuner.lifetime import helper_pool
 
@@ -166,8 +167,8 @@ def real_entries(spec, configs: Sequence[dict], problem: dict, arch: str, jobs: 
         found = []
         for entry in pool.map(_entry_job, work, chunksize=4):
             found.append(entry)
-            if progress and (len(found) % max(64, len(work) // 10) == 0 or len(found) == len(work)):
-                progress(len(found))
+            if tick:
+                tick()
         return found
 
 
@@ -190,8 +191,9 @@ def run(cfg, spec, space, supervisor, jobs: int, chunk: int = 64, timeout_s: flo
     summary = DryRunSummary(cfg.name, "", f"{cfg.arch} ({device_info.name}, {device_info.sm_count} SMs)", cfg.arch,
                             len(configs))
     say(f"{cfg.name}: {len(configs)} valid configs; compiling each one's PTX for {cfg.arch} ({jobs} processes)")
-    entries = real_entries(spec, configs, problem, cfg.arch, jobs,
-                           lambda n: say(f"  PTX {n}/{len(configs)} ({time.perf_counter() - started:.0f} s)"))
+    ptx = ProgressLines(len(configs), "  PTX", "config", say)
+    entries = real_entries(spec, configs, problem, cfg.arch, jobs, ptx.update)
+    ptx.close()
     summary.ptx_s = time.perf_counter() - started
 
     cases, config_case = _distinct_launches(spec, configs, entries, problem, device_info, summary)
