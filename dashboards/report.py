@@ -52,8 +52,8 @@ from tuner.store.results import (
     value_text,
     winner,
 )
-from tuner.store.storage import describe_storage, is_journal, journal_path, open_storage, resolve_url
-from tuner.store.url import redact, sqlite_file
+from tuner.store.storage import describe_storage, open_storage, storage_identity
+from tuner.store.url import redact
 
 log = logging.getLogger(__name__)
 
@@ -855,13 +855,8 @@ def write_report(storage: str | BaseStorage, out_dir: str | Path,
 
 
 def _whose(storage: str | BaseStorage, label: str) -> str:
-    """What a report folder records as its storage: a file's absolute path (``sqlite:///tuner.db``
-    names another file in each folder it is run from), else the storage as shown."""
-    if isinstance(storage, BaseStorage):
-        return label
-    url = resolve_url(storage)
-    path = journal_path(url) if is_journal(url) else sqlite_file(url) if url.startswith("sqlite") else None
-    return str(Path(path).resolve()) if path is not None else label
+    """What a report folder records as its storage: a URL's :func:`storage_identity`, else the storage as shown."""
+    return label if isinstance(storage, BaseStorage) else storage_identity(storage)
 
 
 def _check_report_folder(out: Path, label: str, force: bool) -> bool:

@@ -63,6 +63,14 @@ def resolve_url(url: str | None) -> str:
     return url
 
 
+def storage_identity(url: str | None) -> str:
+    """The storage a file made from it names (a grid's CSV, a report folder): a file's absolute path
+    (``sqlite:///tuner.db`` is another file in each folder it is run from), else its URL, password hidden."""
+    url = resolve_url(url)
+    path = journal_path(url) if is_journal(url) else sqlite_file(url) if url.startswith("sqlite") else None
+    return str(Path(path).resolve()) if path is not None else redact(url)
+
+
 #: Optuna's RDB schema keeps study names in VARCHAR(512)
 MAX_STUDY_NAME = 512
 _NAME_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
