@@ -127,6 +127,49 @@ def test_a_report_folder_is_updated_from_its_storage_and_kept_from_another(tmp_p
                            "is a file: give a folder for the report's pages")
 
 
+# -- the grid of one study in two storages -----------------------------------------------------------------------
+
+
+def _storage_column(path) -> set[str]:
+    import csv
+
+    with path.open(newline="") as file:
+        return {row["storage"] for row in csv.DictReader(file)}
+
+
+def test_a_grid_in_another_storage_keeps_the_default_csv_and_says_csv(tmp_path, capsys, monkeypatch):
+    """The study's grid in a.db writes NAME.grid.csv, naming a.db in its storage column; its grid in
+    b.log refuses to replace that table before measuring anything, and says --csv FILE; a.db's grid again
+    (its path spelt otherwise) replaces it; a table that names no storage is kept as well."""
+    from tuner.testing import write_study
+
+    study = write_study(tmp_path, "twice", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
+                        tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]}, measure={"timeout_s": 20})
+    monkeypatch.chdir(tmp_path)
+    cache = ("--cache-dir", tmp_path / "cache")
+    default_csv, a_db = tmp_path / "twice.grid.csv", str((tmp_path / "a.db").resolve())
+    first = tuner_here(capsys, monkeypatch, "grid", study, "--storage", "sqlite:///a.db", *cache)
+    assert first.returncode == 0, first.stderr
+    table = default_csv.read_text()
+    assert _storage_column(default_csv) == {a_db}
+
+    other = tuner_here(capsys, monkeypatch, "grid", study, "--storage", "b.log", *cache)
+    line = assert_one_line_exit_2(other, "give --csv FILE for the table of this grid in")
+    assert f"twice.grid.csv holds the grid of another storage, {a_db}" in line and "(--csv twice.grid.csv replaces" in line
+    assert default_csv.read_text() == table and not (tmp_path / "b.log").exists()  # nothing measured, nothing lost
+    named = tuner_here(capsys, monkeypatch, "grid", study, "--storage", "b.log", "--csv", "b.csv", *cache)
+    assert named.returncode == 0, named.stderr
+    assert _storage_column(tmp_path / "b.csv") == {str((tmp_path / "b.log").resolve())}
+
+    again = tuner_here(capsys, monkeypatch, "grid", study, "--storage", f"sqlite:///{tmp_path / 'a.db'}", *cache)
+    assert again.returncode == 0 and "CSV written to twice.grid.csv" in again.stdout, again.stderr
+
+    default_csv.write_text("BLOCK,THREAD_TILE,ms\n32,1,1.0\n")  # an older tuner's table, or the user's
+    unknown = tuner_here(capsys, monkeypatch, "grid", study, "--storage", "sqlite:///a.db", *cache)
+    assert_one_line_exit_2(unknown, "holds a table that names no storage")
+    assert default_csv.read_text() == "BLOCK,THREAD_TILE,ms\n32,1,1.0\n"
+
+
 # -- SQLite URL query parameters ---------------------------------------------------------------------------------
 
 

@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     storage_arg(grid)
     options.add_flags(grid, "grid")
     grid.add_argument("--csv", type=Path, help="where to write the table as CSV (default: the stored study's name .csv: NAME.grid.csv, "
-                      "or NAME.replay.csv for a replay)")
+                      "or NAME.replay.csv for a replay; one that another storage's grid wrote is kept, not replaced)")
     grid.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
     grid.set_defaults(func=cmd_grid)
 
@@ -416,13 +416,17 @@ def cmd_grid(args) -> int:
 
     from tuner.measurement.value import EXTRA_STATUSES
     from tuner.store.results import ranked, trials_frame, write_table
+    from tuner.store.storage import storage_identity
     from tuner.table import seed_table
 
     check_output_path(args.csv, "--csv")
+    storage = storage_identity(args.storage)
 
     def default_csv_writable(name: str) -> None:  # NAME.csv must be writable before the grid runs, not after
         if args.csv is None:
-            check_output_path(_file_named(name, ".csv"), "the grid's CSV (name it with --csv)")
+            path = _file_named(name, ".csv")
+            check_output_path(path, "the grid's CSV (name it with --csv)")
+            _check_csv_is_this_storages(path, storage)
 
     summary, runner = _session(args).run(named=default_csv_writable)
     axes = runner.space.axis_names
@@ -437,7 +441,8 @@ def cmd_grid(args) -> int:
     table = measured if rejected is None else pd.concat([measured, pd.DataFrame(rejected, columns=measured.columns)],
                                                         ignore_index=True)
     csv_path = args.csv or _file_named(runner.settings.study_name, ".csv")
-    write_table(table, csv_path, device=runner.study.user_attrs.get("device_name", ""), date=dt.date.today().isoformat())
+    write_table(table, csv_path, device=runner.study.user_attrs.get("device_name", ""), date=dt.date.today().isoformat(),
+                storage=storage)
     if args.json:
         _print_summary(summary, True)
     else:
@@ -448,6 +453,22 @@ def cmd_grid(args) -> int:
     from tuner.run.summary import exit_code
 
     return exit_code(summary)
+
+
+def _check_csv_is_this_storages(path: Path, storage: str) -> None:
+    """The grid's default CSV is replaced only where this storage's grid wrote it: the study's grid in
+    another storage writes the same NAME.grid.csv, and its table would be lost unasked."""
+    from tuner.store.results import storage_of_table
+
+    if not path.exists():
+        return
+    owner = storage_of_table(path)
+    if owner == storage:
+        return
+    whose = (f"the grid of another storage, {owner}" if owner else
+             "a table that names no storage (an older tuner's grid, or another file)")
+    raise UserError(f"{path} holds {whose}: give --csv FILE for the table of this grid in {storage} "
+                    f"(--csv {path} replaces that one)")
 
 
 def cmd_check(args) -> int:

@@ -27,8 +27,8 @@ COLUMNS = (
     "number", "state", "value", "ms", "tflops", "energy_mj", "energy_ratio", "status", "reason", "regs", "spills", "smem_bytes",
     "compile_s", "checksum", "max_err", "flags", "phase", "gpu", "datetime_start", "datetime_complete",
 )
-#: columns a file may carry for all its rows (what it was measured on)
-FILE_COLUMNS = ("device", "date", "arch", "kernel", "source_hash")
+#: columns a file may carry for all its rows (what it was measured on; ``storage``: the storage whose grid wrote it)
+FILE_COLUMNS = ("device", "date", "arch", "kernel", "source_hash", "storage")
 #: user attributes that become columns
 _ATTR_COLUMNS = ("ms", "tflops", "regs", "spills", "smem_bytes", "compile_s", "checksum", "max_err", "flags",
                  "reason", "phase", "gpu", "energy_ratio")
@@ -157,6 +157,19 @@ def write_table(frame: pd.DataFrame, path: str | Path, **file_columns: Any) -> N
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     frame.assign(**file_columns).to_csv(path, index=False)
+
+
+def storage_of_table(path: str | Path) -> str | None:
+    """The storage whose grid wrote the CSV at ``path`` (its ``storage`` column); None where the file
+    does not say (an older tuner's table, or another file)."""
+    import csv
+
+    try:
+        with Path(path).open(newline="", encoding="utf-8") as file:
+            row = next(csv.DictReader(file), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return (row or {}).get("storage") or None
 
 
 class TableError(ValueError):
