@@ -24,7 +24,7 @@ import json
 import math
 import statistics
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,40 @@ class Recording:
 
     def optimum(self) -> float:
         return min(r.ms for r in self.records.values() if r.status == "ok" and r.ms is not None)
+
+    def pin(self, space: Space, held: Mapping[str, Value], study: str) -> None:
+        """Read the recording as ``study``'s (its file name): a column the study holds at a recorded value
+        (``held``: its [problem] and [fixed]) reads that slice; an axis it lacks, or a column neither an
+        axis nor held, is refused (a config of the study would name no recorded row)."""
+        missing = [a for a in space.axes if a not in self.axes]
+        if missing:
+            raise UserError(f"replay file {self.path} has no column for {', '.join(missing)}: record it from this study")
+        self.pinned = {a: held[a] for a in self.axes if a not in space.axes and a in held and held[a] in self.axes[a]}
+        extra = [a for a in self.axes if a not in space.axes and a not in self.pinned]
+        if extra:
+            raise UserError(f"replay file {self.path} has define columns {', '.join(extra)} that are not axes of "
+                            f"{study}: add them to its space, or hold each at one of its recorded values in [fixed]")
+
+    def in_space(self, space: Space) -> list[Record]:
+        """The records of the study's valid configs (the slice its pinned columns hold)."""
+        found = []
+        for key, record in self.records.items():
+            params = dict(zip(self.axes, key, strict=True))
+            if all(params[a] == v for a, v in self.pinned.items()) and space.key(params) in space.valid_keys:
+                found.append(record)
+        return found
+
+    def best_against(self, space: Space, best: dict | None) -> dict:
+        """A replay's yardstick: the fastest config the recording holds in the study's space, and the
+        fraction of its speed the study's best (a summary's ``best``) reaches (1: found it)."""
+        times = [r.ms for r in self.in_space(space) if r.status == "ok" and r.ms]
+        if not times:
+            return {}
+        fastest = min(times)
+        out: dict = {"recorded_best_ms": fastest}
+        if best and best.get("ms"):
+            out["fraction_of_recorded_best"] = round(fastest / best["ms"], 4)
+        return out
 
 
 def _coerce(text: str, where: str) -> Value:

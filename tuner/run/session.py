@@ -26,7 +26,7 @@ from tuner.study import options
 if TYPE_CHECKING:
     from tuner.device.supervisor import Supervisor
     from tuner.evaluate.evaluator import Evaluator
-    from tuner.evaluate.replay import Record, Recording
+    from tuner.evaluate.replay import Recording
     from tuner.measurement.value import Measurement
     from tuner.run.early_build import EarlyBuild
     from tuner.run.progress import Shown
@@ -144,18 +144,8 @@ class Session:
             self._say(f"objectives {objectives}: [measure] energy_s not set, measuring energy for "
                       f"{DEFAULT_ENERGY_S:g} s per config")
         if recording is not None:
-            missing = [a for a in space.axes if a not in recording.axes]
-            if missing:
-                raise UserError(f"replay file {recording.path} has no column for {', '.join(missing)}: record it from this study")
-            held = {**cfg.problem, **cfg.fixed}  # a column the study holds at a recorded value reads that slice
-            recording.pinned = {a: held[a] for a in recording.axes
-                                if a not in space.axes and a in held and held[a] in recording.axes[a]}
-            extra = [a for a in recording.axes if a not in space.axes and a not in recording.pinned]
-            if extra:  # a config of the study would not name a recorded row
-                raise UserError(f"replay file {recording.path} has define columns {', '.join(extra)} that are not axes of "
-                                f"{Path(self.study_file).name}: add them to its space, or hold each at one of its "
-                                "recorded values in [fixed]")
-            recorded = len(records_in_space(recording, space))
+            recording.pin(space, {**cfg.problem, **cfg.fixed}, Path(self.study_file).name)
+            recorded = len(recording.in_space(space))
             if recorded < len(space.valid):
                 self._say(f"replay file {recording.path} records {recorded} of the study's {len(space.valid)} valid "
                           "configs: the others read as invalid (not in the recording); without the study file the "
@@ -312,7 +302,7 @@ class Session:
             self._say_queued(runner)
             summary = runner.run()
             if loaded.recording is not None:
-                summary.update(recorded_best(loaded.recording, loaded.space, summary.get("best")))
+                summary.update(loaded.recording.best_against(loaded.space, summary.get("best")))
             trials = runner.settings.trials
             if not summary.get("trials_run") and trials and summary["trials"] >= trials:  # a re-run of a finished study
                 self._say("the grid holds every config of its plan already: nothing ran" if self.command == "grid" else
@@ -474,29 +464,6 @@ class Session:
         if cfg.measure.reference is not None or cfg.search.start:
             return None
         return cfg.measure.reference_probe if self.command in ("run", "grid") else 0
-
-
-def records_in_space(recording: Recording, space: Space) -> list[Record]:
-    """The recording's records of the study's valid configs (the slice its pinned columns hold)."""
-    found = []
-    for key, record in recording.records.items():
-        params = dict(zip(recording.axes, key, strict=True))
-        if all(params[a] == v for a, v in recording.pinned.items()) and space.key(params) in space.valid_keys:
-            found.append(record)
-    return found
-
-
-def recorded_best(recording: Recording, space: Space, best: dict | None) -> dict:
-    """A replay's yardstick: the fastest config the recording holds in the study's space, and the
-    fraction of its speed the study's best reaches (1: found it), as search comparisons report."""
-    times = [r.ms for r in records_in_space(recording, space) if r.status == "ok" and r.ms]
-    if not times:
-        return {}
-    fastest = min(times)
-    out: dict = {"recorded_best_ms": fastest}
-    if best and best.get("ms"):
-        out["fraction_of_recorded_best"] = round(fastest / best["ms"], 4)
-    return out
 
 
 def precompile(loaded: Loaded, mode: str, arch: str, cache_dir: Path | None, shown: Shown) -> None:
