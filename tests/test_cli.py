@@ -595,3 +595,18 @@ def test_check_refuses_a_start_or_reference_config_the_kernels_model_rejects(tmp
     assert check.returncode == 2 and check.stderr == line, check.stderr
     run = tuner("run", study, "--storage", tmp_path / "s.log", env=FAKE)
     assert run.returncode == 2 and run.stderr == line, run.stderr
+
+
+def test_a_tiered_run_says_where_a_start_configs_tier2_values_go(tmp_path, cache_dir):
+    """Tiered mode measures tier 1 with tier 2 at its defaults: a start config's own tier-2 values are not
+    what tier 1 measures of it, and the run says so."""
+    from tuner.testing import write_study
+
+    study = write_study(tmp_path, "tiered_start", problem={"M_DIM": 256, "N_DIM": 256, "K_DIM": 256},
+                        tier1={"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]}, tier2={"UNROLL_K": [1, 2, 4]},
+                        search={"mode": "tiered", "trials": 3, "confirm_top": 0,
+                                "start": [{"BLOCK": 64, "THREAD_TILE": 2, "UNROLL_K": 4}]})
+    run = tuner("run", study, "--storage", f"sqlite:///{tmp_path / 't.db'}", "--cache-dir", cache_dir, env=FAKE)
+    assert run.returncode == 0, run.stderr
+    assert ("start: tiered mode measures tier 1 with tier 2 at its defaults: UNROLL_K=4 wait for tier 2, which tries "
+            "every tier-2 value on tier 1's winner") in run.stderr, run.stderr

@@ -333,6 +333,9 @@ class Session:
             self._say(runner.transfer)
         if runner.start_queued:
             self._say(f"start: {len(runner.start_queued)} config(s) from [search] start queued first")
+            if held := tier2_held(runner.space, runner.settings.start, runner.settings.mode):
+                self._say(f"start: tiered mode measures tier 1 with tier 2 at its defaults: {held} wait for tier 2, "
+                          "which tries every tier-2 value on tier 1's winner")
 
     def _note_inert_axes(self, space: Space, evaluation: Evaluation, study: optuna.Study) -> None:
         """A define the kernel never reads, seen among the study's latest builds (those the compile cache
@@ -464,6 +467,15 @@ class Session:
         if cfg.measure.reference is not None or cfg.search.start:
             return None
         return cfg.measure.reference_probe if self.command in ("run", "grid") else 0
+
+
+def tier2_held(space: Space, start: list[dict], mode: str) -> str:
+    """The tier-2 values of the start configs that tier 1 holds at their defaults, in words ("" none)."""
+    if mode != "tiered":
+        return ""
+    defaults = space.defaults()
+    held = {f"{a}={v}" for config in start for a, v in config.items() if a in space.tier2 and v != defaults[a]}
+    return ", ".join(sorted(held))
 
 
 def precompile(loaded: Loaded, mode: str, arch: str, cache_dir: Path | None, shown: Shown) -> None:
