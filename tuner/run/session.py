@@ -205,19 +205,16 @@ class Session:
         """The run's evaluator: a replay of the recording, else the GPU (its worker started; the
         reference's build taken from ``early_build`` where that is the same build)."""
         from tuner.run.runner import study_attrs
-        from tuner.store.storage import check_study_name
 
         cfg, space, recording = loaded.cfg, loaded.space, loaded.recording
         measure = cfg.measure if cfg else options.MeasureSettings()
-        study_name = self.run_options.study_name
-        if study_name is not None:
-            check_study_name(study_name)
-        base_name = study_name or (cfg.name if cfg else recording.path.name.split(".")[0] if recording else "")
-        shape = cfg.shape if cfg else (recording.kernel if recording and recording.kernel else base_name)
+        name = self.stored_name(cfg, recording.path if recording else None)
+        # a recording alone: the kernel it names, else the study's name before its suffix
+        shape = cfg.shape if cfg else (recording.kernel or self.run_options.study_name or _file_stem(recording.path)
+                                       if recording else "")
         if recording is not None:
             from tuner.evaluate.replay import ReplayEvaluator
 
-            name = study_name or check_study_name(f"{base_name}{REPLAY_SUFFIX}", f"replay file {recording.path}")
             recorded_on = recording.device or recording.path.name
             # (a replay's export keeps "replay of X" as its device: replayed again, it is still X's recording)
             device = {"name": recorded_on if recorded_on.startswith("replay of ") else f"replay of {recorded_on}"}
@@ -246,9 +243,21 @@ class Session:
         device = evaluator.start()
         attrs = study_attrs("gpu", space, evaluator.arch, device, nvrtc_version(), shape,
                             {"baseline_ms": cfg.baseline, **evaluator.objective_attrs()})
-        if self.command == "grid" and study_name is None:
-            base_name = f"{base_name}{GRID_SUFFIX}"
-        return Evaluation(evaluator, attrs, base_name, evaluator.close)
+        return Evaluation(evaluator, attrs, name, evaluator.close)
+
+    def stored_name(self, cfg: StudyConfig | None, replay: str | Path | None) -> str:
+        """The study's name in the storage: ``--study-name``, else the study file's [study] name, else the
+        replay file's name up to its first dot; a replay's with ``.replay``, a GPU grid's with ``.grid``
+        (``tuner run --workers N`` watches the study by it before a worker has created it)."""
+        from tuner.store.storage import check_study_name
+
+        given = self.run_options.study_name
+        if given is not None:
+            return check_study_name(given)
+        base = cfg.name if cfg else _file_stem(replay) if replay else ""
+        if replay:
+            return check_study_name(f"{base}{REPLAY_SUFFIX}", f"replay file {replay}")
+        return f"{base}{GRID_SUFFIX}" if self.command == "grid" else base
 
     # -- runs -----------------------------------------------------------------------------
     def run(self, supervisor: Supervisor | None = None, startup: StartupClock | None = None,
@@ -476,6 +485,11 @@ def tier2_held(space: Space, start: list[dict], mode: str) -> str:
     defaults = space.defaults()
     held = {f"{a}={v}" for config in start for a, v in config.items() if a in space.tier2 and v != defaults[a]}
     return ", ".join(sorted(held))
+
+
+def _file_stem(path: str | Path) -> str:
+    """A replay file's name up to its first dot (``pnpoly_RTX_3090.json.gz``: ``pnpoly_RTX_3090``)."""
+    return Path(path).name.split(".")[0]
 
 
 def precompile(loaded: Loaded, mode: str, arch: str, cache_dir: Path | None, shown: Shown) -> None:
