@@ -3,8 +3,9 @@
 Each worker is an ordinary Optuna process joining the same study through the shared
 storage (a journal file on one host, Postgres across hosts); there is no scheduler of
 our own. GPU workers are pinned one per GPU with ``CUDA_VISIBLE_DEVICES``; replay
-workers are not pinned. This module only starts them, waits, forwards Ctrl-C, and
-prints one summary of the study they filled together.
+workers are not pinned. This module only starts them, shows the study's progress while it
+waits (:mod:`tuner.run.watch`), forwards Ctrl-C, and prints one summary of the study they
+filled together.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 import optuna
 
 from tuner.errors import UserError
+from tuner.run.watch import StudyWatch
 from tuner.store.storage import open_storage, resolve_url
 from tuner.store.url import redact
 from tuner.study import options
@@ -82,9 +84,10 @@ def run_workers(args) -> int:
         raise UserError(f"--workers {n} is more than {WORKERS_PER_CORE} per CPU core of this host: give at most {most} "
                         "(on a GPU host, one per GPU)")
     url = resolve_url(args.storage)
-    open_storage(url)  # a storage the workers cannot open is refused here, once, before any of them starts
+    storage = open_storage(url)  # a storage the workers cannot open is refused here, once, before any of them starts
     procs: list[subprocess.Popen] = []
     outs, errs = [], []
+    watch = None
     started = time.monotonic()
     try:  # (SIGTERM, `kill PARENT`, interrupts as Ctrl-C does: tuner.lifetime.stop_on_sigterm)
         for i in range(n):
@@ -94,8 +97,11 @@ def run_workers(args) -> int:
                                           stdin=subprocess.DEVNULL))
         if not args.json:
             print(f"started {n} workers on {redact(url)}", file=sys.stderr)
-        codes = _wait(procs)
+            watch = _watch(args, storage)
+        codes = _wait(procs, watch)
     except KeyboardInterrupt:
+        if watch is not None:
+            watch.close()  # its bar ends before the line below
         _stop(procs)
         print("tuner: interrupted; workers stopped, finished trials are stored, run the same command to resume",
               file=sys.stderr)
@@ -150,6 +156,25 @@ def run_workers(args) -> int:
     return exit_code(codes)
 
 
+def _watch(args, storage: optuna.storages.BaseStorage) -> StudyWatch | None:
+    """The progress of the study the workers fill, by the name they give it (None where the study file
+    is refused: each worker says why)."""
+    from tuner.run.session import Session
+    from tuner.study.file import load_study
+
+    session = Session(args.study_file, storage=args.storage, given=args.given)
+    try:
+        cfg = load_study(args.study_file) if args.study_file else None
+        name = session.stored_name(cfg, args.run.replay)
+        search = session.search(cfg)
+    except UserError:
+        return None
+    if not name:  # neither a study file nor a replay: each worker says so
+        return None
+    budget = search.trials if search.mode == "joint" else None  # (tiered: each tier has its own)
+    return StudyWatch(storage, name, budget, bar=sys.stderr.isatty())
+
+
 #: ``tuner run --workers N``'s exit code when a worker was killed by a signal (and none failed otherwise)
 WORKER_KILLED = 3
 
@@ -182,9 +207,13 @@ def aggregate(study_name: str, url: str) -> dict:
     return summarize(study, url)
 
 
-def _wait(procs: list[subprocess.Popen]) -> list[int]:
+def _wait(procs: list[subprocess.Popen], watch: StudyWatch | None) -> list[int]:
     while any(p.poll() is None for p in procs):
+        if watch is not None:
+            watch.poll()
         time.sleep(0.2)
+    if watch is not None:
+        watch.finish()
     return [p.returncode for p in procs]
 
 

@@ -1,0 +1,124 @@
+"""``tuner run --workers N`` while it runs: the study's progress on stderr, read from the shared storage."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import optuna
+import pytest
+import sqlalchemy.exc
+from optuna.trial import TrialState, create_trial
+
+from tests.conftest import PNPOLY, ROOT, tuner
+from tests.test_reliability import stop_when
+from tuner.run import watch
+from tuner.run.watch import StudyWatch
+from tuner.store.storage import open_storage
+
+REPLAY_NAME = "pnpoly_RTX_3090.replay"
+
+
+def test_workers_show_the_studys_progress(tmp_path):
+    """Off a terminal the progress is a line now and then, and one as the workers end: the study's
+    budget reached, its best as the summary names it; with --json, none (stdout stays one JSON line)."""
+    log = tmp_path / "s.log"
+    run = tuner("run", "--replay", PNPOLY, "--storage", log, "--trials", 20, "--workers", 2, "--seed", 1)
+    assert run.returncode == 0, run.stderr
+    progress = [line for line in run.stderr.splitlines() if line.startswith(f"{REPLAY_NAME}: ")]
+    assert progress and progress[-1].startswith(f"{REPLAY_NAME}: 20/20 trials done, best "), run.stderr
+    (best,) = [line for line in run.stdout.splitlines() if line.startswith("best: ")]
+    assert progress[-1].split(", best ")[1].split(" (")[0] == best.removeprefix("best: ").split(" (trial")[0]
+
+    more = tuner("run", "--replay", PNPOLY, "--storage", log, "--trials", 30, "--workers", 2, "--seed", 1, "--json")
+    assert more.returncode == 0, more.stderr
+    (line,) = more.stdout.splitlines()
+    assert json.loads(line)["trials"] >= 30 and more.stderr == ""
+
+
+def test_a_ctrl_c_stops_workers_while_the_run_watches_their_study(tmp_path):
+    """The terminal's Ctrl-C reaches the run while it reads the study or waits: one line, exit 130,
+    nothing left RUNNING."""
+    log = tmp_path / "s.log"
+    run = subprocess.Popen([sys.executable, "-m", "tuner", "run", "--replay", PNPOLY, "--storage", log, "--trials", "4000",
+                            "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                           start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    def some_trials() -> bool:
+        study = optuna.load_study(study_name=REPLAY_NAME, storage=open_storage(str(log), create=False))
+        return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))) >= 20
+
+    err = stop_when(run, some_trials, "20 trials")
+    assert run.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("tuner: interrupted; workers stopped"), err[-2000:]
+    study = optuna.load_study(study_name=REPLAY_NAME, storage=open_storage(str(log), create=False))
+    assert not study.get_trials(states=(TrialState.RUNNING,))
+
+
+# -- the watch itself -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def every_read(monkeypatch):
+    """Each poll reads the study; a line is shown at most once a day (but the last)."""
+    monkeypatch.setattr(watch, "POLL_S", 0.0)
+    monkeypatch.setattr(watch, "LINE_EVERY_S", 86400.0)
+
+
+def _trial(ms: float, status: str = "ok") -> optuna.trial.FrozenTrial:
+    return create_trial(value=ms, user_attrs={"status": status})
+
+
+def test_the_watch_waits_for_the_study_and_shows_a_line_when_the_count_moved(tmp_path, capsys, every_read):
+    storage = open_storage(str(tmp_path / "s.log"))
+    seen = StudyWatch(storage, "w", 3, bar=False)
+    seen.poll()  # no study yet: the first worker creates it
+    assert capsys.readouterr().err == ""
+    study = optuna.create_study(study_name="w", storage=storage)
+    study.add_trial(_trial(2.0))
+    seen.poll()
+    seen.poll()  # the same count: no line
+    study.add_trials([_trial(1.5), _trial(1.5, "duplicate")])  # a reused value takes no place in the budget
+    seen.poll()  # moved, but a line came a moment ago
+    seen.finish()  # the last count, always
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" (")[0] for line in lines] == ["w: 1/3 trials done, best 2 ms", "w: 2/3 trials done, best 1.5 ms"]
+
+
+def test_a_storage_that_fails_a_read_is_read_again_and_a_ctrl_c_in_a_read_stops(tmp_path, capsys, every_read, monkeypatch):
+    storage = open_storage(str(tmp_path / "s.log"))
+    optuna.create_study(study_name="w", storage=storage).add_trial(_trial(2.0))
+    read = storage.get_all_trials
+
+    def fails(*args, **kwargs):
+        raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("server closed the connection unexpectedly"))
+
+    seen = StudyWatch(storage, "w", None, bar=False)
+    monkeypatch.setattr(storage, "get_all_trials", fails)
+    seen.poll()
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(storage, "get_all_trials", read)
+    seen.poll()
+    assert capsys.readouterr().err.startswith("w: 1 trials done, best 2 ms")
+
+    def interrupted(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("the read was cut short")) from None
+
+    monkeypatch.setattr(storage, "get_all_trials", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        seen.poll()
+
+
+def test_the_watch_on_a_terminal_is_a_bar(tmp_path, capsys, every_read):
+    storage = open_storage(str(tmp_path / "s.log"))
+    optuna.create_study(study_name="w", storage=storage).add_trials([_trial(2.0), _trial(1.25)])
+    seen = StudyWatch(storage, "w", 4, bar=True)
+    seen.poll()
+    seen.finish()
+    err = capsys.readouterr().err
+    assert "2/4" in err and "best=1.25 ms" in err and "trials done" not in err
