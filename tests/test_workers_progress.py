@@ -1,4 +1,5 @@
-"""``tuner run --workers N`` while it runs: the study's progress on stderr, read from the shared storage."""
+"""``tuner run --workers N`` while it runs and as it ends: the study's progress on stderr (read from
+the shared storage), and the summary a run of one process prints, with its workers counted."""
 
 from __future__ import annotations
 
@@ -12,30 +13,71 @@ import pytest
 import sqlalchemy.exc
 from optuna.trial import TrialState, create_trial
 
-from tests.conftest import PNPOLY, ROOT, tuner
+from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
 from tests.test_reliability import stop_when
 from tuner.run import watch
 from tuner.run.watch import StudyWatch
 from tuner.store.storage import open_storage
 
+STUDY = ROOT / "studies" / "example_sgemm.toml"
 REPLAY_NAME = "pnpoly_RTX_3090.replay"
+SUMMARY = ("study ", "best: ", "the recording's fastest config: ", "this run: ")
 
 
-def test_workers_show_the_studys_progress(tmp_path):
+def _summary_lines(stdout: str, ran: bool = True) -> list[str]:
+    """The summary's lines, as a replay ends (without "this run" where no trial ran)."""
+    lines = stdout.splitlines()
+    expected = SUMMARY if ran else SUMMARY[:-1]
+    assert len(lines) == len(expected), stdout
+    assert [line[:len(start)] for line, start in zip(lines, expected, strict=True)] == list(expected), stdout
+    return lines
+
+
+def test_workers_show_the_studys_progress_and_end_as_one_process_does(tmp_path):
     """Off a terminal the progress is a line now and then, and one as the workers end: the study's
-    budget reached, its best as the summary names it; with --json, none (stdout stays one JSON line)."""
+    budget reached, its best as the summary names it. The summary has the lines of a run of one process."""
     log = tmp_path / "s.log"
     run = tuner("run", "--replay", PNPOLY, "--storage", log, "--trials", 20, "--workers", 2, "--seed", 1)
     assert run.returncode == 0, run.stderr
     progress = [line for line in run.stderr.splitlines() if line.startswith(f"{REPLAY_NAME}: ")]
     assert progress and progress[-1].startswith(f"{REPLAY_NAME}: 20/20 trials done, best "), run.stderr
-    (best,) = [line for line in run.stdout.splitlines() if line.startswith("best: ")]
+    study, best, recorded, this_run = _summary_lines(run.stdout)
+    assert study.startswith(f"study {REPLAY_NAME} in {log}: 20 trials (")
     assert progress[-1].split(", best ")[1].split(" (")[0] == best.removeprefix("best: ").split(" (trial")[0]
+    assert this_run.startswith("this run: 20 trials by 2 workers in ")  # (a run of one process has no "by")
+
+    alone = tuner("run", "--replay", PNPOLY, "--storage", log, "--study-name", "alone", "--trials", 20, "--seed", 1)
+    assert alone.returncode == 0, alone.stderr
+    assert _summary_lines(alone.stdout)[2].split(" (")[0] == recorded.split(" (")[0]  # the same recording's fastest
+
+    again = tuner("run", "--replay", PNPOLY, "--storage", log, "--trials", 20, "--workers", 2, "--seed", 1)
+    assert again.returncode == 0, again.stderr
+    assert _summary_lines(again.stdout, ran=False)[:2] == [study, best]  # the budget was reached: nothing ran
 
     more = tuner("run", "--replay", PNPOLY, "--storage", log, "--trials", 30, "--workers", 2, "--seed", 1, "--json")
     assert more.returncode == 0, more.stderr
-    (line,) = more.stdout.splitlines()
-    assert json.loads(line)["trials"] >= 30 and more.stderr == ""
+    (line,) = more.stdout.splitlines()  # one JSON line, the progress left out as a run of one process leaves it
+    summary = json.loads(line)
+    assert more.stderr == ""
+    assert 10 <= summary["trials_run"] <= summary["trials"] - 20 and summary["workers"] == 2
+    assert 0 < summary["first_trial_s"] <= summary["run_s"] and summary["recorded_best_ms"] > 0
+    assert 0 < summary["fraction_of_recorded_best"] <= 1
+
+
+def test_workers_end_with_the_reference_and_the_confirmation_as_one_process_does(tmp_path):
+    """A study whose first run chose its reference, resumed by two workers: their summary names the
+    reference as that run's did, and the winner the workers confirmed is said before it."""
+    url = str(tmp_path / "s.log")
+    common = ["--storage", url, "--cache-dir", tmp_path / "cache", "--seed", 3]
+    env = {"TUNER_WORKER_BACKEND": FAKE_BACKEND}
+    first = tuner("run", STUDY, "--trials", 6, *common, env=env)
+    assert first.returncode == 0, first.stderr
+    (reference,) = [line for line in first.stdout.splitlines() if line.startswith("reference: ")]
+    run = tuner("run", STUDY, "--trials", 10, "--workers", 2, *common, env=env)
+    assert run.returncode == 0, run.stderr
+    assert reference in run.stdout.splitlines(), run.stdout
+    assert any(line.startswith("confirmed winner: trial ") for line in run.stderr.splitlines()), run.stderr
+    assert "example_sgemm: 10/10 trials done, best " in run.stderr
 
 
 def test_a_ctrl_c_stops_workers_while_the_run_watches_their_study(tmp_path):

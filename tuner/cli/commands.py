@@ -261,27 +261,6 @@ def _file_named(name: str, suffix: str) -> Path:
     return path
 
 
-def _print_summary(summary: dict, as_json: bool) -> None:
-    from tuner.run.summary import best_line, study_line
-    from tuner.table import printable
-
-    if as_json:
-        print(json.dumps(summary))
-        return
-    print(study_line(summary))
-    print(best_line(summary.get("best"), summary.get("failure", "")))
-    if summary.get("reference"):
-        print(printable(summary["reference"]))
-    if summary.get("recorded_best_ms"):
-        reached = summary.get("fraction_of_recorded_best")
-        print(f"the recording's fastest config: {summary['recorded_best_ms']:.4g} ms"
-              + (f" (this study's best reaches {reached:.3f} of its speed)" if reached else ""))
-    if summary.get("trials_run"):
-        rate = summary.get("trials_per_s")
-        print(f"this run: {summary['trials_run']} trials in {summary['run_s']:.1f} s, first result after "
-              f"{summary['first_trial_s']:.2f} s" + (f", {rate:.2f} trials/s sustained" if rate else ""))
-
-
 # -- commands ---------------------------------------------------------------------------------
 
 
@@ -298,9 +277,9 @@ def cmd_run(args) -> int:
     startup.mark("command_started")  # the command line's imports are done
     # the worker spawned by tuner.cli.launch before those imports: its CUDA start overlaps loading the study
     summary, _ = _session(args).run(None if args.run.replay else args.gpu_worker, startup, early_build=args.early_build)
-    _print_summary(summary, args.json)
-    from tuner.run.summary import exit_code
+    from tuner.run.summary import exit_code, print_summary
 
+    print_summary(summary, args.json)
     return exit_code(summary)
 
 
@@ -415,6 +394,7 @@ def cmd_grid(args) -> int:
     import pandas as pd
 
     from tuner.measurement.value import EXTRA_STATUSES
+    from tuner.run.summary import exit_code, print_summary
     from tuner.store.results import ranked, trials_frame, write_table
     from tuner.store.storage import storage_identity
     from tuner.table import seed_table
@@ -444,14 +424,12 @@ def cmd_grid(args) -> int:
     write_table(table, csv_path, device=runner.study.user_attrs.get("device_name", ""), date=dt.date.today().isoformat(),
                 storage=storage)
     if args.json:
-        _print_summary(summary, True)
+        print_summary(summary, True)
     else:
         print(seed_table(table, axes))
         rejected_note = "" if rejected is None else f" and {len(rejected)} rejected before compiling"
         print(f"\n{len(measured)} configs measured{rejected_note}; CSV written to {csv_path}")
-        _print_summary(summary, False)
-    from tuner.run.summary import exit_code
-
+        print_summary(summary, False)
     return exit_code(summary)
 
 

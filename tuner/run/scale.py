@@ -5,7 +5,7 @@ storage (a journal file on one host, Postgres across hosts); there is no schedul
 our own. GPU workers are pinned one per GPU with ``CUDA_VISIBLE_DEVICES``; replay
 workers are not pinned. This module only starts them, shows the study's progress while it
 waits (:mod:`tuner.run.watch`), forwards Ctrl-C, and prints one summary of the study they
-filled together.
+filled together, as a run of one process ends.
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
+from collections.abc import Sequence
 
 import optuna
 
 from tuner.errors import UserError
+from tuner.run.pipeline import Timeline, process_started
 from tuner.run.watch import StudyWatch
 from tuner.store.storage import open_storage, resolve_url
 from tuner.store.url import redact
@@ -87,12 +90,14 @@ def run_workers(args) -> int:
     storage = open_storage(url)  # a storage the workers cannot open is refused here, once, before any of them starts
     procs: list[subprocess.Popen] = []
     outs, errs = [], []
+    spawned: list[float] = []  # when each worker started (time.monotonic())
     watch = None
     started = time.monotonic()
     try:  # (SIGTERM, `kill PARENT`, interrupts as Ctrl-C does: tuner.lifetime.stop_on_sigterm)
         for i in range(n):
             outs.append(tempfile.TemporaryFile("w+"))  # nameless: nothing is left behind, even after kill -9
             errs.append(tempfile.TemporaryFile("w+"))
+            spawned.append(time.monotonic())
             procs.append(subprocess.Popen(worker_command(args), env=worker_env(args, i), stdout=outs[i], stderr=errs[i],
                                           stdin=subprocess.DEVNULL))
         if not args.json:
@@ -113,22 +118,7 @@ def run_workers(args) -> int:
                 p.wait()
     elapsed = time.monotonic() - started
 
-    names, messages = [], []
-    for i in range(n):
-        outs[i].seek(0)
-        errs[i].seek(0)
-        lines = [ln for ln in outs[i].read().splitlines() if ln.startswith("{")]
-        if lines:
-            try:
-                names.append(json.loads(lines[-1])["study"])
-            except (ValueError, KeyError):
-                pass
-        for line in errs[i].read().splitlines():
-            line = printable(redact(line))
-            if line.strip() and line not in messages:
-                messages.append(line)
-        outs[i].close()
-        errs[i].close()
+    summaries, messages = _outputs(outs, errs)
     for line in messages[-20:]:  # each distinct message once, not once per worker
         print(line, file=sys.stderr)
 
@@ -137,23 +127,52 @@ def run_workers(args) -> int:
         if c < 0:  # killed from outside (OOM killer, kill -9): its trial is re-queued by the next start
             print(f"tuner: worker {i} was killed by {_signal_name(-c)}; finished trials are stored, "
                   "run the same command to resume", file=sys.stderr)
-    if not names:
+    finished = [(at, s) for at, s in zip(spawned, summaries, strict=True) if s is not None]
+    if not finished:
         code = exit_code(codes) or 1
         if not any(m.startswith("tuner: error") for m in messages):
             print(f"tuner: error: none of the {n} workers finished (exit codes {codes})", file=sys.stderr)
         return code
-    from tuner.run.summary import best_line, study_line
+    from tuner.evaluate.confirm import describe, last_confirmation
+    from tuner.run.summary import print_summary, summarize
 
-    summary = aggregate(names[0], url)
-    summary.update(workers=n, worker_exit_codes=codes, elapsed_s=round(elapsed, 2))
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print(f"{study_line(summary)}; {n} workers in {elapsed:.1f} s")
-        print(best_line(summary.get("best"), summary.get("failure", "")))
-        if failed:
-            print(f"{len(failed)} worker(s) failed: exit codes {codes}", file=sys.stderr)
+    study = stored_study(finished[0][1]["study"], storage, url)
+    summary = summarize(study, url)
+    summary.update(workers=n, worker_exit_codes=codes, elapsed_s=round(elapsed, 2), **run_pace(finished))
+    if args.run.replay:
+        summary.update(_recorded_best(args, summary.get("best")))
+    confirmation = last_confirmation(study)
+    if confirmation is not None and not args.json:  # said before the summary, as a run of one process says it
+        print(describe(confirmation), file=sys.stderr)
+    print_summary(summary, args.json)
+    if failed and not args.json:
+        print(f"{len(failed)} worker(s) failed: exit codes {codes}", file=sys.stderr)
     return exit_code(codes)
+
+
+def _outputs(outs: Sequence[typing.IO[str]], errs: Sequence[typing.IO[str]]) -> tuple[list[dict | None], list[str]]:
+    """Each worker's summary (its last JSON line; None: it ended without one) and the distinct lines
+    of their stderr, passwords hidden. The files are closed."""
+    summaries: list[dict | None] = []
+    messages: list[str] = []
+    for out, err in zip(outs, errs, strict=True):
+        out.seek(0)
+        err.seek(0)
+        lines = [ln for ln in out.read().splitlines() if ln.startswith("{")]
+        summary = None
+        if lines:
+            try:
+                summary = json.loads(lines[-1])
+            except ValueError:
+                pass
+        summaries.append(summary if isinstance(summary, dict) and "study" in summary else None)
+        for line in err.read().splitlines():
+            line = printable(redact(line))
+            if line.strip() and line not in messages:
+                messages.append(line)
+        out.close()
+        err.close()
+    return summaries, messages
 
 
 def _watch(args, storage: optuna.storages.BaseStorage) -> StudyWatch | None:
@@ -173,6 +192,26 @@ def _watch(args, storage: optuna.storages.BaseStorage) -> StudyWatch | None:
         return None
     budget = search.trials if search.mode == "joint" else None  # (tiered: each tier has its own)
     return StudyWatch(storage, name, budget, bar=sys.stderr.isatty())
+
+
+def run_pace(finished: list[tuple[float, dict]]) -> dict:
+    """This run's pace, as a run of one process reports its own (:meth:`~tuner.run.pipeline.Timeline.report`),
+    from its workers' summaries, each with when that worker started (``time.monotonic()``): a worker's
+    seconds count from its start, the run's from this process's."""
+    ran = [(at, s) for at, s in finished if s.get("trials_run")]
+    if not ran:
+        return Timeline().report()
+    return Timeline(started=process_started(), first_told=min(at + s["first_trial_s"] for at, s in ran),
+                    last_told=max(at + s["run_s"] for at, s in ran), told=sum(s["trials_run"] for _, s in ran)).report()
+
+
+def _recorded_best(args, best: dict | None) -> dict:
+    """A replay's yardstick, as a run of one process gives it: the recording is read again here."""
+    from tuner.run.session import Session, recorded_best
+
+    loaded = Session(args.study_file, storage=args.storage, given=args.given).load()
+    assert loaded.recording is not None  # (a replay)
+    return recorded_best(loaded.recording, loaded.space, best)
 
 
 #: ``tuner run --workers N``'s exit code when a worker was killed by a signal (and none failed otherwise)
@@ -196,15 +235,12 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def aggregate(study_name: str, url: str) -> dict:
-    """The study's summary, as ``tuner run --json`` prints it."""
-    from tuner.run.summary import summarize
-
+def stored_study(name: str, storage: optuna.storages.BaseStorage, url: str) -> optuna.Study:
+    """The study the workers filled."""
     try:
-        study = optuna.load_study(study_name=study_name, storage=open_storage(url))
+        return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
-        raise UserError(f"no study {study_name!r} in {redact(url)} after the workers ran") from None
-    return summarize(study, url)
+        raise UserError(f"no study {name!r} in {redact(url)} after the workers ran") from None
 
 
 def _wait(procs: list[subprocess.Popen], watch: StudyWatch | None) -> list[int]:

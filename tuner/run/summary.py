@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import optuna
@@ -93,3 +94,24 @@ def best_line(best: dict | None, failure: str = "") -> str:
     if "ratio" in best:
         return f"best: {value_text(best['ratio'], 'ratio')}, {best['ms']:.4g} ms (trial {best['trial']})  {best['flags']}"
     return f"best: {value_text(best['ms'], 'ms')} (trial {best['trial']})  {best['flags']}"
+
+
+def print_summary(summary: dict, as_json: bool) -> None:
+    """How ``tuner run`` and ``grid`` end (``tuner run --workers N`` too, its ``workers`` counted): the
+    study, its best and its reference, a replay's yardstick and this run's pace; or one JSON line."""
+    if as_json:
+        print(json.dumps(summary))
+        return
+    print(study_line(summary))
+    print(best_line(summary.get("best"), summary.get("failure", "")))
+    if summary.get("reference"):
+        print(printable(summary["reference"]))
+    if summary.get("recorded_best_ms"):
+        reached = summary.get("fraction_of_recorded_best")
+        print(f"the recording's fastest config: {summary['recorded_best_ms']:.4g} ms"
+              + (f" (this study's best reaches {reached:.3f} of its speed)" if reached else ""))
+    if summary.get("trials_run"):
+        rate, workers = summary.get("trials_per_s"), summary.get("workers")
+        print(f"this run: {summary['trials_run']} trials{f' by {workers} workers' if workers else ''} in "
+              f"{summary['run_s']:.1f} s, first result after {summary['first_trial_s']:.2f} s"
+              + (f", {rate:.2f} trials/s sustained" if rate else ""))
