@@ -23,7 +23,8 @@ from collections.abc import Sequence
 import optuna
 
 from tuner.errors import UserError
-from tuner.run.pipeline import Timeline, process_started
+from tuner.procfs import started_monotonic
+from tuner.run.pipeline import Timeline
 from tuner.run.watch import StudyWatch
 from tuner.store.storage import open_storage, resolve_url
 from tuner.store.url import redact
@@ -201,17 +202,17 @@ def run_pace(finished: list[tuple[float, dict]]) -> dict:
     ran = [(at, s) for at, s in finished if s.get("trials_run")]
     if not ran:
         return Timeline().report()
-    return Timeline(started=process_started(), first_told=min(at + s["first_trial_s"] for at, s in ran),
+    return Timeline(started=started_monotonic(), first_told=min(at + s["first_trial_s"] for at, s in ran),
                     last_told=max(at + s["run_s"] for at, s in ran), told=sum(s["trials_run"] for _, s in ran)).report()
 
 
 def _recorded_best(args, best: dict | None) -> dict:
     """A replay's yardstick, as a run of one process gives it: the recording is read again here."""
-    from tuner.run.session import Session, recorded_best
+    from tuner.run.session import Session
 
     loaded = Session(args.study_file, storage=args.storage, given=args.given).load()
     assert loaded.recording is not None  # (a replay)
-    return recorded_best(loaded.recording, loaded.space, best)
+    return loaded.recording.best_against(loaded.space, best)
 
 
 #: ``tuner run --workers N``'s exit code when a worker was killed by a signal (and none failed otherwise)
