@@ -63,7 +63,7 @@ def run(name: str, axes: dict, folder: Path, trials: int = 5) -> dict:
     db = folder / f"{name}.db"
     started = time.monotonic()
     space = Space(FlatSpec(Path(__file__)), {}, axes, list(axes), [])
-    settings = RunSettings(study_name=name, trials=trials, sampler="tpe", seed=0, pruner=False, progress=False,
+    settings = RunSettings(study_name=name, trials=trials, sampler="tpe", seed=0, pruner=False, progress=None,
                            started=started)
     runner = Runner(space, Evaluator(), settings, f"sqlite:///{db}")
     summary = runner.run()

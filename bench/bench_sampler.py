@@ -130,7 +130,7 @@ def run_tuner(space: Space, recording: Recording, sampler: str, seed: int, budge
     """The tuner's run on a recording; ``ahead``: trials proposed beyond the one measured, as a GPU run
     with that many compile processes proposes them (a replay alone proposes each when it is measured)."""
     settings = RunSettings(study_name=study_name or f"{sampler}-{seed}", sampler=sampler, trials=budget, seed=seed,
-                           pruner=pruner, progress=False, warm_start=warm_start or [])
+                           pruner=pruner, progress=None, warm_start=warm_start or [])
     evaluator = ReplayEvaluator(recording, ahead=ahead)
     runner = Runner(space, evaluator, settings, storage_url=storage)
     runner.run()

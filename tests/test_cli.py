@@ -610,3 +610,17 @@ def test_a_tiered_run_says_where_a_start_configs_tier2_values_go(tmp_path, cache
     assert run.returncode == 0, run.stderr
     assert ("start: tiered mode measures tier 1 with tier 2 at its defaults: UNROLL_K=4 wait for tier 2, which tries "
             "every tier-2 value on tier 1's winner") in run.stderr, run.stderr
+
+
+def test_a_run_off_a_terminal_prints_its_trials_progress_as_lines(tmp_path):
+    """In a log (CI, nohup) a run's bar would show nothing until the end: a line comes with each tenth of
+    the trials instead, the best so far in it; none with --json."""
+    log = tmp_path / "s.log"
+    run = tuner("run", "--replay", PNPOLY, "--storage", log, "--trials", 20, "--seed", 1)
+    assert run.returncode == 0, run.stderr
+    lines = [line for line in run.stderr.splitlines() if line.startswith("pnpoly_RTX_3090.replay [joint] ")]
+    counts = [int(line.split()[2].split("/")[0]) for line in lines]
+    assert counts == sorted(set(counts)) and counts[-1] == 20 and len(counts) >= 10, run.stderr
+    assert all("/20 trials, last=" in line and " best=" in line for line in lines) and "\r" not in run.stderr
+    quiet = tuner("run", "--replay", PNPOLY, "--storage", log, "--trials", 30, "--seed", 1, "--json")
+    assert quiet.returncode == 0 and "trials, last=" not in quiet.stderr, quiet.stderr

@@ -109,7 +109,7 @@ def test_the_start_configs_are_measured_while_the_valid_set_is_enumerated(tmp_pa
     start = [{"between_method": 0, "block_size_x": 32, "tile_size": 1, "use_method": 0},
              {"between_method": 1, "block_size_x": 64, "tile_size": 2, "use_method": 1}]
     assert all(recording.lookup(config).status == "ok" for config in start)
-    settings = RunSettings(study_name="s", sampler="tpe", trials=6, seed=0, pruner=False, progress=False, start=start)
+    settings = RunSettings(study_name="s", sampler="tpe", trials=6, seed=0, pruner=False, progress=None, start=start)
     runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
     assert not space.enumerated
 

@@ -78,7 +78,7 @@ def test_failures_make_their_region_proposed_less():
     share = sum(p["a"] >= 12 for p in space.valid) / len(space.valid)  # 0.25
     rates = []
     for seed in range(6):
-        settings = RunSettings(study_name=f"f{seed}", sampler="tpe", trials=80, seed=seed, pruner=False, progress=False)
+        settings = RunSettings(study_name=f"f{seed}", sampler="tpe", trials=80, seed=seed, pruner=False, progress=None)
         runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
         runner.run()
         after_start = runner.study.trials[20:]
@@ -96,7 +96,7 @@ def test_few_failures_on_a_recorded_space_where_a_fifth_fail():
     assert 0.2 < share < 0.25
     rates = []
     for seed in range(5):
-        settings = RunSettings(study_name=f"t{seed}", sampler="tpe", trials=100, seed=seed, pruner=False, progress=False)
+        settings = RunSettings(study_name=f"t{seed}", sampler="tpe", trials=100, seed=seed, pruner=False, progress=None)
         runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
         runner.run()
         rates.append(sum(t.state != TrialState.COMPLETE for t in runner.study.trials) / len(runner.study.trials))
@@ -300,7 +300,7 @@ def seeds_finding_the_optimum(recording: Recording, space: Space, seeds: range, 
     """How many of ``seeds`` find the recording's optimum within ``trials`` (cold runs, no pruner)."""
     hits = 0
     for seed in seeds:
-        settings = RunSettings(study_name=f"s{seed}", sampler="tpe", trials=trials, seed=seed, pruner=False, progress=False)
+        settings = RunSettings(study_name=f"s{seed}", sampler="tpe", trials=trials, seed=seed, pruner=False, progress=None)
         runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
         runner.run()
         hits += runner.study.best_value <= recording.optimum() * (1 + 1e-9)
@@ -429,7 +429,7 @@ def test_a_search_leans_to_multiples_of_a_wavefront_once_they_are_good(monkeypat
     def aligned_share() -> float:
         shares = []
         for seed in range(20):
-            settings = RunSettings(study_name=f"a{seed}", sampler="tpe", trials=40, seed=seed, pruner=False, progress=False)
+            settings = RunSettings(study_name=f"a{seed}", sampler="tpe", trials=40, seed=seed, pruner=False, progress=None)
             runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
             runner.run()
             shares.append(np.mean([t.params["block_size_x"] % 64 == 0 for t in runner.study.trials[10:40]]))
@@ -453,7 +453,7 @@ def test_warm_start_prior_shapes_the_first_proposals(tmp_path):
     url = str(tmp_path / "warm.log")
 
     def run(name: str, seed: int, warm_start: list[str], top: int) -> list[float]:
-        settings = RunSettings(study_name=name, sampler="tpe", trials=25, seed=seed, pruner=False, progress=False,
+        settings = RunSettings(study_name=name, sampler="tpe", trials=25, seed=seed, pruner=False, progress=None,
                                warm_start=warm_start, warm_start_top=top)
         runner = Runner(space, ReplayEvaluator(target), settings, url)
         runner.run()
@@ -462,7 +462,7 @@ def test_warm_start_prior_shapes_the_first_proposals(tmp_path):
     warm_first, cold_first, warm_best = [], [], []
     for seed in range(5):
         Runner(source_space, ReplayEvaluator(source), RunSettings(study_name=f"src{seed}", sampler="tpe", trials=100, seed=seed,
-                                                                   pruner=False, progress=False), url).run()
+                                                                   pruner=False, progress=None), url).run()
         warm_first.append(statistics.mean(run(f"one{seed}", seed, [f"src{seed}"], 1)[1:10]))
         cold_first.append(statistics.mean(run(f"cold{seed}", seed, [], 5)[1:10]))
         warm_best.append(max(run(f"five{seed}", seed, [f"src{seed}"], 5)))
@@ -523,7 +523,7 @@ def test_late_in_a_study_the_feasibility_model_weighs_only_the_candidates_l_favo
         return propose(self, pool, *args, **kwargs)
 
     monkeypatch.setattr(ParzenSearch, "propose", counting)
-    settings = RunSettings(study_name="late", sampler="tpe", trials=80, seed=0, pruner=False, progress=False)
+    settings = RunSettings(study_name="late", sampler="tpe", trials=80, seed=0, pruner=False, progress=None)
     runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
     runner.run()
     study = runner.study
@@ -545,7 +545,7 @@ def test_a_config_stopped_as_slower_is_ranked_by_the_value_it_was_stopped_at():
         return Record("ok", ms, [ms] * 30)
 
     recording, space = recorded_space({"a": list(range(16)), "b": list(range(8))}, bowl)
-    settings = RunSettings(study_name="p", sampler="tpe", trials=40, seed=0, pruner=True, progress=False)
+    settings = RunSettings(study_name="p", sampler="tpe", trials=40, seed=0, pruner=True, progress=None)
     runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
     runner.run()
     stopped = [t for t in runner.study.trials if t.user_attrs.get("status") == "pruned_slow"]
@@ -596,7 +596,7 @@ def test_the_margin_pruner_sees_the_trials_that_finish_while_it_measures():
     recording, space = recorded_space({"a": list(range(16)), "b": list(range(8))},
                                       lambda c: Record("ok", 1.0 + 0.1 * (c["a"] + c["b"]), [1.0 + 0.1 * (c["a"] + c["b"])] * 30))
     settings = RunSettings(study_name="m", sampler="tpe", trials=30, seed=0, pruner=True, prune_by="margin",
-                           pruner_margin=0.05, progress=False)
+                           pruner_margin=0.05, progress=None)
     runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
     runner.run()
     stopped = [t for t in runner.study.trials if t.user_attrs.get("status") == "pruned_slow"]

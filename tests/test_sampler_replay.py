@@ -17,7 +17,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def best_ratio(recording, space, sampler, seed, trials=100):
-    settings = RunSettings(study_name=f"{sampler}-{seed}", sampler=sampler, trials=trials, seed=seed, pruner=False, progress=False)
+    settings = RunSettings(study_name=f"{sampler}-{seed}", sampler=sampler, trials=trials, seed=seed, pruner=False, progress=None)
     runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
     runner.run()
     study = runner.study
@@ -54,7 +54,7 @@ def test_no_seed_stays_on_a_plateau_of_the_hopper_grid():
 def test_failures_are_pruned_with_reasons_never_fail(pnpoly):
     recording, space = replay_space(pnpoly)
     failing = [k for k, r in recording.records.items() if r.status == "launch_error"][:3]
-    runner = Runner(space, ReplayEvaluator(recording), RunSettings(study_name="f", sampler="random", trials=1, seed=0, progress=False), "memory")
+    runner = Runner(space, ReplayEvaluator(recording), RunSettings(study_name="f", sampler="random", trials=1, seed=0, progress=None), "memory")
     for key in failing:
         runner.study.enqueue_trial(dict(zip(recording.axes, key, strict=True)))
     runner.settings.trials = 3
@@ -111,7 +111,7 @@ def test_samplers_are_reproducible_with_a_seed(pnpoly):
     recording, space = replay_space(pnpoly)
 
     def params(seed):
-        settings = RunSettings(study_name=f"r{seed}", sampler="tpe", trials=25, seed=seed, pruner=False, progress=False)
+        settings = RunSettings(study_name=f"r{seed}", sampler="tpe", trials=25, seed=seed, pruner=False, progress=None)
         runner = Runner(space, ReplayEvaluator(recording), settings, storage_url="memory")
         runner.run()
         return [t.params for t in runner.study.trials]

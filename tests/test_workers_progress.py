@@ -15,7 +15,7 @@ from optuna.trial import TrialState, create_trial
 
 from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
 from tests.test_reliability import stop_when
-from tuner.run import watch
+from tuner.run import progress, watch
 from tuner.run.watch import StudyWatch
 from tuner.store.storage import open_storage
 
@@ -39,11 +39,11 @@ def test_workers_show_the_studys_progress_and_end_as_one_process_does(tmp_path):
     log = tmp_path / "s.log"
     run = tuner("run", "--replay", PNPOLY, "--storage", log, "--trials", 20, "--workers", 2, "--seed", 1)
     assert run.returncode == 0, run.stderr
-    progress = [line for line in run.stderr.splitlines() if line.startswith(f"{REPLAY_NAME}: ")]
-    assert progress and progress[-1].startswith(f"{REPLAY_NAME}: 20/20 trials done, best "), run.stderr
+    progress = [line for line in run.stderr.splitlines() if line.startswith(f"{REPLAY_NAME} ")]
+    assert progress and progress[-1].startswith(f"{REPLAY_NAME} 20/20 trials, best="), run.stderr
     study, best, recorded, this_run = _summary_lines(run.stdout)
     assert study.startswith(f"study {REPLAY_NAME} in {log}: 20 trials (")
-    assert progress[-1].split(", best ")[1].split(" (")[0] == best.removeprefix("best: ").split(" (trial")[0]
+    assert progress[-1].split(", best=")[1].split(" (")[0] == best.removeprefix("best: ").split(" (trial")[0]
     assert this_run.startswith("this run: 20 trials by 2 workers in ")  # (a run of one process has no "by")
 
     alone = tuner("run", "--replay", PNPOLY, "--storage", log, "--study-name", "alone", "--trials", 20, "--seed", 1)
@@ -77,7 +77,7 @@ def test_workers_end_with_the_reference_and_the_confirmation_as_one_process_does
     assert run.returncode == 0, run.stderr
     assert reference in run.stdout.splitlines(), run.stdout
     assert any(line.startswith("confirmed winner: trial ") for line in run.stderr.splitlines()), run.stderr
-    assert "example_sgemm: 10/10 trials done, best " in run.stderr
+    assert "example_sgemm 10/10 trials, best=" in run.stderr
 
 
 def test_a_ctrl_c_stops_workers_while_the_run_watches_their_study(tmp_path):
@@ -104,18 +104,18 @@ def test_a_ctrl_c_stops_workers_while_the_run_watches_their_study(tmp_path):
 
 @pytest.fixture
 def every_read(monkeypatch):
-    """Each poll reads the study; a line is shown at most once a day (but the last)."""
+    """Each poll reads the study; a line comes with each tenth of the budget, never for the time passed."""
     monkeypatch.setattr(watch, "POLL_S", 0.0)
-    monkeypatch.setattr(watch, "LINE_EVERY_S", 86400.0)
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 86400.0)
 
 
 def _trial(ms: float, status: str = "ok") -> optuna.trial.FrozenTrial:
     return create_trial(value=ms, user_attrs={"status": status})
 
 
-def test_the_watch_waits_for_the_study_and_shows_a_line_when_the_count_moved(tmp_path, capsys, every_read):
+def test_the_watch_waits_for_the_study_and_shows_a_line_as_the_count_moves(tmp_path, capsys, every_read):
     storage = open_storage(str(tmp_path / "s.log"))
-    seen = StudyWatch(storage, "w", 3, bar=False)
+    seen = StudyWatch(storage, "w", 3, "lines")
     seen.poll()  # no study yet: the first worker creates it
     assert capsys.readouterr().err == ""
     study = optuna.create_study(study_name="w", storage=storage)
@@ -123,10 +123,10 @@ def test_the_watch_waits_for_the_study_and_shows_a_line_when_the_count_moved(tmp
     seen.poll()
     seen.poll()  # the same count: no line
     study.add_trials([_trial(1.5), _trial(1.5, "duplicate")])  # a reused value takes no place in the budget
-    seen.poll()  # moved, but a line came a moment ago
-    seen.finish()  # the last count, always
+    seen.poll()
+    seen.finish()  # the last count was said: no line again
     lines = capsys.readouterr().err.splitlines()
-    assert [line.split(" (")[0] for line in lines] == ["w: 1/3 trials done, best 2 ms", "w: 2/3 trials done, best 1.5 ms"]
+    assert [line.split(" (")[0] for line in lines] == ["w 1/3 trials, best=2 ms", "w 2/3 trials, best=1.5 ms"]
 
 
 def test_a_storage_that_fails_a_read_is_read_again_and_a_ctrl_c_in_a_read_stops(tmp_path, capsys, every_read, monkeypatch):
@@ -137,13 +137,14 @@ def test_a_storage_that_fails_a_read_is_read_again_and_a_ctrl_c_in_a_read_stops(
     def fails(*args, **kwargs):
         raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("server closed the connection unexpectedly"))
 
-    seen = StudyWatch(storage, "w", None, bar=False)
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)  # no budget: a line as the count moves after a while
+    seen = StudyWatch(storage, "w", None, "lines")
     monkeypatch.setattr(storage, "get_all_trials", fails)
     seen.poll()
     assert capsys.readouterr().err == ""
     monkeypatch.setattr(storage, "get_all_trials", read)
     seen.poll()
-    assert capsys.readouterr().err.startswith("w: 1 trials done, best 2 ms")
+    assert capsys.readouterr().err.startswith("w 1 trials, best=2 ms")
 
     def interrupted(*args, **kwargs):
         try:
@@ -159,7 +160,7 @@ def test_a_storage_that_fails_a_read_is_read_again_and_a_ctrl_c_in_a_read_stops(
 def test_the_watch_on_a_terminal_is_a_bar(tmp_path, capsys, every_read):
     storage = open_storage(str(tmp_path / "s.log"))
     optuna.create_study(study_name="w", storage=storage).add_trials([_trial(2.0), _trial(1.25)])
-    seen = StudyWatch(storage, "w", 4, bar=True)
+    seen = StudyWatch(storage, "w", 4, "bar")
     seen.poll()
     seen.finish()
     err = capsys.readouterr().err

@@ -51,7 +51,7 @@ def halves(path: Path, folder: Path) -> tuple[Path, Path]:
 def best_config(space, recording, seed: int, budget: int, warm_start: list[str], storage: str) -> dict:
     """The config a run of the tuner on ``recording`` ends with (its fastest measured config)."""
     settings = RunSettings(study_name=f"target-{seed}", sampler="tpe", trials=budget, seed=seed, pruner=True,
-                           progress=False, warm_start=warm_start)
+                           progress=None, warm_start=warm_start)
     runner = Runner(space, ReplayEvaluator(recording), settings, storage_url=storage)
     runner.run()
     measured = [t for t in runner.study.trials if t.state.is_finished() and t.user_attrs.get("status") == "ok"]

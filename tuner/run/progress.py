@@ -38,40 +38,59 @@ def shown_on_stderr(quiet: bool) -> Shown:
 
 class ProgressLines:
     """Progress as lines such as ``compiling 24/48 configs (12 s)``: one each time another tenth is
-    done or :data:`LINE_EVERY_S` passed since the last, and the last one at :meth:`close` if unsaid."""
+    done or :data:`LINE_EVERY_S` passed since the last (with no ``total``, the time alone),
+    and the last one at :meth:`close` if unsaid. The calls a tqdm bar takes, so either serves."""
 
-    def __init__(self, total: int, desc: str, unit: str,
+    def __init__(self, total: int | None, desc: str, unit: str,
                  say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
         self.total, self.desc, self.unit, self.say = total, desc, unit, say
-        self.done = 0
+        self.n = 0  # done (tqdm's name)
+        self.postfix = ""
         self._started = self._said_at = time.monotonic()
-        self._said_done = 0
+        self._said_n = 0
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        self.postfix = text
 
     def update(self, n: int = 1) -> None:
-        self.done += n
+        self.n += n
         now = time.monotonic()
-        if self._tenth(self.done) > self._tenth(self._said_done) or now - self._said_at >= LINE_EVERY_S:
+        if n and (self._tenth(self.n) > self._tenth(self._said_n) or now - self._said_at >= LINE_EVERY_S):
             self._say(now)
 
+    def refresh(self) -> None:
+        """(A bar redraws; a line waits for the count to move.)"""
+
     def close(self) -> None:
-        if self.done != self._said_done:
+        if self.n != self._said_n:
             self._say(time.monotonic())
 
     def _tenth(self, done: int) -> int:
-        return done * 10 // self.total if self.total > 0 else 10
+        return done * 10 // self.total if self.total else 0  # no total: the time alone
 
     def _say(self, now: float) -> None:
-        self.say(f"{self.desc} {self.done}/{self.total} {self.unit}s ({now - self._started:.0f} s)")
-        self._said_at, self._said_done = now, self.done
+        of = f"/{self.total}" if self.total else ""
+        postfix = f", {self.postfix}" if self.postfix else ""
+        self.say(f"{self.desc} {self.n}{of} {self.unit}s{postfix} ({now - self._started:.0f} s)")
+        self._said_at, self._said_n = now, self.n
+
+
+def display(shown: Shown, total: int | None, desc: str, unit: str) -> Any:
+    """How long work is shown: a bar (``"bar"``), lines (``"lines"``), or None."""
+    if shown == "bar":
+        return progress_bar(total=total, desc=desc, unit=unit, dynamic_ncols=True)
+    if shown == "lines":
+        return ProgressLines(total, desc, unit)
+    return None
 
 
 @contextlib.contextmanager
 def progress(total: int, desc: str, unit: str, shown: Shown) -> Iterator[Callable[[], None] | None]:
     """A tick to call as each of ``total`` units is done, shown as ``shown`` says (None: no tick)."""
-    if shown is None:
+    bar = display(shown, total, desc, unit)
+    if bar is None:
         yield None
         return
-    bar = progress_bar(total=total, desc=desc, unit=unit) if shown == "bar" else ProgressLines(total, desc, unit)
     try:
         yield lambda: bar.update(1)
     finally:

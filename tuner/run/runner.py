@@ -34,6 +34,7 @@ from tuner.measurement.value import Measurement
 from tuner.run.objective import Objective
 from tuner.run.pipeline import Pipeline, Timeline
 from tuner.run.probe import Probe, adopt
+from tuner.run.progress import Shown
 from tuner.run.summary import summarize
 from tuner.search.distributions import store_axes, stored_axes
 from tuner.search.pruner import BEST_MAX_AGE_S, MarginPruner
@@ -94,7 +95,8 @@ class RunSettings(SearchSettings):
 
     study_name: str
     accept_mismatch: bool = False
-    progress: bool = True
+    #: how the trials' progress shows: a bar, lines (off a terminal) or None (tuner.run.progress.display)
+    progress: Shown = "bar"
     artifact_dir: str | None = None
     warm_start: list[str] = field(default_factory=list)  # earlier studies whose winners go first
     warm_start_top: int = 5
@@ -560,11 +562,9 @@ class Runner:
 
     # -- progress -------------------------------------------------------------------------
     def _open_bar(self, phase: str, total: int) -> None:
-        if not self.settings.progress:
-            return
-        from tuner.run.progress import progress_bar
+        from tuner.run.progress import display
 
-        self._bar = progress_bar(total=total, desc=f"{self.settings.study_name} [{phase}]", unit="trial", dynamic_ncols=True)
+        self._bar = display(self.settings.progress, total, f"{self.settings.study_name} [{phase}]", "trial")
 
     def _close_bar(self) -> None:
         if self._bar is not None:

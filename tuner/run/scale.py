@@ -25,6 +25,7 @@ import optuna
 from tuner.errors import UserError
 from tuner.procfs import started_monotonic
 from tuner.run.pipeline import Timeline
+from tuner.run.progress import shown_on_stderr
 from tuner.run.watch import StudyWatch
 from tuner.store.storage import open_storage, resolve_url
 from tuner.store.url import redact
@@ -192,7 +193,7 @@ def _watch(args, storage: optuna.storages.BaseStorage) -> StudyWatch | None:
     if not name:  # neither a study file nor a replay: each worker says so
         return None
     budget = search.trials if search.mode == "joint" else None  # (tiered: each tier has its own)
-    return StudyWatch(storage, name, budget, bar=sys.stderr.isatty())
+    return StudyWatch(storage, name, budget, shown_on_stderr(args.json))
 
 
 def run_pace(finished: list[tuple[float, dict]]) -> dict:

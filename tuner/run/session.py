@@ -191,7 +191,7 @@ class Session:
             **vars(search),
             study_name=evaluation.name,
             accept_mismatch=run.accept_mismatch,
-            progress=self.progress == "bar",
+            progress=self.progress,
             artifact_dir=str(run.artifacts) if run.artifacts else None,
             warm_start=run.warm_start,
             warm_start_top=run.warm_start_top,

@@ -8,48 +8,42 @@ A read that fails is no error of the run: the first worker may not have created 
 from __future__ import annotations
 
 import math
-import sys
 import time
 
 import optuna
 
 from tuner.errors import interrupted
 from tuner.lifetime import stop_if_asked
-from tuner.run.progress import progress_bar
+from tuner.run.progress import Shown, display
 from tuner.run.runner import FINISHED
 from tuner.store.results import best_trial, metric_of, value_of, value_text
 from tuner.table import printable
 
 #: seconds between two reads of the study
 POLL_S = 2.0
-#: off a terminal, the fewest seconds between two progress lines (a log is not flooded)
-LINE_EVERY_S = 20.0
 
 
 class StudyWatch:
     """Study ``name`` in ``storage`` as its workers fill it: its trials done of ``budget`` (None: no
-    trial budget, as with a tiered search or a timeout alone) and its best value. ``bar``: a progress
-    bar (a terminal), else a line on stderr when the count changed, at most every :data:`LINE_EVERY_S`."""
+    trial budget, as with a tiered search or a timeout alone) and its best value, shown as ``shown`` says
+    (:func:`tuner.run.progress.display`)."""
 
-    def __init__(self, storage: optuna.storages.BaseStorage, name: str, budget: int | None, bar: bool) -> None:
+    def __init__(self, storage: optuna.storages.BaseStorage, name: str, budget: int | None, shown: Shown) -> None:
         self.storage, self.name, self.budget = storage, name, budget
         self.study: optuna.Study | None = None
-        self._bar = progress_bar(total=budget, desc=printable(name), unit="trial", dynamic_ncols=True) if bar else None
-        self._started = time.monotonic()
+        self._bar = display(shown, budget, printable(name), "trial")
         self._read_at = -math.inf
-        self._line_at = -math.inf
-        self._shown: int | None = None  # the count of the last line
 
     def poll(self) -> None:
         """Read the study where :data:`POLL_S` passed since the last read, and show what changed."""
         now = time.monotonic()
         if now - self._read_at >= POLL_S:
             self._read_at = now
-            self._show(last=False)
+            self._show()
 
     def finish(self) -> None:
-        """The workers are done: a last read, shown (off a terminal: where the count moved since the last line)."""
-        self._show(last=True)
+        """The workers are done: a last read, shown (off a terminal: a last line where the count moved)."""
+        self._show()
         self.close()
 
     def close(self) -> None:
@@ -57,25 +51,17 @@ class StudyWatch:
             self._bar.close()
             self._bar = None
 
-    def _show(self, last: bool) -> None:
+    def _show(self) -> None:
         reading = self._read()
         stop_if_asked()  # a Ctrl-C that a database driver's finalizer swallowed while reading
-        if reading is None:
+        if reading is None or self._bar is None:
             return
         done, best = reading
-        if self._bar is not None:
-            self._bar.set_postfix_str(f"best={best}", refresh=False)
-            if done > self._bar.n:
-                self._bar.update(done - self._bar.n)
-            else:
-                self._bar.refresh()
-            return
-        now = time.monotonic()
-        if done != self._shown and (last or now - self._line_at >= LINE_EVERY_S):
-            of = f"/{self.budget}" if self.budget else ""
-            print(f"{printable(self.name)}: {done}{of} trials done, best {best} ({now - self._started:.0f} s)",
-                  file=sys.stderr, flush=True)
-            self._shown, self._line_at = done, now
+        self._bar.set_postfix_str(f"best={best}", refresh=False)
+        if done > self._bar.n:
+            self._bar.update(done - self._bar.n)
+        else:
+            self._bar.refresh()
 
     def _read(self) -> tuple[int, str] | None:
         """(trials done, the best value in words), or None where the study could not be read this time.
