@@ -53,6 +53,7 @@ def test_workers_show_the_studys_progress_and_end_as_one_process_does(tmp_path):
     again = tuner("run", "--replay", PNPOLY, "--storage", log, "--trials", 20, "--workers", 2, "--seed", 1)
     assert again.returncode == 0, again.stderr
     assert _summary_lines(again.stdout, ran=False)[:2] == [study, best]  # the budget was reached: nothing ran
+    assert "the study holds its --trials 20 already: nothing ran (raise --trials to go on)" in again.stderr, again.stderr
 
     more = tuner("run", "--replay", PNPOLY, "--storage", log, "--trials", 30, "--workers", 2, "--seed", 1, "--json")
     assert more.returncode == 0, more.stderr

@@ -102,9 +102,11 @@ def run_workers(args) -> int:
             spawned.append(time.monotonic())
             procs.append(subprocess.Popen(worker_command(args), env=worker_env(args, i), stdout=outs[i], stderr=errs[i],
                                           stdin=subprocess.DEVNULL))
+        plan = _plan(args)
         if not args.json:
             print(f"started {n} workers on {redact(url)}", file=sys.stderr)
-            watch = _watch(args, storage)
+            if plan is not None:
+                watch = StudyWatch(storage, plan[0], plan[1], shown_on_stderr(args.json))
         codes = _wait(procs, watch)
     except KeyboardInterrupt:
         if watch is not None:
@@ -136,7 +138,7 @@ def run_workers(args) -> int:
             print(f"tuner: error: none of the {n} workers finished (exit codes {codes})", file=sys.stderr)
         return code
     from tuner.evaluate.confirm import describe, last_confirmation
-    from tuner.run.summary import print_summary, summarize
+    from tuner.run.summary import nothing_ran, print_summary, summarize
 
     study = stored_study(finished[0][1]["study"], storage, url)
     summary = summarize(study, url)
@@ -146,6 +148,8 @@ def run_workers(args) -> int:
     confirmation = last_confirmation(study)
     if confirmation is not None and not args.json:  # said before the summary, as a run of one process says it
         print(describe(confirmation), file=sys.stderr)
+    if not args.json and (idle := nothing_ran(summary, plan[1] if plan else None)):  # (a worker's own note is in its --json)
+        print(idle, file=sys.stderr)
     print_summary(summary, args.json)
     if failed and not args.json:
         print(f"{len(failed)} worker(s) failed: exit codes {codes}", file=sys.stderr)
@@ -177,9 +181,9 @@ def _outputs(outs: Sequence[typing.IO[str]], errs: Sequence[typing.IO[str]]) -> 
     return summaries, messages
 
 
-def _watch(args, storage: optuna.storages.BaseStorage) -> StudyWatch | None:
-    """The progress of the study the workers fill, by the name they give it (None where the study file
-    is refused: each worker says why)."""
+def _plan(args) -> tuple[str, int | None] | None:
+    """The study the workers fill, by the name they give it, and its trial budget (None: tiered, each tier
+    has its own); None where the study file is refused (each worker says why)."""
     from tuner.run.session import Session
     from tuner.study.file import load_study
 
@@ -192,8 +196,7 @@ def _watch(args, storage: optuna.storages.BaseStorage) -> StudyWatch | None:
         return None
     if not name:  # neither a study file nor a replay: each worker says so
         return None
-    budget = search.trials if search.mode == "joint" else None  # (tiered: each tier has its own)
-    return StudyWatch(storage, name, budget, shown_on_stderr(args.json))
+    return name, search.trials if search.mode == "joint" else None
 
 
 def run_pace(finished: list[tuple[float, dict]]) -> dict:

@@ -270,6 +270,7 @@ class Session:
         reference's build begun with the process (:mod:`tuner.run.early_build`).
         """
         from tuner.run.runner import Runner
+        from tuner.run.summary import nothing_ran
         from tuner.store.storage import OpeningStorage
 
         startup = startup or StartupClock(self.started)
@@ -312,10 +313,8 @@ class Session:
             summary = runner.run()
             if loaded.recording is not None:
                 summary.update(loaded.recording.best_against(loaded.space, summary.get("best")))
-            trials = runner.settings.trials
-            if not summary.get("trials_run") and trials and summary["trials"] >= trials:  # a re-run of a finished study
-                self._say("the grid holds every config of its plan already: nothing ran" if self.command == "grid" else
-                          f"the study holds its --trials {trials} already: nothing ran (raise --trials to go on)")
+            if idle := nothing_ran(summary, runner.settings.trials, self.command):  # a re-run of a finished study
+                self._say(idle)
             if self.command != "grid":
                 summary["startup_s"] = dict(sorted(startup.marks.items(), key=lambda mark: mark[1]))
             self._warn_of_a_wrong_reference(loaded.space, evaluation, runner.study)

@@ -58,6 +58,15 @@ def best_entry(study: optuna.Study, trial: optuna.trial.FrozenTrial,
             "flags": trial.user_attrs.get("flags", ""), "trial": trial.number}
 
 
+def nothing_ran(summary: dict, trials: int | None, command: str = "run") -> str:
+    """Why a run measured nothing, where its study held its budget already ("" where it ran, or fell short)."""
+    if summary.get("trials_run") or not trials or summary["trials"] < trials:
+        return ""
+    if command == "grid":
+        return "the grid holds every config of its plan already: nothing ran"
+    return f"the study holds its --trials {trials} already: nothing ran (raise --trials to go on)"
+
+
 def study_line(summary: dict) -> str:
     """The summary's study in one line: its trials by status, and the queued ones apart (a warm
     start's or the start configs a short run left: the next run of the study measures them first)."""
