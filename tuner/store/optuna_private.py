@@ -17,7 +17,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 #: the Optuna release this module was written against (the test fails on another one)
-PINNED_OPTUNA = "5.0.0"
+PINNED_OPTUNA = "5.1.0"
 
 
 #: what ``RDBStorage`` imports on first use (SQLAlchemy's engine and ORM, Alembic, Optuna's table
