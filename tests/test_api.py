@@ -165,7 +165,7 @@ def test_a_progress_bar_is_text_where_no_widget_can_draw(monkeypatch):
 
     from tqdm.std import tqdm as text_bar
 
-    from tuner.run.progress import progress_bar
+    from tuner.progress import progress_bar
 
     monkeypatch.setitem(sys.modules, "ipywidgets", None)
     bar = progress_bar(total=3, desc="x", disable=True)

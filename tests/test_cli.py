@@ -537,7 +537,7 @@ def test_compiling_up_front_prints_lines_off_a_terminal(tmp_path, monkeypatch):
     """In a log or a pipe no bar draws, and minutes of compiles would print nothing: `tuner grid`'s
     compiles up front and `tuner check --compile`'s print a line each time another tenth is done, the
     last one with every config; `--json` prints none."""
-    from tuner.run import progress
+    from tuner import progress
     from tuner.testing import cli, write_study
 
     monkeypatch.setattr(progress, "LINE_EVERY_S", float("inf"))  # the tenths alone: the same lines on any machine
@@ -560,7 +560,7 @@ def test_compiling_up_front_prints_lines_off_a_terminal(tmp_path, monkeypatch):
 
 
 def test_progress_lines_say_each_tenth_or_after_a_while_and_the_last_at_close(monkeypatch):
-    from tuner.run import progress
+    from tuner import progress
 
     said: list[str] = []
     monkeypatch.setattr(progress, "LINE_EVERY_S", float("inf"))

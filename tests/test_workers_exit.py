@@ -231,7 +231,7 @@ def test_a_worker_of_a_run_stops_once_on_the_runs_sigterm_and_ignores_the_termin
     import time
 
     from tests.conftest import PNPOLY
-    from tuner.run.scale import PARENT_ENV
+    from tuner.run.session import PARENT_ENV
 
     log = tmp_path / "s.log"
     worker = subprocess.Popen([sys.executable, "-m", "tuner", "worker", "--replay", PNPOLY, "--storage", log,

@@ -15,7 +15,8 @@ from optuna.trial import TrialState, create_trial
 
 from tests.conftest import FAKE_BACKEND, PNPOLY, ROOT, tuner
 from tests.test_reliability import stop_when
-from tuner.run import progress, watch
+from tuner import progress
+from tuner.run import watch
 from tuner.run.watch import StudyWatch
 from tuner.store.storage import open_storage
 

@@ -38,7 +38,7 @@ from tuner.device.echo_stub import (
 from tuner.device.protocol import HostDryRunJob, PrepareJob
 from tuner.device.supervisor import WorkerDied
 from tuner.errors import UserError
-from tuner.run.progress import ProgressLines
+from tuner.progress import ProgressLines
 
 #: the device a study's arch means when nobody here has one (a spec's launch may depend on it)
 TARGET_DEVICES = {"sm_100a": DeviceInfo("NVIDIA B200", 148, (10, 0), limits("sm_100a").max_smem_per_block)}

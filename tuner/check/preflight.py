@@ -46,7 +46,7 @@ from tuner.contract.kernel_spec import (
 )
 from tuner.contract.program import ProgramSpec
 from tuner.errors import UserError
-from tuner.run.progress import Shown, progress
+from tuner.progress import Shown, progress
 from tuner.search.enumeration import reason_kind
 
 #: above this many valid configs per target, a stratified sample is checked (``--all``: every one)

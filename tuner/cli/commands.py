@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _session(args) -> Session:
     """What this command is asked to do, for :mod:`tuner.run.session` (which runs every command's study)."""
-    from tuner.run.progress import shown_on_stderr
+    from tuner.progress import shown_on_stderr
     from tuner.run.session import Session
 
     quiet = getattr(args, "json", False)
@@ -348,7 +348,7 @@ def cmd_profile(args) -> int:
 
 
 def cmd_worker(args) -> int:
-    from tuner.run.scale import PARENT_ENV
+    from tuner.run.session import PARENT_ENV
 
     parent = os.environ.get(PARENT_ENV)
     if parent and parent.isdigit():  # a worker of `tuner run --workers N`: it stops (SIGTERM) when that run dies
@@ -506,7 +506,7 @@ def _compile_and_check(args, path: Path, cfg: StudyConfig, space: Space) -> tupl
     from tuner.compile.build import CompileLimits
     from tuner.compile.targets import check_targets
     from tuner.contract.kernel_spec import user_code
-    from tuner.run.progress import shown_on_stderr
+    from tuner.progress import shown_on_stderr
 
     spec = space.spec
     targets = check_targets(cfg.arch, spec, str(path), args.arch)

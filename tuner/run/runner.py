@@ -31,10 +31,10 @@ from tuner.evaluate.replay import recording_source
 from tuner.measurement import pareto
 from tuner.measurement.paired import SlowerTest
 from tuner.measurement.value import Measurement
+from tuner.progress import Shown
 from tuner.run.objective import Objective
 from tuner.run.pipeline import Pipeline, Timeline
 from tuner.run.probe import Probe, adopt
-from tuner.run.progress import Shown
 from tuner.run.summary import summarize
 from tuner.search.distributions import store_axes, stored_axes
 from tuner.search.pruner import BEST_MAX_AGE_S, MarginPruner
@@ -95,7 +95,7 @@ class RunSettings(SearchSettings):
 
     study_name: str
     accept_mismatch: bool = False
-    #: how the trials' progress shows: a bar, lines (off a terminal) or None (tuner.run.progress.display)
+    #: how the trials' progress shows: a bar, lines (off a terminal) or None (tuner.progress.display)
     progress: Shown = "bar"
     artifact_dir: str | None = None
     warm_start: list[str] = field(default_factory=list)  # earlier studies whose winners go first
@@ -562,7 +562,7 @@ class Runner:
 
     # -- progress -------------------------------------------------------------------------
     def _open_bar(self, phase: str, total: int) -> None:
-        from tuner.run.progress import display
+        from tuner.progress import display
 
         self._bar = display(self.settings.progress, total, f"{self.settings.study_name} [{phase}]", "trial")
 

@@ -24,18 +24,15 @@ import optuna
 
 from tuner.errors import UserError
 from tuner.procfs import started_monotonic
+from tuner.progress import shown_on_stderr
 from tuner.run.pipeline import Timeline
-from tuner.run.progress import shown_on_stderr
+from tuner.run.session import PARENT_ENV, PEERS_ENV
 from tuner.run.watch import StudyWatch
 from tuner.store.storage import open_storage, resolve_url
 from tuner.store.url import redact
 from tuner.study import options
 from tuner.table import printable
 
-#: the pid of the ``tuner run --workers N`` process, in its workers' environment
-PARENT_ENV = "TUNER_PARENT_PID"
-#: how many workers share the study's budget, in each worker's environment
-PEERS_ENV = "TUNER_PEERS"
 STOP_GRACE_S = 20.0  # after Ctrl-C, how long workers get to record their trial before SIGKILL
 
 

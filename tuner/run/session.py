@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from tuner.evaluate.evaluator import Evaluator
     from tuner.evaluate.replay import Recording
     from tuner.measurement.value import Measurement
+    from tuner.progress import Shown
     from tuner.run.early_build import EarlyBuild
-    from tuner.run.progress import Shown
     from tuner.run.runner import RunSettings
     from tuner.search.space import Space
     from tuner.study.file import StudyConfig
@@ -38,6 +38,12 @@ if TYPE_CHECKING:
 #: fewest of them compared before it says so (two configs alike may be the compiler's choice, not the define's)
 INERT_CHECK_CONFIGS = 400
 INERT_MIN_COMPARED = 8
+
+
+#: the pid of the ``tuner run --workers N`` process, in its workers' environment
+PARENT_ENV = "TUNER_PARENT_PID"
+#: how many workers share the study's budget, in each worker's environment
+PEERS_ENV = "TUNER_PEERS"
 
 
 @dataclass
@@ -181,7 +187,6 @@ class Session:
 
     def settings(self, loaded: Loaded, evaluation: Evaluation) -> RunSettings:
         from tuner.run.runner import RunSettings
-        from tuner.run.scale import PEERS_ENV
 
         search = self.search(loaded.cfg)
         if self.command == "grid":
@@ -327,7 +332,6 @@ class Session:
         return summary, runner
 
     def _say_queued(self, runner) -> None:
-        from tuner.run.scale import PARENT_ENV
         from tuner.store.url import redact
 
         if self.command == "worker" and runner.started_study and not os.environ.get(PARENT_ENV):
@@ -496,7 +500,7 @@ def precompile(loaded: Loaded, mode: str, arch: str, cache_dir: Path | None, sho
     tiered: tier 1's, as tier 2's depend on its winner and compile as they are measured)."""
     from tuner.compile.build import CompileLimits
     from tuner.compile.nvrtc import compile_many
-    from tuner.run.progress import progress
+    from tuner.progress import progress
 
     cfg, space = loaded.cfg, loaded.space
     assert cfg is not None  # a GPU grid has a study file

@@ -14,7 +14,7 @@ import optuna
 
 from tuner.errors import interrupted
 from tuner.lifetime import stop_if_asked
-from tuner.run.progress import Shown, display
+from tuner.progress import Shown, display
 from tuner.run.runner import FINISHED
 from tuner.store.results import best_trial, metric_of, value_of, value_text
 from tuner.table import printable
@@ -26,7 +26,7 @@ POLL_S = 2.0
 class StudyWatch:
     """Study ``name`` in ``storage`` as its workers fill it: its trials done of ``budget`` (None: no
     trial budget, as with a tiered search or a timeout alone) and its best value, shown as ``shown`` says
-    (:func:`tuner.run.progress.display`)."""
+    (:func:`tuner.progress.display`)."""
 
     def __init__(self, storage: optuna.storages.BaseStorage, name: str, budget: int | None, shown: Shown) -> None:
         self.storage, self.name, self.budget = storage, name, budget
