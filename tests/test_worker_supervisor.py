@@ -162,3 +162,22 @@ def test_a_reference_that_hangs_stops_the_run_at_the_timeout_and_is_named(tmp_pa
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("tuner: error: the reference hung in the session warm-up (no progress for 3 s)")
     assert "-DPLANT_HANG=1" in result.stderr and "[measure] reference" in result.stderr
+
+
+def test_a_ctrl_c_before_the_greeting_thread_starts_leaves_a_supervisor_that_discards(monkeypatch):
+    """A Ctrl-C may land between the worker's spawn and the start of the thread that waits for its greeting:
+    the run's clean-up then discards the worker without waiting on a thread that never ran (Python refuses
+    to join one: a traceback under the run's one line)."""
+    import threading
+
+    s = Supervisor(backend=FAKE_BACKEND)
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        s.start_soon()
+    monkeypatch.undo()
+    s.discard()
+    assert not s.alive

@@ -111,8 +111,9 @@ class Supervisor:
             except BaseException as exc:
                 self._start_error = exc
 
-        self._starting = threading.Thread(target=greet, daemon=True, name="tuner-worker-start")
-        self._starting.start()
+        starting = threading.Thread(target=greet, daemon=True, name="tuner-worker-start")
+        starting.start()
+        self._starting = starting  # once it runs: a Ctrl-C before leaves no thread for discard() to join
 
     def start(self, timeout_s: float = 120.0) -> dict[str, Any]:
         """Start the worker (or wait for :meth:`start_soon`'s); returns the device fingerprint it reports."""
