@@ -165,9 +165,9 @@ class _CheckWatch:
 
     def enter(self) -> int:
         if self._thread is None or self._pid != os.getpid():  # started lazily, again in a child process
-            self._pid = os.getpid()
-            self._thread = threading.Thread(target=self._watch, daemon=True, name="tuner-check-watch")
-            self._thread.start()
+            thread = threading.Thread(target=self._watch, daemon=True, name="tuner-check-watch")
+            thread.start()
+            self._thread, self._pid = thread, os.getpid()  # once it runs: a Ctrl-C before leaves it to the next call
         ident = threading.get_ident()
         self.calls[ident] = time.monotonic()
         return ident
