@@ -624,3 +624,22 @@ def test_a_run_off_a_terminal_prints_its_trials_progress_as_lines(tmp_path):
     assert all("/20 trials, last=" in line and " best=" in line for line in lines) and "\r" not in run.stderr
     quiet = tuner("run", "--replay", PNPOLY, "--storage", log, "--trials", 30, "--seed", 1, "--json")
     assert quiet.returncode == 0 and "trials, last=" not in quiet.stderr, quiet.stderr
+
+
+def test_every_command_has_a_help_that_prints():
+    """argparse formats help texts with %: an option's help that says "95 % interval" broke `--help`."""
+    import argparse
+    import contextlib
+    import io
+
+    from tuner.cli.commands import build_parser
+
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert {"run", "confirm", "grid", "check", "best"} <= set(commands.choices)
+    for name, command in commands.choices.items():
+        shown = io.StringIO()
+        with contextlib.redirect_stdout(shown):
+            command.print_help()
+        assert shown.getvalue().startswith("usage: "), name
+    assert "95 % interval" in commands.choices["confirm"].format_help()

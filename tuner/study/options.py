@@ -323,6 +323,7 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
                 kwargs["help"] += " (default: the study file's" + (f", else {opt.default})" if opt.default is not None else ")")
             elif opt.default is not None:
                 kwargs["help"] += f" (default {opt.default})"
+        kwargs["help"] = kwargs["help"].replace("%", "%%")  # argparse formats help with %: "95 % interval" is text
         parser.add_argument(*opt.flags, **kwargs)
 
 
