@@ -273,7 +273,7 @@ def test_cli_report_and_its_errors(journal, tmp_path, capsys):
     assert cli.main(["report", "--storage", str(tmp_path / "missing.db"), "--all", "-o", str(tmp_path)]) == 2
     assert cli.main(["report", "--storage", journal, "--study", "nope", "-o", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "is not a URL" in err and "no study named nope" in err and "Traceback" not in err
+    assert "no SQLite database" in err and "no study named nope" in err and "Traceback" not in err
 
 
 def test_python_m_dashboards_report_says_one_line_as_tuner_report(journal, tmp_path):

@@ -227,3 +227,18 @@ def test_a_new_sqlite_study_file_is_as_readable_as_any_file_its_user_makes(tmp_p
     assert tuner("run", "--replay", PNPOLY, "--storage", f"sqlite:///{db}", "--trials", 2).returncode == 0
     (tmp_path / "plain").touch()
     assert db.stat().st_mode & 0o777 == (tmp_path / "plain").stat().st_mode & 0o777
+
+
+def test_a_storage_given_as_a_database_file_path_is_that_sqlite_file(tmp_path, monkeypatch):
+    """The README's `--storage b.db`, as the Python API takes it: a path ending .db, .sqlite or .sqlite3."""
+    from tests.conftest import PNPOLY
+    from tuner.testing import cli
+
+    monkeypatch.chdir(tmp_path)
+    run = cli("run", "--replay", PNPOLY, "--storage", "b.db", "--trials", 3)
+    assert run.returncode == 0, run.stderr
+    assert "study pnpoly_RTX_3090.replay in sqlite:///b.db: 3 trials" in run.stdout
+    assert (tmp_path / "b.db").is_file()
+    assert cli("status", "--storage", "b.db").returncode == 0
+    with pytest.raises(UserError, match="is not a URL"):
+        open_storage("somewhere.txt")

@@ -165,16 +165,10 @@ def _given(settings: Mapping[str, Any]) -> dict[str, Any]:
     return given
 
 
-#: what a storage given as a string path names a SQLite file by
-SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
-
-
 def _storage_url(storage: Any) -> str | None:
     """``storage`` as ``--storage`` takes it: a URL, or a path (``FILE.log`` a journal, else a SQLite
     file; as a string, a path ending .db, .sqlite or .sqlite3)."""
-    if isinstance(storage, str) and "://" not in storage and Path(storage).suffix in SQLITE_SUFFIXES:
-        return f"sqlite:///{storage}"
-    if storage is None or isinstance(storage, str):
+    if storage is None or isinstance(storage, str):  # (a path ending .db: tuner.store.storage.resolve_url)
         return storage
     if isinstance(storage, os.PathLike):
         path = Path(storage)

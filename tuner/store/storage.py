@@ -55,10 +55,17 @@ def journal_path(url: str) -> Path:
     return Path(url[len("journal:"):] if url.startswith("journal:") else url)
 
 
+#: a storage given as a path with one of these endings is a SQLite file (``--storage b.db``)
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
 def resolve_url(url: str | None) -> str:
-    """The storage URL to use (``--storage``, else ``$TUNER_STORAGE``, else the default); its
-    password is hidden from every later :func:`redact`."""
+    """The storage URL to use (``--storage``, else ``$TUNER_STORAGE``, else the default; a path
+    ending .db, .sqlite or .sqlite3 is that SQLite file's URL); its password is hidden from every
+    later :func:`redact`."""
     url = url or os.environ.get("TUNER_STORAGE") or DEFAULT_URL
+    if "://" not in url and Path(url).suffix in SQLITE_SUFFIXES:
+        url = f"sqlite:///{url}"
     remember(url)
     return url
 
