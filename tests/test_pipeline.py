@@ -252,3 +252,21 @@ def test_trials_are_proposed_only_as_far_ahead_as_the_compiles_need(tmp_path):
             assert most <= 2, most  # 1 + ceil(0.05 / 0.3)
         else:
             assert 5 <= most <= 8, most  # 1 + ceil(0.6 / 0.1) = 7, reached once the first results are in
+
+
+def test_a_deadline_mid_trial_lets_that_trial_end_before_anything_else_asks_the_worker(tmp_path):
+    """--timeout-min passing while a config is measured: the run stops at the next result, when the
+    measuring thread has begun the next config already. That measurement now ends and is told before
+    the run goes on (to its reference's choice, the confirmation, its end); before, the run went on
+    beside it on the worker's one connection: a garbled reply (a traceback), both sides waiting for
+    each other for ever, or, as here, a measured config abandoned."""
+    log = str(tmp_path / "j.log")
+    env = fake_env(trial_delay=7)  # each config's output check: 7 s; the deadline (6 s) falls in the first
+    run = tuner("run", STUDY, "--storage", log, "--trials", 10, "--timeout-min", 0.1, "--reference-probe", 0,
+                "--seed", 0, "--cache-dir", tmp_path / "cache", env=env)
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    trials = _states(log)
+    told = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    # the first measured config, whose result came after the deadline, and the one begun as it came
+    assert len(told) == 2 and [t.number for t in told] == [0, 1], [(t.state, t.user_attrs.get("status")) for t in trials]
+    assert not [t for t in trials if t.state == TrialState.RUNNING]

@@ -161,20 +161,10 @@ class Pipeline:
                     asked += 1
                 if not self._in_flight:
                     break
-                trial, begun = self._in_flight[0]
-                measured = self._next_measured()
-                with stop_deferred():  # told before a stop ends the run: none is left RUNNING
-                    self._in_flight.popleft()
-                    if isinstance(measured, BaseException):
-                        self._tell_fail(trial)
-                        raise measured
-                    if self.hold is not None:
-                        self.hold.hold(trial, begun, measured)
-                        self.timeline.tell()  # its result is in; it is stored with the others
-                    else:
-                        self._record(trial, begun, measured)
+                self._take(self._next_measured())
                 if self._late():
                     break
+            self._finish_measuring(measurer)
             if self.hold is not None and self.hold.choose() is not None:
                 while self.hold.held:
                     with stop_deferred():
@@ -188,6 +178,30 @@ class Pipeline:
             if self._heartbeat:
                 self._heartbeat.stop()
         return asked
+
+    def _take(self, measured: Measurement | BaseException) -> None:
+        """The first trial in flight's result: told (held, while a probe chooses the reference)."""
+        trial, begun = self._in_flight[0]
+        with stop_deferred():  # told before a stop ends the run: none is left RUNNING
+            self._in_flight.popleft()
+            if isinstance(measured, BaseException):
+                self._tell_fail(trial)
+                raise measured
+            if self.hold is not None:
+                self.hold.hold(trial, begun, measured)
+                self.timeline.tell()  # its result is in; it is stored with the others
+            else:
+                self._record(trial, begun, measured)
+
+    def _finish_measuring(self, measurer: threading.Thread) -> None:
+        """No trial starts; the one being measured (a deadline passed mid-trial) ends and is told, before
+        anything else asks the GPU worker (the probe's re-measures, the confirmation: two threads on
+        its one connection garbled it, or waited on each other for ever). The others are abandoned."""
+        self._halt.set()
+        self._to_measure.put(None)
+        measurer.join()
+        while self._in_flight and not self._measured.empty():
+            self._take(self._measured.get_nowait())
 
     def _ahead_now(self) -> int:
         return self.ahead if self.depth is None else min(self.ahead, self.depth())
