@@ -115,13 +115,15 @@ class Recording:
         """A replay's yardstick: the fastest config the recording holds in the study's space, and the
         fraction of its speed the study's best (a summary's ``best``) reaches (1: found it)."""
         times = [r.ms for r in self.in_space(space) if r.status == "ok" and r.ms]
-        if not times:
-            return {}
-        fastest = min(times)
-        out: dict = {"recorded_best_ms": fastest}
-        if best and best.get("ms"):
-            out["fraction_of_recorded_best"] = round(fastest / best["ms"], 4)
-        return out
+        return yardstick(min(times), best) if times else {}
+
+
+def yardstick(fastest_ms: float, best: dict | None) -> dict:
+    """A summary's ``recorded_best_ms``, and the fraction of its speed ``best`` (a summary's) reaches."""
+    out: dict = {"recorded_best_ms": fastest_ms}
+    if best and best.get("ms"):
+        out["fraction_of_recorded_best"] = round(fastest_ms / best["ms"], 4)
+    return out
 
 
 def _coerce(text: str, where: str) -> Value:

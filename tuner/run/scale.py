@@ -140,8 +140,10 @@ def run_workers(args) -> int:
     study = stored_study(finished[0][1]["study"], storage, url)
     summary = summarize(study, url)
     summary.update(workers=n, worker_exit_codes=codes, elapsed_s=round(elapsed, 2), **run_pace(finished))
-    if args.run.replay:
-        summary.update(_recorded_best(args, summary.get("best")))
+    if recorded := [s["recorded_best_ms"] for _, s in finished if s.get("recorded_best_ms")]:  # (a replay's workers)
+        from tuner.evaluate.replay import yardstick
+
+        summary.update(yardstick(recorded[0], summary.get("best")))
     confirmation = last_confirmation(study)
     if confirmation is not None and not args.json:  # said before the summary, as a run of one process says it
         print(describe(confirmation), file=sys.stderr)
@@ -205,15 +207,6 @@ def run_pace(finished: list[tuple[float, dict]]) -> dict:
         return Timeline().report()
     return Timeline(started=started_monotonic(), first_told=min(at + s["first_trial_s"] for at, s in ran),
                     last_told=max(at + s["run_s"] for at, s in ran), told=sum(s["trials_run"] for _, s in ran)).report()
-
-
-def _recorded_best(args, best: dict | None) -> dict:
-    """A replay's yardstick, as a run of one process gives it: the recording is read again here."""
-    from tuner.run.session import Session
-
-    loaded = Session(args.study_file, storage=args.storage, given=args.given).load()
-    assert loaded.recording is not None  # (a replay)
-    return loaded.recording.best_against(loaded.space, best)
 
 
 #: ``tuner run --workers N``'s exit code when a worker was killed by a signal (and none failed otherwise)
