@@ -836,3 +836,52 @@ def test_a_refused_run_leaves_a_journal_file_as_it_was(tmp_path, capsys, monkeyp
     refused = tuner_here(capsys, monkeypatch, "run", study, "--replay", again, "--storage", journal, "--trials", 6)
     assert_one_line_exit_2(refused, "recorded under a different setup")
     assert journal.read_bytes() == before
+
+
+def _what_a_study_is_made_of(folder: Path, url: str) -> dict[str, Path]:
+    journal = folder / "j.log"
+    made = tuner("run", "--replay", PNPOLY, "--storage", str(journal), "--trials", 2, "--json")
+    assert made.returncode == 0, made.stderr
+    (folder / "k.cu").write_text("#ifndef BLOCK\n#define BLOCK 64\n#endif\n")
+    (folder / "k.cuh").write_text("#pragma once\n")
+    (folder / "study.toml").write_text(GOOD)
+    (folder / "spec.py").write_text("from tuner.spec import LightSpec\n")
+    return {"the storage": Path(url[len("sqlite:///"):]), "a journal storage": journal, "a study file": folder / "study.toml",
+            "a kernel source": folder / "k.cu", "a kernel header": folder / "k.cuh", "a spec": folder / "spec.py"}
+
+
+@pytest.mark.parametrize("command", ["export -o", "best --header", "grid --csv"])
+def test_an_output_never_replaces_a_storage_or_a_studys_own_files(command, tmp_path, store, capsys, monkeypatch):
+    url, before = store
+    targets = _what_a_study_is_made_of(tmp_path, url)
+    for what, target in targets.items():
+        kept = target.read_bytes()
+        if command == "grid --csv":
+            args = ("grid", tmp_path / "study.toml", "--storage", url, "--study-name", "kept", "--csv", target)
+        else:
+            args = (*OUTPUT_COMMANDS[command](url, target),)
+        line = assert_one_line_exit_2(tuner_here(capsys, monkeypatch, *args), "would replace ")
+        assert "give another file name" in line, (what, line)
+        assert target.read_bytes() == kept, what
+    assert snapshot(url) == before
+
+
+def test_a_header_or_table_written_before_is_replaced(tmp_path, store, capsys, monkeypatch):
+    url, _ = store
+    header, table = tmp_path / "best.cuh", tmp_path / "trials.csv"
+    for _ in range(2):  # the second time over the first's files
+        assert tuner_here(capsys, monkeypatch, *OUTPUT_COMMANDS["best --header"](url, header)).returncode == 0
+        assert tuner_here(capsys, monkeypatch, *OUTPUT_COMMANDS["export -o"](url, table)).returncode == 0
+    assert header.read_text().startswith("// Best configuration of study kept") and "#define" in header.read_text()
+    assert ",number,state,value,ms," in table.read_text().splitlines()[0]
+
+
+def test_an_export_never_replaces_the_recording_its_study_was_replayed_from(tmp_path, capsys, monkeypatch):
+    recording = tmp_path / "pnpoly.json"
+    recording.write_bytes(Path(PNPOLY).read_bytes())
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    assert tuner_here(capsys, monkeypatch, "run", "--replay", recording, "--storage", url, "--trials", 3).returncode == 0
+    line = assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "export", "--storage", url, "-o", recording),
+                                  "is the recording study ")
+    assert "give another file name" in line
+    assert recording.read_bytes() == Path(PNPOLY).read_bytes()

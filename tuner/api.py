@@ -130,9 +130,9 @@ class Result:
     def to_header(self, path: str | Path) -> Path:
         """Write the winner's defines as ``#ifndef`` / ``#define`` guards; the path written."""
         from tuner.errors import check_output_path
-        from tuner.store.header import write_header
+        from tuner.store.header import HEADER_MARK, write_header
 
-        check_output_path(Path(path), "to_header(path):")
+        check_output_path(Path(path), "to_header(path):", ours=HEADER_MARK.encode())
         return write_header(Path(path), self.study, self.winner)
 
 

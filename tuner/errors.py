@@ -114,9 +114,17 @@ def first_line(exc: BaseException, width: int = 200) -> str:
     return lines[0][:width] if lines else type(exc).__name__
 
 
-def check_output_path(path: Path | None, flag: str) -> None:
+#: files a study is made of (its study file, the kernel's spec, source and headers): no output replaces one
+SOURCE_SUFFIXES = frozenset({".toml", ".py", ".cu", ".cuh", ".h", ".hh", ".hpp", ".c", ".cc", ".cpp", ".cxx"})
+#: the first bytes of a SQLite database, and of an Optuna journal file: a storage, whatever its name
+_STORAGE_MAGIC = {b"SQLite format 3\x00": "a SQLite database", b'{"op_code":': "an Optuna journal file"}
+
+
+def check_output_path(path: Path | None, flag: str, *, ours: bytes = b"") -> None:
     """Refuse an output path that cannot be written, before any work is done for it (``flag``: how
-    the caller named it, ``--output`` or ``to_header(path)``)."""
+    the caller named it, ``--output`` or ``to_header(path)``), and one that would replace what a
+    study is stored in or made of: a storage, a study file, a spec, a kernel's source (``ours``: the
+    first bytes of a file this output writes, which it may replace whatever its suffix)."""
     if path is None:
         return
     if path.is_dir():
@@ -124,6 +132,7 @@ def check_output_path(path: Path | None, flag: str) -> None:
     if path.exists():
         if not os.access(path, os.W_OK):
             raise UserError(f"{flag} {path} is not writable: give a path you can write")
+        _refuse_replacing_inputs(path, flag, ours)
         return
     folder = path.parent
     while not folder.exists():  # the folders that do not exist yet are created on writing
@@ -132,3 +141,18 @@ def check_output_path(path: Path | None, flag: str) -> None:
         raise UserError(f"{flag} {path}: {folder} is a file, not a folder")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UserError(f"{flag} {path}: folder {folder} is not writable; give a path you can write")
+
+
+def _refuse_replacing_inputs(path: Path, flag: str, ours: bytes) -> None:
+    try:
+        with path.open("rb") as file:
+            head = file.read(max(len(ours), 16))
+    except OSError:
+        return  # (not readable: writing it says why)
+    if ours and head.startswith(ours):
+        return
+    for magic, what in _STORAGE_MAGIC.items():
+        if head.startswith(magic):
+            raise UserError(f"{flag} {path} would replace {what} (a study storage): give another file name")
+    if path.suffix.lower() in SOURCE_SUFFIXES:
+        raise UserError(f"{flag} {path} would replace a study's or a kernel's own file ({path.suffix}): give another file name")

@@ -563,10 +563,10 @@ def _open_study(args, run_from: bool = True):
 
 def cmd_best(args) -> int:
     from tuner.evaluate.confirm import confirmed_best, describe, failed_since
-    from tuner.store.header import write_header
+    from tuner.store.header import HEADER_MARK, write_header
     from tuner.store.results import metric_of, time_of, value_of
 
-    check_output_path(args.header, "--header")
+    check_output_path(args.header, "--header", ours=HEADER_MARK.encode())
     if args.pareto and args.header:
         raise UserError("--header writes one config, --pareto lists the front: tuner best --header FILE writes the "
                         "fastest; the front's other configs are in tuner best --pareto --json")
@@ -653,6 +653,10 @@ def cmd_export(args) -> int:
     if args.output.suffix.lower() not in (".csv", ".json"):
         raise UserError(f"--output {args.output}: name a .csv file (the results table) or a .json file (a Kernel Tuner cache)")
     study = _open_study(args)
+    recording = study.user_attrs.get("replay_file")
+    if isinstance(recording, str) and args.output.exists() and Path(recording).exists() and args.output.samefile(recording):
+        raise UserError(f"--output {args.output} is the recording study {printable(study.study_name)} was replayed from, "
+                        "which it would replace: give another file name")
     axes = study.user_attrs.get("axes")
     trials = study.get_trials(deepcopy=False)
     device = study.user_attrs.get("device_name", "")

@@ -11,11 +11,14 @@ from tuner.contract.kernel_spec import parse_flags
 from tuner.store.results import metric_of, value_text
 from tuner.table import printable
 
+#: how every header this module writes begins (one written before may be replaced, whatever its suffix)
+HEADER_MARK = "// Best configuration of study"
+
 
 def header_text(study: optuna.Study, trial: FrozenTrial) -> str:
     """``#ifndef`` / ``#define`` guards of the trial's flags (the kernel's own guards take them)."""
     value = value_text(trial.values[0], metric_of(study)) if trial.values else "no value"
-    lines = [f"// Best configuration of study {printable(study.study_name)}: {value} (trial {trial.number})",
+    lines = [f"{HEADER_MARK} {printable(study.study_name)}: {value} (trial {trial.number})",
              f"// device: {printable(study.user_attrs.get('device_name', ''))}; kernel source {study.user_attrs.get('source_hash', '')}",
              "#pragma once"]
     for name, define in parse_flags(trial.user_attrs.get("flags", "")).items():
