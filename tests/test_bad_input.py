@@ -607,6 +607,18 @@ def test_bad_storage(make, fragment, tmp_path, capsys, monkeypatch):
     assert after == [b for b in before if not b[0].endswith((".lock", "-shm", "-wal"))]  # nothing written, nothing changed
 
 
+@pytest.mark.parametrize("url", ["sqlite:///{f}/no/such/dir/x.db", "postgresql+psycopg://nobody:secret@127.0.0.1:9/x",
+                                 "{f}/no/such/dir/x.log"], ids=["sqlite", "postgres", "journal"])
+def test_a_grid_whose_storage_refuses_says_so_before_compiling(url, tmp_path, capsys, monkeypatch):
+    (tmp_path / "study.toml").write_text(GOOD)
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    result = tuner_here(capsys, monkeypatch, "grid", tmp_path / "study.toml", "--storage", url.format(f=tmp_path))
+    assert_one_line_exit_2(result, "")
+    assert "secret" not in result.stderr
+    # at most the build the run begins beside its start (its first config's), not the grid's compiles up front
+    assert len(list((tmp_path / "cache").rglob("*.cubin"))) <= 1
+
+
 @pytest.mark.parametrize("command", ["status", "best", "export"])
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_reading_a_missing_storage_creates_nothing(command, kind, tmp_path, capsys, monkeypatch):

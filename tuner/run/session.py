@@ -309,6 +309,7 @@ class Session:
             raise
         try:
             if self.command == "grid" and loaded.recording is None:  # every config compiled up front, in parallel
+                opening.open_now()
                 precompile(loaded, self.search(loaded.cfg).mode, evaluation.evaluator.arch, self.run_options.cache_dir,
                            self.progress)
             runner = Runner(loaded.space, evaluation.evaluator, self.settings(loaded, evaluation), self.storage,

@@ -168,6 +168,15 @@ class OpeningStorage:
         _remove_sqlite_file(draft)
         return None
 
+    def open_now(self) -> None:
+        """Open the storage without taking it, or raise what opening raises: a storage that refuses
+        is said before long work whose results it would keep (``tuner grid``'s compiles up front)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if self._storage is None and self._draft is None:
+            self._storage = open_storage(self.url)
+
     def take(self) -> optuna.storages.BaseStorage:
         self._thread.join()
         self._done = True
