@@ -255,7 +255,9 @@ def test_a_scheme_or_driver_the_storage_lacks_is_named(capsys, monkeypatch):
 def test_command_line_slips_are_one_line(store, tmp_path, capsys, monkeypatch):
     url, before = store
     assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "run", "x.toml", "--trails", "5"),
-                           "tuner: error: unrecognized arguments: --trails 5 (see tuner --help)")
+                           "tuner: error: tuner run: unrecognized arguments: --trails 5 (see tuner run --help)")
+    assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "best", "--study", "kept", "--storage", url, "--heder", "b.h"),
+                           "tuner: error: tuner best: unrecognized arguments: --heder (see tuner best --help)")
     assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "check", ROOT / "studies" / "axpy.toml", "--all"),
                            "--all choose what --compile builds: add --compile")
     assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "export", "--storage", url, "-o", tmp_path / "trials.xlsx"),

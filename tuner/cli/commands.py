@@ -54,7 +54,9 @@ def main(argv: list[str] | None = None, worker: Supervisor | None = None, early_
     """``worker``: a GPU worker already starting for this command, ``early_build``: its reference's
     build under way (:mod:`tuner.cli.launch`)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.gpu_worker, args.early_build = worker, early_build
     if args.command in STUDY_COMMANDS and threading.current_thread() is threading.main_thread():
         from tuner.lifetime import stop_on_sigterm
@@ -232,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     for plugin in importlib.metadata.entry_points(group=COMMANDS_GROUP):
         plugin.load()(sub)
+    for command in sub.choices.values():  # what a command does not know is said with its own usage
+        command.set_defaults(command_parser=command)
     return parser
 
 
