@@ -899,3 +899,14 @@ def test_an_export_never_replaces_the_recording_its_study_was_replayed_from(tmp_
                                   "is the recording study ")
     assert "give another file name" in line
     assert recording.read_bytes() == Path(PNPOLY).read_bytes()
+
+
+def test_check_of_several_study_files_checks_each_and_says_each_bad_one(tmp_path, capsys, monkeypatch):
+    (tmp_path / "bad.toml").write_text(GOOD.replace("THREAD_TILE = [4, 8]", "THREAD_TILE = []"))
+    result = tuner_here(capsys, monkeypatch, "check", ROOT / "studies" / "axpy.toml", tmp_path / "missing.toml",
+                        tmp_path / "bad.toml", ROOT / "studies" / "example_sgemm.toml")
+    assert result.returncode == 2
+    assert [ln.split(":")[0] for ln in result.stdout.splitlines() if not ln.startswith(" ")] == ["axpy", "example_sgemm"]
+    errors = result.stderr.splitlines()
+    assert len(errors) == 2 and all(ln.startswith("tuner: error: ") for ln in errors), result.stderr
+    assert "missing.toml: study file not found" in errors[0] and "THREAD_TILE" in errors[1]

@@ -457,7 +457,18 @@ def cmd_check(args) -> int:
     compile_only = [flag for flag, given in (("--all", args.all), ("--arch", args.arch)) if given]
     if compile_only and not args.compile:
         raise UserError(f"{' and '.join(compile_only)} choose what --compile builds: add --compile")
-    return max(_check_study(args, Path(path)) for path in args.study_file)
+    codes = []
+    for path in args.study_file:
+        try:
+            codes.append(_check_study(args, Path(path)))
+        except Exception as exc:  # one bad study file of several: said, and the others checked still
+            error = as_user_error(exc)
+            if error is None or len(args.study_file) == 1 or interrupted(exc):
+                raise
+            sys.stdout.flush()  # (its line after the files checked before it)
+            _error(str(error))
+            codes.append(error.exit_code)
+    return max(codes)
 
 
 def _check_study(args, path: Path) -> int:
