@@ -406,6 +406,19 @@ def test_bad_flag_value(flag, label, value, fragment, store, capsys, monkeypatch
     assert snapshot(url) == before
 
 
+@pytest.mark.parametrize("top", ["0", "1"])
+def test_a_confirmation_of_fewer_than_2_configs_on_the_command_line(top, tmp_path, store, capsys, monkeypatch):
+    """The study file's confirm_top 0 turns the confirmation after each run off; `tuner confirm --top` asks
+    for one: 2 configs or more, and the line offers no 0."""
+    url, before = store
+    path = tmp_path / "study.toml"
+    path.write_text(GOOD)
+    line = assert_one_line_exit_2(tuner_here(capsys, monkeypatch, "confirm", path, "--storage", url, "--top", top),
+                                  f"--top must be >= 2, got {top}")
+    assert "off" not in line
+    assert snapshot(url) == before
+
+
 ARGPARSE_CASES = [
     ("unknown flag", ("run", "--trails", "3"), "--trails"),
     ("flag without its value", ("run", "--storage"), "--storage"),

@@ -62,6 +62,9 @@ class Option:
     above: float | None = None  # exclusive lower bound
     maximum: float | None = None  # inclusive
     off: float | None = None  # a value outside the bounds that turns the option off (energy_s 0)
+    #: ``off`` is the study file's alone: the flag must be within the bounds (the file's confirm_top 0 turns
+    #: the confirmation after a run off; ``tuner confirm --top 0`` would confirm nothing)
+    off_in_file_only: bool = False
     commands: tuple[str, ...] = ()  # commands that take it as a flag
     flag: str | None = None  # the flag's spelling when it is not --NAME (e.g. --no-pruner)
     metavar: str | None = None
@@ -72,8 +75,9 @@ class Option:
     def flags(self) -> list[str]:
         return [self.flag or "--" + self.name.replace("_", "-")]
 
-    def check(self, value: Any, where: str) -> Any:
-        """``value`` as this option's type, or a :class:`UserError` that starts with ``where``."""
+    def check(self, value: Any, where: str, flag: bool = False) -> Any:
+        """``value`` as this option's type, or a :class:`UserError` that starts with ``where``
+        (``flag``: the value of the command-line flag, not of the study-file key)."""
         if value is None:
             if self.optional:
                 return None
@@ -94,15 +98,16 @@ class Option:
         if self.choices is not None and value not in self.choices:
             raise UserError(f"{where} {value!r} unknown; expected one of {', '.join(self.choices)}")
         if isinstance(value, int | float):  # the kinds that have bounds
-            self._check_bounds(value, where)
+            self._check_bounds(value, where, flag)
         return value
 
-    def _check_bounds(self, value: float, where: str) -> None:
+    def _check_bounds(self, value: float, where: str, flag: bool) -> None:
         if not math.isfinite(value):
             raise UserError(f"{where} must be a finite number, got {value!r}")
-        if self.off is not None and value == self.off:
+        off_value = None if flag and self.off_in_file_only else self.off
+        if off_value is not None and value == off_value:
             return
-        off = "" if self.off is None else f" (or {_num(self.off)}: off)"
+        off = "" if off_value is None else f" (or {_num(off_value)}: off)"
         if self.above is not None and value <= self.above:
             raise UserError(f"{where} must be > {_num(self.above)}{off}, got {value!r}")
         if self.minimum is not None and value < self.minimum:
@@ -163,7 +168,7 @@ class SearchSettings:
                                        minimum=0, commands=SEARCH_COMMANDS)
     confirm_top: int = option(5, "re-measure this many best configs against each other (at least 2; the study "
                                  "file's key: after each GPU run, 0 never)",
-                              minimum=2, off=0, commands=("confirm",), flag="--top")
+                              minimum=2, off=0, off_in_file_only=True, commands=("confirm",), flag="--top")
     confirm_rounds: int = option(100, "round-robin rounds of a confirmation (at least 6: fewer give the winner no "
                                       "95 % interval)", minimum=FEWEST_FOR_INTERVAL, commands=("confirm",),
                                  flag="--rounds")
@@ -335,7 +340,7 @@ def from_flags(args: argparse.Namespace, command: str) -> dict[str, Any]:
         if opt is None or command not in opt.commands:
             continue
         value = opt.parse_flag(raw) if isinstance(raw, str) else raw
-        values[name] = opt.check(value, opt.flags[0])
+        values[name] = opt.check(value, opt.flags[0], flag=True)
     return values
 
 
