@@ -272,7 +272,7 @@ def test_tune_kernel_on_the_gpu(tmp_path):
     statuses = set(result.trials["status"])
     assert statuses <= {"ok", "pruned_slow", "duplicate", "invalid"} and "ok" in statuses, statuses
     assert result.metric == "ratio" and result.best_flags.startswith("-DROWS=1024 -DCOLS=1024")
-    assert result.confirmation is not None and result.tied and result.tied[0] == result.best_params
+    assert result.confirmation is not None and result.best_params not in result.tied  # tied: the others
     assert tuner.load(result.study.study_name, storage=f"sqlite:///{tmp_path / 'gpu.db'}").best_params == result.best_params
 
 

@@ -111,13 +111,14 @@ class Result:
 
     @property
     def tied(self) -> list[dict[str, Value]]:
-        """The configs statistically tied with the winner in its confirmation (the winner first);
-        empty without a confirmation (replays, or fewer than two configs measured)."""
+        """The other configs statistically tied with the winner in its confirmation (``tuner best --json``'s
+        ``tied``, as params); empty without a tie or a confirmation (replays, or fewer than two configs measured)."""
+        from tuner.evaluate.confirm import tied_with_winner
+
         if self.confirmation is None:
             return []
         by_number = {t.number: t for t in self.study.get_trials(deepcopy=False)}
-        order = [self.confirmation["winner"], *(n for n in self.confirmation["tied"] if n != self.confirmation["winner"])]
-        return [dict(by_number[n].params) for n in order if n in by_number]
+        return [dict(by_number[n].params) for n in tied_with_winner(self.confirmation) if n in by_number]
 
     @property
     def trials(self) -> pd.DataFrame:

@@ -15,7 +15,7 @@ result = tuner.tune("studies/patch_embed_sm90a_hopper_grid.toml", trials=40, see
 print(result.best_value, result.metric)  # the winner's value: ms in a replay, a ratio to the reference on a GPU
 print(result.best_params)                # the tuned defines
 print(result.best_flags)                 # every -D flag, problem keys included, as `tuner best` prints them
-print(result.tied)                       # configs tied with the winner in its confirmation (GPU runs; [] here)
+print(result.tied)                       # the other configs tied with the winner in its confirmation (GPU runs; [] here)
 
 # %% Every trial as a pandas DataFrame (the results schema of `tuner export`)
 trials = result.trials

@@ -577,7 +577,7 @@ def _open_study(args, run_from: bool = True):
 
 
 def cmd_best(args) -> int:
-    from tuner.evaluate.confirm import confirmed_best, describe, failed_since
+    from tuner.evaluate.confirm import confirmed_best, describe, failed_since, tied_with_winner
     from tuner.store.header import HEADER_MARK, write_header
     from tuner.store.results import metric_of, time_of, value_of
 
@@ -595,7 +595,7 @@ def cmd_best(args) -> int:
     metric = metric_of(study)
     if args.header:
         write_header(args.header, study, best)
-    tied = confirmation["tied"] if confirmation else None
+    tied = tied_with_winner(confirmation) if confirmation else None
     if args.json:
         # (several objectives: the time one, as the summary's best; `--pareto` gives the front)
         print(json.dumps({"study": study.study_name, metric: value_of(best), "ms": time_of(best, study.get_trials(deepcopy=False)),

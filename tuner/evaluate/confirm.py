@@ -81,7 +81,7 @@ def confirm_study(study: optuna.Study, space: Space, evaluator: Confirms, device
     left_out = [{"trial": trials[entry["index"] - 1].number, "status": entry["status"], "reason": entry["reason"]}
                 for entry in sensors.pop("left_out", [])]
     rows = []
-    for s in standings:
+    for place, s in enumerate(standings):  # the winner first
         trial = trials[s.index - 1]
         rows.append({
             "trial": trial.number,
@@ -89,7 +89,7 @@ def confirm_study(study: optuna.Study, space: Space, evaluator: Confirms, device
             "ratio": s.to_reference.ratio,
             "to_winner": s.to_winner.ratio,
             "to_winner_ci": [s.to_winner.lo, s.to_winner.hi],
-            "tied": s.tied,
+            "tied": s.tied and place > 0,  # tied with the winner: another config (the winner ties with itself)
             "flags": trial.user_attrs.get("flags", ""),
         })
     record = {
@@ -101,7 +101,7 @@ def confirm_study(study: optuna.Study, space: Space, evaluator: Confirms, device
         "rounds": rounds,
         "resolution": resolution,
         "winner": rows[0]["trial"] if rows else None,
-        "tied": [r["trial"] for r in rows if r["tied"]],
+        "tied": [r["trial"] for r in rows if r["tied"]],  # the others tied with the winner
         "standings": rows,
         **({"left_out": left_out} if left_out else {}),
         **sensors,
@@ -217,6 +217,12 @@ def failed_since(study: optuna.Study, trial: int) -> str | None:
     return None
 
 
+def tied_with_winner(record: dict) -> list[int]:
+    """The trials a confirmation found statistically tied with its winner, the winner left out
+    (records stored before 2026-12 list it among them too)."""
+    return [n for n in record["tied"] if n != record["winner"]]
+
+
 def describe(record: dict) -> str:
     """One line: the confirmed winner and its tie set, and the configs left out."""
     left_out = "; ".join(f"trial {e['trial']} failed its output check here ({e['status']}: {e['reason']})"
@@ -224,7 +230,7 @@ def describe(record: dict) -> str:
     if record["winner"] is None:
         return (f"no confirmed winner: fewer than 2 of the top configs passed their output check on "
                 f"{record['device_name']} at {record['at']}: {left_out}")
-    others = [n for n in record["tied"] if n != record["winner"]]
+    others = tied_with_winner(record)
     ties = f"tied with trial(s) {', '.join(map(str, others))}" if others else "no tie"
     line = (f"confirmed winner: trial {record['winner']} ({ties}; {len(record['standings'])} configs, "
             f"{record['rounds']} rounds on {record['device_name']} at {record['at']})")

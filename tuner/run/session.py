@@ -573,5 +573,7 @@ def _check_run_from(study: optuna.Study, study_file: str | Path) -> None:
 
 def _gist(record: dict) -> dict:
     """What a run's summary keeps of a confirmation record."""
-    return {"winner": record["winner"], "tied": record["tied"], "standings": record["standings"],
+    from tuner.evaluate.confirm import tied_with_winner
+
+    return {"winner": record["winner"], "tied": tied_with_winner(record), "standings": record["standings"],
             "session_factor": record.get("session_factor")}
