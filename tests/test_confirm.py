@@ -1,4 +1,4 @@
-"""What a confirmation's `tied` names, on confirmations of planted times (no GPU, no compile).
+"""`tuner confirm`'s table and what `tied` names, on confirmations of planted times (no GPU, no compile).
 
 Trials are stored with known values; a confirmation double times their configs round-robin at
 ratios to the reference chosen per round, and the real ranking (:func:`rank_interleaved`) judges them.
@@ -15,6 +15,7 @@ from tests.conftest import ROOT
 from tuner.contract.kernel_spec import load_spec
 from tuner.evaluate.confirm import confirm_study, describe
 from tuner.measurement.paired import rank_interleaved
+from tuner.run.session import Session
 from tuner.search.space import Space
 from tuner.testing import cli
 
@@ -60,6 +61,32 @@ def stored(tmp_path):
 
 def trial_of(study, key) -> int:
     return next(t.number for t in study.trials if (t.params["BLOCK"], t.params["THREAD_TILE"]) == key)
+
+
+def test_the_table_shows_what_the_winner_is_chosen_by(stored, tmp_path, monkeypatch):
+    """A config tied with the winner may have a median ratio to it below 1 (medians of per-round ratios do
+    not compose): the table orders by, and shows, the median ratio to the reference the winner is chosen by,
+    and for the others the interval that ties them, so no row reads faster than the winner."""
+    url, study, space = stored
+    record = confirm_study(study, space, PlantedSession(NON_TRANSITIVE), {"name": "Fake GPU"}, top=3, rounds=7)
+    winner, tie, slower = (trial_of(study, k) for k in NON_TRANSITIVE)
+    assert record["winner"] == winner and record["tied"] == [tie]
+    tie_row = next(r for r in record["standings"] if r["trial"] == tie)
+    assert tie_row["to_winner"] < 1 < tie_row["to_winner_ci"][1]  # the planted case: it reads faster in the pairs
+
+    monkeypatch.setattr(Session, "confirm_stored", lambda self: ("s", record))
+    (study_file := tmp_path / "s.toml").write_text("")  # (the session never reads it here)
+    result = cli("confirm", study_file, "--storage", url)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    rows = {int(line.split()[1]): line for line in out if line.startswith("trial")}
+    assert list(rows) == [winner, tie, slower]
+    lo, hi = tie_row["to_winner_ci"]
+    assert rows[tie].endswith(f"x0.9300 of the reference  x[{lo:.4f}, {hi:.4f}] of the winner  TIED")
+    assert rows[winner].endswith("x0.9200 of the reference  WINNER")
+    assert rows[slower].endswith(" of the winner") and "x0.9700 of the reference" in rows[slower]
+    assert out[0].startswith("WINNER: the lowest median ratio to the reference; TIED: not provably slower than it "
+                             "by more than 0.25 %")  # why the winner is the winner, and what ties
 
 
 @pytest.mark.parametrize("planted", ["no tie", "a tie"])

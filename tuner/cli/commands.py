@@ -294,10 +294,10 @@ def cmd_confirm(args) -> int:
         raise UserError(f"study {name!r} has fewer than 2 completed configs: nothing to confirm yet")
     if args.json:
         print(json.dumps({"study": name, **confirmed}))
-    else:
-        for row in confirmed["standings"]:
-            print(f"trial {row['trial']:>5}  x{row['to_winner']:.4f} of the winner "
-                  f"[{row['to_winner_ci'][0]:.4f}, {row['to_winner_ci'][1]:.4f}]  {'TIED' if row['tied'] else ''}")
+    elif confirmed["winner"] is not None:  # (none: all but one config failed their output check, as said)
+        from tuner.evaluate.confirm import standings_table
+
+        print("\n".join(standings_table(confirmed)))
     return 0
 
 

@@ -223,6 +223,24 @@ def tied_with_winner(record: dict) -> list[int]:
     return [n for n in record["tied"] if n != record["winner"]]
 
 
+def standings_table(record: dict) -> list[str]:
+    """``tuner confirm``'s table: each config's median ratio to the reference (the winner has the lowest:
+    the table's order) and, for the others, the interval of its ratio to the winner that ties it or not.
+    (The median of the ratios to the winner is left out: medians of per-round ratios do not compose, so a
+    config tied with the winner may have one below 1 while its median ratio to the reference is above
+    the winner's.)"""
+    resolution = record.get("resolution", CI_TARGET)
+    lines = [f"WINNER: the lowest median ratio to the reference; TIED: not provably slower than it by more than "
+             f"{100 * resolution:.2f} % (the 95 % interval of its ratio to the winner, round by round, reaches "
+             f"{1 + resolution:.4f})"]
+    for row in record["standings"]:
+        lo, hi = row["to_winner_ci"]
+        against_winner = ("WINNER" if row["trial"] == record["winner"]
+                          else f"x[{lo:.4f}, {hi:.4f}] of the winner{'  TIED' if row['tied'] else ''}")
+        lines.append(f"trial {row['trial']:>5}  x{row['ratio']:.4f} of the reference  {against_winner}")
+    return lines
+
+
 def describe(record: dict) -> str:
     """One line: the confirmed winner and its tie set, and the configs left out."""
     left_out = "; ".join(f"trial {e['trial']} failed its output check here ({e['status']}: {e['reason']})"

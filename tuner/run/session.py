@@ -576,4 +576,4 @@ def _gist(record: dict) -> dict:
     from tuner.evaluate.confirm import tied_with_winner
 
     return {"winner": record["winner"], "tied": tied_with_winner(record), "standings": record["standings"],
-            "session_factor": record.get("session_factor")}
+            "session_factor": record.get("session_factor"), "resolution": record.get("resolution")}
