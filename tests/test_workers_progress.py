@@ -68,7 +68,8 @@ def test_workers_show_the_studys_progress_and_end_as_one_process_does(tmp_path):
 
 def test_workers_end_with_the_reference_and_the_confirmation_as_one_process_does(tmp_path):
     """A study whose first run chose its reference, resumed by two workers: their summary names the
-    reference as that run's did, and the winner the workers confirmed is said before it."""
+    reference as that run's did, and the winner is confirmed once, after the last trial of either
+    worker (not once by each, each as its own trials end), and said before it."""
     url = str(tmp_path / "s.log")
     common = ["--storage", url, "--cache-dir", tmp_path / "cache", "--seed", 3]
     env = {"TUNER_WORKER_BACKEND": FAKE_BACKEND}
@@ -78,8 +79,13 @@ def test_workers_end_with_the_reference_and_the_confirmation_as_one_process_does
     run = tuner("run", STUDY, "--trials", 10, "--workers", 2, *common, env=env)
     assert run.returncode == 0, run.stderr
     assert reference in run.stdout.splitlines(), run.stdout
-    assert any(line.startswith("confirmed winner: trial ") for line in run.stderr.splitlines()), run.stderr
+    assert [line for line in run.stderr.splitlines() if line.startswith("confirmed winner: trial ")], run.stderr
     assert "example_sgemm 10/10 trials, best=" in run.stderr
+    study = optuna.load_study(study_name="example_sgemm", storage=open_storage(url, create=False))
+    first_confirmation, confirmation = study.user_attrs["confirmations"]  # the first run's, and the workers' one
+    last_trial = max(t.datetime_complete for t in study.get_trials(deepcopy=False) if t.datetime_complete)
+    assert confirmation["at"] >= last_trial.astimezone().isoformat(timespec="seconds")
+    assert f"(trial {confirmation['winner']})" in next(ln for ln in run.stdout.splitlines() if ln.startswith("best: "))
 
 
 def test_a_ctrl_c_stops_workers_while_the_run_watches_their_study(tmp_path):

@@ -134,25 +134,43 @@ def run_workers(args) -> int:
         if not any(m.startswith("tuner: error") for m in messages):
             print(f"tuner: error: none of the {n} workers finished (exit codes {codes})", file=sys.stderr)
         return code
-    from tuner.evaluate.confirm import describe, last_confirmation
     from tuner.run.summary import nothing_ran, print_summary, summarize
 
     study = stored_study(finished[0][1]["study"], storage, url)
+    confirmed = None
+    if not args.run.replay and not failed:  # once, now that no worker measures: each skipped its own
+        confirmed = _confirm(args, study, sum(s.get("trials_run") or 0 for _, s in finished))
     summary = summarize(study, url)
     summary.update(workers=n, worker_exit_codes=codes, elapsed_s=round(elapsed, 2), **run_pace(finished))
     if recorded := [s["recorded_best_ms"] for _, s in finished if s.get("recorded_best_ms")]:  # (a replay's workers)
         from tuner.evaluate.replay import yardstick
 
         summary.update(yardstick(recorded[0], summary.get("best")))
-    confirmation = last_confirmation(study)
-    if confirmation is not None and not args.json:  # said before the summary, as a run of one process says it
-        print(describe(confirmation), file=sys.stderr)
+    if confirmed is not None:
+        from tuner.run.session import confirmed_best
+
+        summary["confirmed"] = confirmed
+        confirmed_best(study, summary)
     if not args.json and (idle := nothing_ran(summary, plan[1] if plan else None)):  # (a worker's own note is in its --json)
         print(idle, file=sys.stderr)
     print_summary(summary, args.json)
     if failed and not args.json:
         print(f"{len(failed)} worker(s) failed: exit codes {codes}", file=sys.stderr)
     return exit_code(codes)
+
+
+def _confirm(args, study: optuna.Study, trials_run: int) -> dict | None:
+    """The study's top configs confirmed on this host's GPU, as a run of one process ends (its lines said
+    as that run says them)."""
+    from tuner.run.session import Session
+
+    session = Session(args.study_file, storage=args.storage, given=args.given, command="confirm",
+                      progress=shown_on_stderr(args.json), say=None if args.json else _say)
+    return session.confirm_after_workers(study, trials_run)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr)
 
 
 def _outputs(outs: Sequence[typing.IO[str]], errs: Sequence[typing.IO[str]]) -> tuple[list[dict | None], list[str]]:

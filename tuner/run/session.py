@@ -392,21 +392,34 @@ class Session:
                 return
 
     def _confirm_after_run(self, loaded: Loaded, evaluation: Evaluation, study: optuna.Study, summary: dict) -> None:
-        from tuner.evaluate.confirm import standing_confirmation
-
         search = self.search(loaded.cfg) if loaded.cfg else None
         if loaded.recording is None and search is not None and search.confirm_top >= 2:
-            standing = None if summary.get("trials_run") else standing_confirmation(study)
-            if standing is not None:  # a re-run with nothing to do: the winner stands as confirmed
-                self._say(f"confirmed at {standing['at']}, with no trial since: `tuner confirm` measures again")
-                summary["confirmed"] = _gist(standing)
-            else:
-                summary["confirmed"] = self.confirm(study, loaded.space, evaluation.evaluator, search)
-            winner = (summary["confirmed"] or {}).get("winner")
-            if winner is not None:  # the run's best is the confirmed winner, as `tuner best` names it
-                from tuner.run.summary import best_entry
+            if os.environ.get(PEERS_ENV):  # a worker of `tuner run --workers N`, which confirms once all have ended
+                return
+            summary["confirmed"] = self._standing(study, summary.get("trials_run", 0)) or self.confirm(
+                study, loaded.space, evaluation.evaluator, search)
+            confirmed_best(study, summary)
 
-                summary["best"] = best_entry(study, study.trials[winner])
+    def _standing(self, study: optuna.Study, trials_run: int) -> dict | None:
+        """The study's last confirmation where this run measured nothing and no trial came after it:
+        it stands (said), and is not measured again."""
+        from tuner.evaluate.confirm import standing_confirmation
+
+        standing = None if trials_run else standing_confirmation(study)
+        if standing is None:
+            return None
+        self._say(f"confirmed at {standing['at']}, with no trial since: `tuner confirm` measures again")
+        return _gist(standing)
+
+    def confirm_after_workers(self, study: optuna.Study, trials_run: int) -> dict | None:
+        """``tuner run --workers N`` once every worker has ended (none confirms on its own): the study's top
+        configs confirmed once, on this host's GPU, as a run of one process confirms them; the record's gist
+        (None: the study file turns the confirmation off, or fewer than 2 configs to compare)."""
+        from tuner.study.file import load_study
+
+        if self.study_file is None or self.search(load_study(self.study_file)).confirm_top < 2:
+            return None
+        return self._standing(study, trials_run) or self.confirm_stored()[1]
 
     def confirm(self, study: optuna.Study, space: Space, evaluator: Any, search: options.SearchSettings) -> dict | None:
         """Re-measure the study's top configs against each other on this GPU; the record's gist."""
@@ -569,6 +582,15 @@ def _check_run_from(study: optuna.Study, study_file: str | Path) -> None:
     if differs:
         raise UserError(f"study {study.study_name!r} was not run from {study_file} ({'; '.join(differs)}): give the "
                         "study file it was run from, or --study NAME alone")
+
+
+def confirmed_best(study: optuna.Study, summary: dict) -> None:
+    """The summary's best is its confirmation's winner, where one was confirmed (as `tuner best` names it)."""
+    from tuner.run.summary import best_entry
+
+    winner = (summary.get("confirmed") or {}).get("winner")
+    if winner is not None:
+        summary["best"] = best_entry(study, study.trials[winner])
 
 
 def _gist(record: dict) -> dict:
