@@ -128,6 +128,16 @@ def test_a_cell_run_again_and_a_timeout_count_from_the_call(tmp_path, monkeypatc
     assert repr(again).startswith("<Result 'patch_embed_sm90a_hopper_grid.replay': 4 trials, best {")
 
 
+def test_a_recording_alone_is_tuned_without_a_study_argument():
+    """``study`` may be left out where ``replay=`` names a Kernel Tuner cache, as the docstring says;
+    neither given is the command's one line."""
+    recording = ROOT / "tests" / "data" / "kernel_tuner" / "pnpoly_RTX_3090.json.gz"
+    result = tuner.tune(replay=recording, storage="memory", trials=2)
+    assert result.study.study_name == "pnpoly_RTX_3090.replay" and len(result.trials) == 2
+    with pytest.raises(UserError, match=r"give a study file \(studies/NAME.toml\), or replay=FILE"):
+        tuner.tune(storage="memory", trials=2)
+
+
 def test_a_study_whose_every_config_failed_still_gives_its_trials(tmp_path):
     cache = {"device_name": "GPU", "kernel_name": "k", "tune_params_keys": ["x"], "tune_params": {"x": [1, 2, 3]},
              "objective": "time", "cache": {str(x): {"x": x, "time": "CompilationFailedConfig"} for x in (1, 2, 3)}}

@@ -206,11 +206,11 @@ def _api_call() -> Iterator[None]:
                 optuna.logging.set_verbosity(_verbosity_before)
 
 
-def tune(study: str | Path | None, *, trials: int | None = None, storage: str | Path | None = None,
+def tune(study: str | Path | None = None, *, trials: int | None = None, storage: str | Path | None = None,
          replay: str | Path | None = None, progress: bool = False, **settings: Any) -> Result:
     """Run (or resume) a study as ``tuner run`` does; its result.
 
-    ``study``: a study file (None with a Kernel Tuner, T4 or KTT ``replay`` file alone); ``trials``: the
+    ``study``: a study file (left out with a Kernel Tuner, T4 or KTT ``replay`` file alone); ``trials``: the
     study's total to reach (default: the file's; a call again resumes the study); ``storage``: as
     ``--storage`` (default ``sqlite:///tuner.db``), or a path (``FILE.log``: a journal, else a
     SQLite file); ``"memory"`` keeps nothing past the call; ``replay``: a recorded table instead of
