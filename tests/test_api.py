@@ -227,11 +227,44 @@ def test_what_a_study_keeps_for_good_is_no_setting_and_says_where_it_is_set():
     ({"restrictions": [lambda p: p["BLOCK_SIZE"] <= 1024]}, "a function cannot be written into the study"),
     ({"problem": (1024, 1024)}, "problem: a dict of sizes by name"),
     ({"atol": -1}, "atol: a positive number"),
-], ids=["one string", "a function", "a tuple problem", "a negative atol"])
+    ({"tune_params": {"BLOCK_SIZE": 64, "ITEMS": [1, 2]}}, "tune_params['BLOCK_SIZE']: give a list of values, e.g. "
+                                                           "{'BLOCK_SIZE': [64, 128]}; got 64"),
+    ({"tune_params": [("BLOCK_SIZE", [64])]}, "tune_params: a dict of value lists by define"),
+    ({"arguments": tuner.In("x", ("ROWS", "COLS"))}, "arguments: a list of tuner.In, tuner.Out and tuner.Scalar"),
+    ({"grid": 4096}, "grid: three numbers or expressions, e.g. ('ceil_div(N, BLOCK)', 1, 1); got int 4096"),
+    ({"block": "BLOCK_SIZE"}, "block: three numbers or expressions, e.g. ('BLOCK', 1, 1); got str 'BLOCK_SIZE'"),
+    ({"restrictions": None}, "restrictions: a list of expression strings"),
+    ({"restrictions": [1024]}, "restrictions: a list of expression strings"),
+    ({"derived": ["THREADS"]}, "derived: a dict of expression strings by name"),
+    ({"reference": lambda x, y: 2 * x + y}, "reference: an expression string for the first output's rows"),
+    ({"kernel_source": ROOT / "kernel" / "axpy.cu"}, "kernel_source: the CUDA source as a string (a file's: "
+                                                     "Path('k.cu').read_text())"),
+    ({"kernel_name": 3}, "kernel_name: the name of the source's __global__ function"),
+    ({"folder": 3}, "folder: a folder's path; got int 3"),
+], ids=["one string", "a function", "a tuple problem", "a negative atol", "a value for a list", "a list for a dict",
+        "one argument", "a number for a grid", "a name for a block", "no restrictions", "a number for a restriction",
+        "a list for derived", "a function for a reference", "a path for a source", "a number for a name",
+        "a number for a folder"])
 def test_kernel_tuner_habits_in_tune_kernel_are_one_line(tmp_path, change, says):
+    """A wrong type among tune_kernel's arguments is the one line naming the argument and what it takes,
+    not a TypeError from inside the writing of the study."""
     with pytest.raises(tuner.UserError) as err:
-        tuner.kernel_study(**{**axpy(tmp_path / "k"), **change})
+        tuner.tune_kernel(**{**axpy(tmp_path / "k"), **change}, storage="memory")
     assert says in str(err.value) and "\n" not in str(err.value)
+    assert "study.toml" not in str(err.value)
+
+
+@pytest.mark.parametrize("call,says", [
+    (lambda: tuner.tune(3, storage="memory"), "study: a study file's path (left out with replay=FILE alone), not a int"),
+    (lambda: tuner.load(["a.toml"], storage="memory"), "study: a study file's path or a study's name in the storage, "
+                                                       "not a list"),
+    (lambda: tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage="memory", objectives=["speed"]),
+     'objectives: objectives must be ["time"] or ["time", "energy"], got [\'speed\']'),
+], ids=["tune: a number", "load: a list", "objectives: an unknown name"])
+def test_a_study_or_setting_of_the_wrong_kind_is_one_line(call, says):
+    with pytest.raises(tuner.UserError) as err:
+        call()
+    assert str(err.value) == says
 
 
 @pytest.mark.parametrize("change,says", [

@@ -30,6 +30,7 @@ from tuner.contract.kernel_spec import Scalar, Value
 from tuner.contract.light import In, Out
 from tuner.errors import UserError
 from tuner.lifetime import children_skip_user_main
+from tuner.measurement.pareto import check_objectives
 from tuner.store import results
 from tuner.study import options
 
@@ -160,10 +161,18 @@ def _given(settings: Mapping[str, Any]) -> dict[str, Any]:
         if structured and not isinstance(value, (list, tuple) if opt.kind is list else (dict, str)):  # str: "baseline"
             example = _EXAMPLES.get(name, "[...]" if opt.kind is list else "{...}")
             raise UserError(f"{name}: a {opt.kind.__name__}, e.g. {name}={example}; got {value!r}")
+        if name == "objectives":  # as the study file's: else an unknown name is said as a mismatch with the study
+            value = check_objectives(value, name)
         given[name] = value if structured else opt.check(value, name)
     if given.get("workers", 1) > 1:
         raise UserError("workers: several GPUs on one study run from the command line (tuner run --workers N)")
     return given
+
+
+def _check_study(study: Any, expected: str) -> None:
+    """A study is given by a path (a str or a Path) or a name: anything else is the one line saying what it takes."""
+    if not isinstance(study, (str, os.PathLike)):
+        raise UserError(f"study: {expected}, not a {type(study).__name__}")
 
 
 def _storage_url(storage: Any) -> str | None:
@@ -220,6 +229,8 @@ def tune(study: str | Path | None = None, *, trials: int | None = None, storage:
     """
     from tuner.run.session import Session
 
+    if study is not None:
+        _check_study(study, "a study file's path (left out with replay=FILE alone)")
     given = _given({**settings, **({"trials": trials} if trials is not None else {}),
                     **({"replay": replay} if replay is not None else {})})
     notes: list[str] = []
@@ -235,6 +246,7 @@ def load(study: str | Path, *, storage: str | Path | None = None) -> Result:
     run, else its grid, else its replay) or a study's name in the storage."""
     from tuner.run.session import open_study
 
+    _check_study(study, "a study file's path or a study's name in the storage")
     path, url = Path(study), _storage_url(storage)
     with _api_call():
         if path.suffix == ".toml" or path.is_file():

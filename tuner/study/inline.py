@@ -14,7 +14,7 @@ import hashlib
 import json
 import keyword
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -106,6 +106,28 @@ def _arg_data(arg: In | Out | Scalar) -> dict:
     raise UserError(f"argument {arg!r}: give tuner.In(name, shape), tuner.Out(name, shape) or tuner.Scalar(ctype, value)")
 
 
+#: what each argument of :func:`write_kernel` (``tuner.tune_kernel``) takes: its types, and what to give
+EXPECTED: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "kernel_name": (str, "the name of the source's __global__ function, e.g. 'axpy'"),
+    "kernel_source": (str, "the CUDA source as a string (a file's: Path('k.cu').read_text())"),
+    "problem": (Mapping, "a dict of sizes by name, e.g. {'N': 1 << 20} (passed as -D defines and named in grid, block "
+                         "and reference)"),
+    "arguments": ((list, tuple), "a list of tuner.In, tuner.Out and tuner.Scalar in the kernel's order, e.g. "
+                                 "[tuner.In('x', ('N',)), tuner.Out('out', ('N',))]"),
+    "tune_params": (Mapping, "a dict of value lists by define, e.g. {'BLOCK': [64, 128, 256]}"),
+    "grid": ((list, tuple), "three numbers or expressions, e.g. ('ceil_div(N, BLOCK)', 1, 1)"),
+    "block": ((list, tuple), "three numbers or expressions, e.g. ('BLOCK', 1, 1)"),
+    "reference": (str, "an expression string for the first output's rows, e.g. '2 * x[rows] + y[rows]'"),
+    "restrictions": ((list, tuple), "a list of expression strings over the defines and problem, e.g. "
+                                    "['BLOCK * TILE <= 1024'], or (expression, message) pairs (Python syntax; a "
+                                    "function cannot be written into the study)"),
+    "derived": ((Mapping, type(None)), "a dict of expression strings by name, e.g. {'THREADS': 'BLOCK // 32'}"),
+    "flops": ((str, type(None)), "an expression string over the problem, e.g. '2 * N'"),
+    "arch": (str, "'native' or a target, e.g. 'sm_90a'"),
+    "folder": ((str, os.PathLike, type(None)), "a folder's path"),
+}
+
+
 def write_kernel(
     kernel_name: str,
     kernel_source: str,
@@ -125,12 +147,19 @@ def write_kernel(
     rtol: float | None = None,
 ) -> Path:
     """Write the kernel's folder (see the module documentation); the study file's path."""
-    if not isinstance(problem, Mapping):
-        raise UserError(f"problem: a dict of sizes by name, e.g. {{'N': 1 << 20}} (passed as -D defines and named "
-                        f"in grid, block and reference); got {type(problem).__name__} {problem!r}")
-    if isinstance(restrictions, str) or callable(restrictions) or any(callable(r) for r in restrictions):
-        raise UserError("restrictions: a list of expression strings over the defines and problem, e.g. "
-                        '["BLOCK * TILE <= 1024"] (Python syntax; a function cannot be written into the study)')
+    given: dict[str, Any] = {
+        "kernel_name": kernel_name, "kernel_source": kernel_source, "problem": problem, "arguments": arguments,
+        "tune_params": tune_params, "grid": grid, "block": block, "reference": reference, "restrictions": restrictions,
+        "derived": derived, "flops": flops, "arch": arch, "folder": folder,
+    }
+    for name, argument in given.items():  # a wrong type fails here, not as a TypeError deep in the writing
+        kinds, expected = EXPECTED[name]
+        if not isinstance(argument, kinds):
+            raise UserError(f"{name}: {expected}; got {type(argument).__name__} {argument!r}")
+    for entry in restrictions:
+        pair = isinstance(entry, (tuple, list)) and len(entry) == 2 and all(isinstance(x, str) for x in entry)
+        if not isinstance(entry, str) and not pair:
+            raise UserError(f"restrictions: {EXPECTED['restrictions'][1]}; got {entry!r}")
     for name, tol in (("atol", atol), ("rtol", rtol)):
         if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0):
             raise UserError(f"{name}: a positive number (the output check's tolerance), got {tol!r}")
@@ -145,12 +174,13 @@ def write_kernel(
     if not tune_params:
         raise UserError("tune_params: give at least one define with a list of values")
     for name, values in tune_params.items():
-        if isinstance(values, (str, bytes)) or not list(values):
-            raise UserError(f"tune_params[{name!r}]: give a list of values")
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable) or not list(values):
+            raise UserError(f"tune_params[{name!r}]: give a list of values, e.g. {{{name!r}: [64, 128]}}; got {values!r}")
         for value in values:
             validate_define(name, value, "tune_params")
-    if len(grid) != 3 or len(block) != 3:
-        raise UserError("grid and block: give three dimensions each (numbers or expressions)")
+    for name, dims in (("grid", grid), ("block", block)):
+        if len(dims) != 3:
+            raise UserError(f"{name}: {EXPECTED[name][1]}; got {dims!r}")
     source = f"{kernel_name}.cu"
     data: dict[str, Any] = {
         "kernel_name": kernel_name, "source": source, "archs": [] if arch == "native" else [arch], "problem_keys": list(problem),
