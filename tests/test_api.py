@@ -240,11 +240,13 @@ def test_what_a_study_keeps_for_good_is_no_setting_and_says_where_it_is_set():
     ({"kernel_source": ROOT / "kernel" / "axpy.cu"}, "kernel_source: the CUDA source as a string (a file's: "
                                                      "Path('k.cu').read_text())"),
     ({"kernel_name": 3}, "kernel_name: the name of the source's __global__ function"),
+    ({"kernel_name": "ops/axpy"}, "kernel_name 'ops/axpy': the name of the source's __global__ function, e.g. 'axpy' "
+                                  "(a C identifier)"),
     ({"folder": 3}, "folder: a folder's path; got int 3"),
 ], ids=["one string", "a function", "a tuple problem", "a negative atol", "a value for a list", "a list for a dict",
         "one argument", "a number for a grid", "a name for a block", "no restrictions", "a number for a restriction",
         "a list for derived", "a function for a reference", "a path for a source", "a number for a name",
-        "a number for a folder"])
+        "a path for a name", "a number for a folder"])
 def test_kernel_tuner_habits_in_tune_kernel_are_one_line(tmp_path, change, says):
     """A wrong type among tune_kernel's arguments is the one line naming the argument and what it takes,
     not a TypeError from inside the writing of the study."""

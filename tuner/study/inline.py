@@ -156,6 +156,8 @@ def write_kernel(
         kinds, expected = EXPECTED[name]
         if not isinstance(argument, kinds):
             raise UserError(f"{name}: {expected}; got {type(argument).__name__} {argument!r}")
+    if not kernel_name.isidentifier():  # it names the source's file too: a '/' would be a folder
+        raise UserError(f"kernel_name {kernel_name!r}: {EXPECTED['kernel_name'][1]} (a C identifier)")
     for entry in restrictions:
         pair = isinstance(entry, (tuple, list)) and len(entry) == 2 and all(isinstance(x, str) for x in entry)
         if not isinstance(entry, str) and not pair:
