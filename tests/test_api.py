@@ -37,6 +37,14 @@ def axpy(folder, **kwargs):
                 flops="2 * ROWS * COLS", folder=folder, **kwargs)
 
 
+def axpy_recording(path):
+    """A recorded table of axpy over TUNE_PARAMS, fastest at BLOCK_SIZE=128, ITEMS=2."""
+    rows = [{"BLOCK_SIZE": b, "ITEMS": i, "ms": 1.0 + abs(b - 128) / 1000 + abs(i - 2) / 100, "status": "ok"}
+            for b, i in itertools.product(*TUNE_PARAMS.values())]
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
 def test_tune_then_load_give_the_same_winner(tmp_path):
     db = f"sqlite:///{tmp_path / 'api.db'}"
     result = tuner.tune(HOPPER, replay=HOPPER_REPLAY, storage=db, trials=25, seed=2)
@@ -292,10 +300,7 @@ def test_a_kernel_given_as_data_is_checked_before_any_build(tmp_path, change, sa
 def test_tune_kernel_adds_guards_and_tunes_on_a_replay(tmp_path):
     """A Kernel Tuner style source (no #ifndef guards): the guards are added with the first
     values as defaults; the kernel is tuned against a recorded table."""
-    recording = tmp_path / "axpy.csv"
-    rows = [{"BLOCK_SIZE": b, "ITEMS": i, "ms": 1.0 + abs(b - 128) / 1000 + abs(i - 2) / 100, "status": "ok"}
-            for b, i in itertools.product(*TUNE_PARAMS.values())]
-    pd.DataFrame(rows).to_csv(recording, index=False)
+    recording = axpy_recording(tmp_path / "axpy.csv")
     kwargs = axpy(tmp_path / "kt")
     kwargs["kernel_source"] = "extern \"C\" __global__ void axpy(const float* x, const float* y, float* out, float a)\n" \
                               "{ long i = (long)blockIdx.x * BLOCK_SIZE * ITEMS + threadIdx.x;\n" \
@@ -307,6 +312,30 @@ def test_tune_kernel_adds_guards_and_tunes_on_a_replay(tmp_path):
     cu = (tmp_path / "kt" / "axpy.cu").read_text()
     assert cu.startswith("#ifndef BLOCK_SIZE\n#define BLOCK_SIZE 32\n#endif\n#ifndef ITEMS\n#define ITEMS 1\n#endif\n")
     assert json.loads((tmp_path / "kt" / "kernel.json").read_text())["reference"] == "2.0 * x[rows] + y[rows]"
+
+
+@pytest.mark.parametrize("change,settings,says", [
+    ({"tune_params": {"BLOCK_SIZE": [64, 64], "ITEMS": [1]}}, {},
+     "tune_params['BLOCK_SIZE'] lists a value twice: 64; give each value once"),
+    ({"tune_params": {"BLOCK_SIZE": [64, "wide"], "ITEMS": [1]}}, {},
+     "tune_params['BLOCK_SIZE'] 'wide' is not an integer: BLOCK_SIZE is a number in axpy.cu (default 256)"),
+    ({"arch": "sm_9O"}, {}, "arch 'sm_9O' unknown; expected 'native' or one of "),
+    ({"problem": {"ROWS": 1024, "COLS": 1024, "ITEMS": 2}}, {},
+     "tune_params['ITEMS']: ITEMS is in problem too; a define is fixed (problem) or tuned (tune_params), not both"),
+    ({}, {"start": [{"BLOCK": 64}]}, "start #1.BLOCK: is not a search axis of tune_params"),
+    ({"restrictions": [("BLOCK_SIZE % 32 == 0", "BLOCK_SIZE={BLOCK} is not whole warps")]}, {},
+     "a restriction's message reads 'BLOCK', which is no define, problem key or derived value; known: BLOCK_SIZE, "
+     "COLS, ITEMS, ROWS"),
+], ids=["a value twice", "a word for a number", "an unknown arch", "a problem key tuned", "start: an unknown define",
+        "a restriction's message"])
+def test_what_the_files_written_for_a_kernel_say_names_the_calls_arguments(tmp_path, change, settings, says):
+    """tune_kernel writes a study file and a spec for the kernel: what is said of them names the call's
+    arguments (tune_params['BLOCK_SIZE'], arch), not the keys and files the caller never saw; also
+    what a run finds (a restriction's message is read when a config fails it)."""
+    with pytest.raises(tuner.UserError) as err:
+        tuner.tune_kernel(**{**axpy(tmp_path / "k"), **change}, replay=axpy_recording(tmp_path / "axpy.csv"),
+                          storage="memory", trials=4, sampler="grid", **settings)
+    assert str(err.value).startswith(says) and not re.search(r"study\.toml|spec\.py|\[space|\[study", str(err.value))
 
 
 @pytest.mark.gpu

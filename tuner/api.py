@@ -17,7 +17,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from tuner.lifetime import children_skip_user_main
 from tuner.measurement.pareto import check_objectives
 from tuner.store import results
 from tuner.study import options
+from tuner.study.inline import in_call_terms
 
 
 @dataclass
@@ -193,11 +194,17 @@ _verbosity_before = optuna.logging.WARNING
 
 
 @contextlib.contextmanager
-def _api_call() -> Iterator[None]:
+def _api_call(study: str | Path | None = None) -> Iterator[Callable[[str], str]]:
     """Optuna's per-trial log lines repeat what the trials record (the CLI silences them too); the
-    level comes back when the last of overlapping calls returns. A bad input's message names the
-    API's keywords, not the command's flags."""
+    level comes back when the last of overlapping calls returns. A bad input's message, and each
+    note (the function yielded), is in the caller's terms: the API's keywords, not the command's
+    flags, and for a kernel that tune_kernel wrote as ``study``, its arguments, not the files."""
     global _quiet_calls, _verbosity_before
+
+    def in_api_terms(message: str) -> str:
+        message = options.in_api_terms(message)
+        return message if study is None else in_call_terms(message, Path(study))
+
     with _quiet:
         if not _quiet_calls:
             _verbosity_before = optuna.logging.get_verbosity()
@@ -205,9 +212,9 @@ def _api_call() -> Iterator[None]:
         _quiet_calls += 1
     try:
         with children_skip_user_main():
-            yield
+            yield in_api_terms
     except UserError as exc:
-        raise type(exc)(options.in_api_terms(str(exc))) from None
+        raise type(exc)(in_api_terms(str(exc))) from None
     finally:
         with _quiet:
             _quiet_calls -= 1
@@ -234,9 +241,9 @@ def tune(study: str | Path | None = None, *, trials: int | None = None, storage:
     given = _given({**settings, **({"trials": trials} if trials is not None else {}),
                     **({"replay": replay} if replay is not None else {})})
     notes: list[str] = []
-    with _api_call():
+    with _api_call(study) as in_api_terms:
         summary, runner = Session(study, storage=_storage_url(storage), given=given, command="run", progress="bar" if progress else None,
-                                  say=lambda note: notes.append(options.in_api_terms(note)),
+                                  say=lambda note: notes.append(in_api_terms(note)),
                                   started=time.monotonic()).run()
         return Result.of(runner.study, summary, notes)
 
@@ -248,7 +255,7 @@ def load(study: str | Path, *, storage: str | Path | None = None) -> Result:
 
     _check_study(study, "a study file's path or a study's name in the storage")
     path, url = Path(study), _storage_url(storage)
-    with _api_call():
+    with _api_call(study):
         if path.suffix == ".toml" or path.is_file():
             return Result.of(open_study(url, study_file=path))
         return Result.of(open_study(url, name=str(study)))
@@ -296,6 +303,7 @@ def kernel_study(kernel_name: str, kernel_source: str, problem: Mapping[str, Val
         path = write_kernel(kernel_name, kernel_source, problem, arguments, tune_params, grid=grid, block=block,
                             reference=reference, restrictions=restrictions, derived=derived, flops=flops, arch=arch,
                             folder=folder, atol=atol, rtol=rtol)
+    with _api_call(path):  # what the files written say, in the terms of this call
         _check_kernel(path)
     return path
 
@@ -312,21 +320,17 @@ def _check_kernel(study: Path) -> None:
     from tuner.contract.arch import NATIVE, limits
     from tuner.contract.source import SourceBundle
     from tuner.search.space import Space
-    from tuner.study.inline import SPEC_FILE
 
-    try:
-        cfg, space = Space.load(study)
-        spec, problem = space.spec, dict(space.problem)
-        found = SourceBundle.load(spec.source_path).global_functions()
-        if found and spec.kernel_name not in found:
-            raise UserError(f"kernel_name {spec.kernel_name!r} is not a __global__ function of the source (it has "
-                            f"{', '.join(found)})")
-        space.check(space.defaults())  # the restrictions, evaluated: a name they do not know is an error
-        target = CHECK_TARGET if cfg.arch == NATIVE else cfg.arch
-        buffers, failures = check_spec(spec, problem, target)
-        if not failures:
-            failures = check_launch(spec, space.full_config(space.defaults()), problem, limits(target), buffers)[1]
-        if failures:
-            raise UserError(failures[0])
-    except UserError as exc:  # the spec file is ours, not the caller's: name the kernel
-        raise UserError(str(exc).replace(f"kernel spec {SPEC_FILE}: ", "")) from None
+    cfg, space = Space.load(study)
+    spec, problem = space.spec, dict(space.problem)
+    found = SourceBundle.load(spec.source_path).global_functions()
+    if found and spec.kernel_name not in found:
+        raise UserError(f"kernel_name {spec.kernel_name!r} is not a __global__ function of the source (it has "
+                        f"{', '.join(found)})")
+    space.check(space.defaults())  # the restrictions, evaluated: a name they do not know is an error
+    target = CHECK_TARGET if cfg.arch == NATIVE else cfg.arch
+    buffers, failures = check_spec(spec, problem, target)
+    if not failures:
+        failures = check_launch(spec, space.full_config(space.defaults()), problem, limits(target), buffers)[1]
+    if failures:
+        raise UserError(failures[0])

@@ -14,6 +14,7 @@ import hashlib
 import json
 import keyword
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,6 +27,7 @@ from tuner.errors import UserError
 
 DATA = "kernel.json"
 SPEC_FILE = "spec.py"
+STUDY_FILE = "study.toml"
 SPEC_MODULE = ("from pathlib import Path\n\nfrom tuner.study.inline import spec_class\n\n"
                "Spec = spec_class(Path(__file__).parent / 'kernel.json')  # the kernel's data, written by tuner.tune_kernel\n")
 _NUMPY = {"np": np, "min": min, "max": max, "abs": abs, "len": len}
@@ -180,6 +182,9 @@ def write_kernel(
             raise UserError(f"tune_params[{name!r}]: give a list of values, e.g. {{{name!r}: [64, 128]}}; got {values!r}")
         for value in values:
             validate_define(name, value, "tune_params")
+    for name in tune_params.keys() & problem.keys():
+        raise UserError(f"tune_params[{name!r}]: {name} is in problem too; a define is fixed (problem) or tuned "
+                        "(tune_params), not both")
     for name, dims in (("grid", grid), ("block", block)):
         if len(dims) != 3:
             raise UserError(f"{name}: {EXPECTED[name][1]}; got {dims!r}")
@@ -201,10 +206,31 @@ def write_kernel(
     _guarded(folder / source, {n: list(v)[0] for n, v in tune_params.items()})
     (folder / DATA).write_text(json.dumps(data, indent=1))
     (folder / SPEC_FILE).write_text(SPEC_MODULE)
-    study = folder / "study.toml"
+    study = folder / STUDY_FILE
     study.write_text(toml_text({"study": {"name": kernel_name, "kernel": SPEC_FILE, "arch": arch},
                             "problem": dict(problem), "space.tier1": {k: list(v) for k, v in tune_params.items()}}))
     return study
+
+
+#: a kernel folder's study-file keys, as the arguments of the tune_kernel call they were written from
+_CALL_TERMS = ((re.compile(r"\[space\.tier1\.(\w+)\]"), r"tune_params['\1']"),
+               (re.compile(r"\[space\.tier1\](?: / \[space\.tier2\])?"), "tune_params"),
+               (re.compile(r"\[study\.arch\]"), "arch"))
+
+
+def in_call_terms(message: str, study: Path) -> str:
+    """``message`` in the terms of the tune_kernel call that wrote ``study`` (any other study's, as it
+    is): the study file's keys as the call's arguments, and neither that file nor the spec named (the
+    caller wrote neither)."""
+    folder = study.parent
+    if study.name != STUDY_FILE or not (folder / DATA).is_file() or not (folder / SPEC_FILE).is_file():
+        return message
+    for spelling in {str(study), str(study.absolute()), str(study.resolve())}:
+        message = message.replace(f"{spelling}: ", "")
+    message = re.sub(rf"kernel spec (?:\S*/)?{re.escape(SPEC_FILE)}(?::\d+)?: ", "", message)
+    for key, argument in _CALL_TERMS:
+        message = key.sub(argument, message)
+    return message
 
 
 def kernels_dir() -> Path:
