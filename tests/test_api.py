@@ -278,7 +278,14 @@ def test_a_study_or_setting_of_the_wrong_kind_is_one_line(call, says):
 
 
 @pytest.mark.parametrize("change,says", [
-    ({"restrictions": ["BLOCK_SIZES <= 1024"]}, "'BLOCK_SIZES <= 1024': name 'BLOCK_SIZES' is not defined; known: "),
+    ({"restrictions": ["BLOCK_SIZES <= 1024"]}, "restrictions: 'BLOCK_SIZES <= 1024' reads BLOCK_SIZES, which is no "
+                                                "define, problem key or derived value; known: BLOCK_SIZE, COLS, ITEMS, "
+                                                "ROWS; functions: min, max"),
+    ({"restrictions": ["BLOCK_SIZE >= 64 or BLOK_X * 2 <= 64"]}, "restrictions: 'BLOCK_SIZE >= 64 or BLOK_X * 2 <= 64' "
+                                                                 "reads BLOK_X, which is no define"),
+    ({"derived": {"WARPS": "BLOCK_SIZE // 32 if BLOCK_SIZE >= 32 else BLOK_SIZE"}},
+     "derived: 'BLOCK_SIZE // 32 if BLOCK_SIZE >= 32 else BLOK_SIZE' reads BLOK_SIZE, which is no define, problem key or "
+     "derived value; known: BLOCK_SIZE, COLS, ITEMS, ROWS, WARPS"),
     ({"reference": "2.0 * z[rows] + y[rows]"}, "reference '2.0 * z[rows] + y[rows]': name 'z' is not defined; "
                                                "known: x, y (inputs)"),
     ({"reference": "x[rows].T"}, "reference() returned shape"),
@@ -288,10 +295,12 @@ def test_a_study_or_setting_of_the_wrong_kind_is_one_line(call, says):
     ({"kernel_name": "axpi"}, "kernel_name 'axpi' is not a __global__ function of the source (it has axpy)"),
     ({"arguments": [tuner.In("in", ("ROWS", "COLS")), tuner.In("y", ("ROWS", "COLS")), tuner.Out("out", ("ROWS", "COLS")),
                     tuner.Scalar("float32", 2.0)]}, "argument 'in': not a name the reference and shapes can use"),
-], ids=["restriction", "reference name", "reference shape", "grid", "block", "kernel name", "keyword"])
+], ids=["restriction", "restriction: a branch the first config skips", "derived: a branch the first config skips",
+        "reference name", "reference shape", "grid", "block", "kernel name", "keyword"])
 def test_a_kernel_given_as_data_is_checked_before_any_build(tmp_path, change, says):
     """What the first config's launch and reference show without a compiler is said by kernel_study,
-    naming the kernel's own expressions, not the spec file written for it."""
+    naming the kernel's own expressions, not the spec file written for it; a name the restrictions or
+    derived values read that no config has (a misspelt define), wherever it sits in them."""
     with pytest.raises(tuner.UserError) as err:
         tuner.kernel_study(**{**axpy(tmp_path / "k"), **change})
     assert says in str(err.value) and "\n" not in str(err.value) and "spec.py" not in str(err.value)

@@ -26,7 +26,7 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.contract.kernel_spec import Scalar, Value
+from tuner.contract.kernel_spec import KernelSpec, Scalar, Value
 from tuner.contract.light import In, Out
 from tuner.errors import UserError
 from tuner.lifetime import children_skip_user_main
@@ -327,10 +327,27 @@ def _check_kernel(study: Path) -> None:
     if found and spec.kernel_name not in found:
         raise UserError(f"kernel_name {spec.kernel_name!r} is not a __global__ function of the source (it has "
                         f"{', '.join(found)})")
-    space.check(space.defaults())  # the restrictions, evaluated: a name they do not know is an error
+    _check_names(spec, problem)
+    space.check(space.defaults())  # the restrictions, evaluated for the first config
     target = CHECK_TARGET if cfg.arch == NATIVE else cfg.arch
     buffers, failures = check_spec(spec, problem, target)
     if not failures:
         failures = check_launch(spec, space.full_config(space.defaults()), problem, limits(target), buffers)[1]
     if failures:
         raise UserError(failures[0])
+
+
+def _check_names(spec: KernelSpec, problem: Mapping[str, Value]) -> None:
+    """A restriction or derived value that reads a name no config has (a misspelt define, say) fails
+    now, also where it sits in a branch the first config does not take."""
+    from tuner.contract.light import FUNCTIONS, LightSpec, names_read
+
+    assert isinstance(spec, LightSpec)  # (tune_kernel's spec)
+    known = sorted({*spec.params, *problem, *spec.derived})
+    restrictions = [r if isinstance(r, str) else r[0] for r in spec.restrictions]
+    for argument, expressions in (("restrictions", restrictions), ("derived", list(spec.derived.values()))):
+        for expr in expressions:
+            unknown = sorted(names_read(expr) - set(known))
+            if unknown:
+                raise UserError(f"{argument}: {expr!r} reads {', '.join(unknown)}, which is no define, problem key "
+                                f"or derived value; known: {', '.join(known)}; functions: {', '.join(FUNCTIONS)}")

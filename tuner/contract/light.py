@@ -18,6 +18,7 @@ encodings) keep the full :class:`~tuner.contract.kernel_spec.KernelSpec`.
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -50,10 +51,19 @@ from tuner.errors import UserError
 _GUARD = re.compile(r"^[ \t]*#[ \t]*ifndef[ \t]+(\w+)[^\n]*\n[ \t]*#[ \t]*define[ \t]+(\1)[ \t]+([^\s/]+)", re.MULTILINE)
 #: names an expression may call besides the defines
 #: what an expression may call (Kernel Tuner's restrictions use these too)
-_FUNCTIONS = {"min": min, "max": max, "abs": abs, "ceil_div": lambda a, b: -(-a // b), "int": int, "float": float,
-              "round": round, "pow": pow, "ceil": math.ceil, "floor": math.floor, "log2": math.log2, "sqrt": math.sqrt}
+FUNCTIONS = {"min": min, "max": max, "abs": abs, "ceil_div": lambda a, b: -(-a // b), "int": int, "float": float,
+             "round": round, "pow": pow, "ceil": math.ceil, "floor": math.floor, "log2": math.log2, "sqrt": math.sqrt}
 
 Dim = int | str  # a number, or the name of a problem key / define / derived value
+
+
+def names_read(expr: str) -> set[str]:
+    """The names an expression reads besides the functions it may call, wherever they sit (in a branch
+    that no config takes too); the names its comprehensions and lambdas bind are not read."""
+    nodes = list(ast.walk(ast.parse(expr, mode="eval")))
+    bound = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    bound |= {n.arg for n in nodes if isinstance(n, ast.arg)}
+    return {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - bound - FUNCTIONS.keys()
 
 
 #: what a light spec's inputs may hold: uniform values in [-1, 1) need a float type
@@ -183,11 +193,11 @@ class LightSpec(KernelSpec):
     # -- names ------------------------------------------------------------------------
     def _eval(self, expr: str, names: Mapping[str, Any], zero_division_holds: bool | None = None) -> Any:
         try:
-            return eval(self._code[expr], {"__builtins__": {}, **_FUNCTIONS}, dict(names))
+            return eval(self._code[expr], {"__builtins__": {}, **FUNCTIONS}, dict(names))
         except NameError as exc:
             known = ", ".join(sorted(names))
             raise UserError(f"kernel spec {self.path.name}: {expr!r}: {exc}; known: {known}; functions: "
-                            f"{', '.join(_FUNCTIONS)}") from None
+                            f"{', '.join(FUNCTIONS)}") from None
         except Exception as exc:  # a value of the wrong type, a division by zero: name the values it read
             if isinstance(exc, ZeroDivisionError) and zero_division_holds is not None:
                 return zero_division_holds
