@@ -277,6 +277,22 @@ def test_a_study_or_setting_of_the_wrong_kind_is_one_line(call, says):
     assert str(err.value) == says
 
 
+def test_a_notebooks_numpy_integers_are_the_ints_they_hold(tmp_path):
+    """np.arange values, np.int64 sizes and settings are plain ints, written and tuned as such; numpy's
+    floats and bools stay refused as no integers."""
+    study = tuner.kernel_study(**{**axpy(tmp_path / "k"), "problem": {"ROWS": np.int64(1024), "COLS": np.int32(1024)},
+                                  "tune_params": {"BLOCK_SIZE": np.arange(32, 257, 32), "ITEMS": [np.int64(1), 2]}})
+    assert load_study(study).tier1 == {"BLOCK_SIZE": [32, 64, 96, 128, 160, 192, 224, 256], "ITEMS": [1, 2]}
+    result = tuner.tune(study, replay=axpy_recording(tmp_path / "axpy.csv"), storage="memory", trials=np.int64(3),
+                        seed=np.int64(3), start=[{"BLOCK_SIZE": np.int64(128), "ITEMS": np.int64(2)}])
+    assert len(result.trials) == 3 and result.study.trials[0].params == {"BLOCK_SIZE": 128, "ITEMS": 2}
+    for value in (np.float64(64), np.bool_(True)):
+        with pytest.raises(UserError, match=rf"tune_params: value {re.escape(repr(value))} of BLOCK_SIZE must be an integer"):
+            tuner.kernel_study(**{**axpy(tmp_path / "k"), "tune_params": {"BLOCK_SIZE": [value]}})
+    with pytest.raises(UserError, match=r"trials must be an integer, got np.float64\(3.0\)"):
+        tuner.tune(study, storage="memory", trials=np.float64(3))
+
+
 @pytest.mark.parametrize("change,says", [
     ({"restrictions": ["BLOCK_SIZES <= 1024"]}, "restrictions: 'BLOCK_SIZES <= 1024' reads BLOCK_SIZES, which is no "
                                                 "define, problem key or derived value; known: BLOCK_SIZE, COLS, ITEMS, "

@@ -16,6 +16,7 @@ bit patterns (see :mod:`tuner.contract.numerics` to encode and decode them).
 from __future__ import annotations
 
 import hashlib
+import numbers
 import re
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -276,14 +277,23 @@ class KernelSpec:
         return 0.0
 
 
-def validate_define(name: str, value: Value, where: str) -> None:
-    """Reject anything that could smuggle an option into the compiler command line."""
+def plain_int(value: Any) -> Any:
+    """A numpy integer (a notebook's ``np.arange``, ``np.int64``) as the Python int it holds; anything
+    else as it is (numpy's floats and bools are no integers: they stay, to be refused as such)."""
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+
+
+def validate_define(name: str, value: Value, where: str) -> Value:
+    """Reject anything that could smuggle an option into the compiler command line; the value as a
+    plain int or str (see :func:`plain_int`)."""
     if not isinstance(name, str) or not _DEFINE_NAME.fullmatch(name):
         raise UserError(f"{where}: define name {name!r} must be a C identifier (letters, digits, _)")
+    value = plain_int(value)
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not _DEFINE_VALUE.fullmatch(str(value)):
         raise UserError(
             f"{where}: value {value!r} of {name} must be an integer or a C identifier"
         )
+    return value
 
 
 def define_flags(defines: Mapping[str, Value]) -> list[str]:
@@ -382,6 +392,7 @@ def as_define_value(value: Any, where: str = "value") -> Value:
     axis value has one spelling and one config one kernel."""
     if isinstance(value, bool):
         return int(value)
+    value = plain_int(value)  # a numpy integer given by a call (start=, reference=)
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str) and value.lstrip("-").isdigit() and value.isascii():

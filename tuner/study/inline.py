@@ -167,8 +167,7 @@ def write_kernel(
     for name, tol in (("atol", atol), ("rtol", rtol)):
         if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0):
             raise UserError(f"{name}: a positive number (the output check's tolerance), got {tol!r}")
-    for name, value in problem.items():
-        validate_define(name, value, "problem")
+    problem = {name: validate_define(name, value, "problem") for name, value in problem.items()}  # numpy ints: ints
     for arg in arguments:
         arg_name = getattr(arg, "name", None)
         if isinstance(arg_name, str) and (not arg_name.isidentifier() or keyword.iskeyword(arg_name)):
@@ -180,8 +179,8 @@ def write_kernel(
     for name, values in tune_params.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Iterable) or not list(values):
             raise UserError(f"tune_params[{name!r}]: give a list of values, e.g. {{{name!r}: [64, 128]}}; got {values!r}")
-        for value in values:
-            validate_define(name, value, "tune_params")
+    tune_params = {name: [validate_define(name, value, "tune_params") for value in values]  # np.arange: ints
+                   for name, values in tune_params.items()}
     for name in tune_params.keys() & problem.keys():
         raise UserError(f"tune_params[{name!r}]: {name} is in problem too; a define is fixed (problem) or tuned "
                         "(tune_params), not both")

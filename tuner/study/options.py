@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.contract.kernel_spec import Value
+from tuner.contract.kernel_spec import Value, plain_int
 from tuner.errors import UserError
 from tuner.measurement.paired import FEWEST_FOR_INTERVAL
 
@@ -91,6 +91,7 @@ class Option:
             if not isinstance(value, (str, Path)):
                 raise UserError(f"{where} must be a path, got {value!r}")
             return Path(value)
+        value = plain_int(value)  # a notebook's np.int64(20)
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
