@@ -322,6 +322,21 @@ def test_a_kernel_given_as_data_is_checked_before_any_build(tmp_path, change, sa
     assert says in str(err.value) and "\n" not in str(err.value) and "spec.py" not in str(err.value)
 
 
+def test_a_kernel_written_again_to_its_folder_is_loaded_again(tmp_path):
+    """A notebook's cell run again after a fix, with the same folder=, reads the fix (the restriction,
+    the source's defaults), not the spec its first run loaded; files left as they are give the same spec."""
+    misspelt = {**axpy(tmp_path / "k"), "restrictions": ["BLOCK_SIZES % 32 == 0"]}
+    with pytest.raises(UserError, match="reads BLOCK_SIZES"):
+        tuner.kernel_study(**misspelt)
+    spec_file = load_study(tuner.kernel_study(**{**misspelt, "restrictions": ["BLOCK_SIZE % 64 == 0"]})).kernel
+    spec = load_spec(spec_file)
+    assert spec.restrictions == ["BLOCK_SIZE % 64 == 0"] and spec.params == {"BLOCK_SIZE": 256, "ITEMS": 4}
+    assert load_spec(spec_file) is spec
+    tuner.kernel_study(**{**misspelt, "restrictions": ["BLOCK_SIZE % 64 == 0"],
+                          "kernel_source": AXPY_SOURCE.replace("ITEMS 4", "ITEMS 2")})  # the source alone
+    assert load_spec(spec_file).params == {"BLOCK_SIZE": 256, "ITEMS": 2}
+
+
 def test_tune_kernel_adds_guards_and_tunes_on_a_replay(tmp_path):
     """A Kernel Tuner style source (no #ifndef guards): the guards are added with the first
     values as defaults; the kernel is tuned against a recorded table."""

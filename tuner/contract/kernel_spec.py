@@ -192,9 +192,16 @@ class KernelSpec:
     #: relative tolerance of the output check (BF16 output from FP8 inputs)
     rtol: float = 2e-2
     atol: float = 2e-2
+    #: files besides this module that the class is made from (a tune_kernel folder's ``kernel.json``), relative
+    #: to the spec file: :func:`load_spec` loads the spec again when one changes
+    data_files: ClassVar[tuple[str | Path, ...]] = ()
 
     def __init__(self, path: Path):
         self.path = Path(path)
+
+    def data_paths(self) -> list[Path]:
+        """:attr:`data_files` as paths."""
+        return [self.path.parent / name for name in self.data_files]
 
     # -- constraint model -------------------------------------------------------------
     def check(self, config: Config, problem: Problem) -> str | None:
@@ -351,14 +358,38 @@ def user_code(spec_path: Path, what: str) -> Iterator[None]:
         raise UserError(f"kernel spec {where}: {what} raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
 
 
-_loaded: dict[Path, KernelSpec] = {}
+#: each spec loaded, with the files it was made from (:func:`_made_from`) and their content then
+_loaded: dict[Path, tuple[KernelSpec, list[Path], list[bytes | None]]] = {}
+
+
+def _made_from(spec: KernelSpec) -> list[Path]:
+    """The files ``spec`` was read from: its module, its data files, and its source with the local headers
+    it includes (a spec's defaults are their guards)."""
+    from tuner.contract.source import SourceBundle
+
+    headers = SourceBundle.load(spec.source_path).headers
+    return [spec.path, *spec.data_paths(), spec.source_path, *(spec.source_path.parent / name for name in headers)]
+
+
+def _contents(paths: list[Path]) -> list[bytes | None]:
+    """The files' bytes (None for one gone: loading again says so). Content, not mtimes: a notebook's
+    tune_kernel rewrites its folder within one tick of the clock, often to the same size."""
+    contents: list[bytes | None] = []
+    for path in paths:
+        try:
+            contents.append(path.read_bytes())
+        except OSError:
+            contents.append(None)
+    return contents
 
 
 def load_spec(path: str | Path) -> KernelSpec:
-    """Import ``path`` (a ``.py`` file defining ``Spec``) and return an instance."""
+    """Import ``path`` (a ``.py`` file defining ``Spec``) and return an instance; the same one while
+    the files it is made from stay the same (a notebook's cell run again after a fix reads the fix)."""
     path = Path(path).resolve()
-    if path in _loaded:
-        return _loaded[path]
+    cached = _loaded.get(path)
+    if cached is not None and _contents(cached[1]) == cached[2]:
+        return cached[0]
     if not path.is_file():
         raise UserError(f"kernel spec {path} not found: give the path of a .py file defining class Spec")
     module_name = f"tuner_kernel_spec_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
@@ -377,7 +408,8 @@ def load_spec(path: str | Path) -> KernelSpec:
         raise UserError(f"kernel spec {path}: source {spec.source!r} not found beside it")
     for name, value in spec.params.items():
         validate_define(name, value, f"kernel spec {path.name}")
-    _loaded[path] = spec
+    made_from = _made_from(spec)
+    _loaded[path] = spec, made_from, _contents(made_from)
     return spec
 
 

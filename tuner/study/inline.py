@@ -86,7 +86,7 @@ def spec_class(data_path: Path) -> type[InlineSpec]:
         "args": [_arg(a) for a in data["args"]], "derived": dict(data["derived"]),
         "restrictions": [r if isinstance(r, str) else tuple(r) for r in data["restrictions"]],
         "grid_dims": tuple(data["grid"]), "block_dims": tuple(data["block"]),
-        "reference_expr": data["reference"], "flops_expr": data["flops"],
+        "reference_expr": data["reference"], "flops_expr": data["flops"], "data_files": (Path(data_path).resolve(),),
         **{name: data[name] for name in ("atol", "rtol") if name in data},
     }
     return type("Spec", (InlineSpec,), attrs)
