@@ -201,6 +201,42 @@ def test_large_enumeration_is_kept_on_disk_and_redone_when_the_spec_changes(tmp_
     assert len(list((tmp_path / "spaces").iterdir())) == 2
 
 
+def test_a_kernel_folders_valid_set_on_disk_follows_its_restrictions(tmp_path, monkeypatch):
+    """A tune_kernel folder written again with other restrictions (kernel.json; the spec module stays the
+    same), or another default of a define they read (the source's), is enumerated again, in a new process
+    too, not read back from the first call's cache."""
+    import json
+
+    import tuner
+    from tests.test_api import AXPY_SOURCE, axpy
+    from tuner.contract import kernel_spec
+    from tuner.search import enumeration
+
+    monkeypatch.setattr(enumeration, "CACHE_FROM", 0)  # axpy's 15 configs: keep them anyway
+
+    def valid_set(restrictions, source=AXPY_SOURCE):
+        call = {**axpy(tmp_path / "k"), "restrictions": restrictions, "kernel_source": source}
+        cfg = load_study(tuner.kernel_study(**call))
+        kernel_spec._loaded.clear()  # as a new process starts
+        spec = load_spec(cfg.kernel)
+        space = Space.from_study(cfg, spec)
+        found = enumeration.enumerate_cached(spec, space.problem, space.axes, space.fixed, space.total, tmp_path / "spaces")
+        return {p["BLOCK_SIZE"] for p in found.valid}
+
+    assert valid_set(["BLOCK_SIZE % 32 == 0"]) == {32, 64, 128, 256}
+    assert json.loads((tmp_path / "k" / "kernel.json").read_text())["restrictions"] == ["BLOCK_SIZE % 32 == 0"]
+    assert valid_set(["BLOCK_SIZE % 64 == 0"]) == {64, 128, 256}
+    assert len(list((tmp_path / "spaces").iterdir())) == 2
+    def unrolled(by):
+        return f"#ifndef UNROLL\n#define UNROLL {by}\n#endif\n" + AXPY_SOURCE
+
+    assert valid_set(["BLOCK_SIZE * UNROLL <= 128"], unrolled(1)) == {32, 48, 64, 128}
+    assert valid_set(["BLOCK_SIZE * UNROLL <= 128"], unrolled(2)) == {32, 48, 64}
+    files = enumeration._validity_files(load_spec(tmp_path / "k" / "spec.py"))
+    assert all(f.is_file() for f in files)  # (the modules named are there)
+    assert {"kernel.json", "light.py", "kernel_spec.py", "rules.py", "inline.py"} <= {f.name for f in files}
+
+
 def test_tiered_candidates():
     cfg = load_study(ROOT / "studies" / "example_sgemm.toml")
     space = Space.from_study(cfg, load_spec(cfg.kernel))

@@ -193,7 +193,7 @@ class KernelSpec:
     rtol: float = 2e-2
     atol: float = 2e-2
     #: files besides this module that the class is made from (a tune_kernel folder's ``kernel.json``), relative
-    #: to the spec file: :func:`load_spec` loads the spec again when one changes
+    #: to the spec file: :func:`load_spec` loads the spec again when one changes, and the valid-set cache keys on them
     data_files: ClassVar[tuple[str | Path, ...]] = ()
 
     def __init__(self, path: Path):

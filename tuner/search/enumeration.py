@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import inspect
 import itertools
 import json
 import os
@@ -97,9 +98,10 @@ def enumerate_cached(
 ) -> Enumeration:
     """:func:`enumerate_valid`, kept in ``cache_dir`` for large products of specs loaded from a file.
 
-    The key covers everything ``check()`` can depend on: the spec's file and the Python files
-    beside it, the engine's spec base class and rule tables, the problem, the axes and the
-    fixed defines. An unreadable or unwritable cache only costs the enumeration.
+    The key covers everything ``check()`` can depend on: the files of :func:`_validity_files` (the
+    spec's, its data files', the tuner's spec base classes and rule tables), the problem, the axes,
+    the fixed defines and the source's defaults. An unreadable or unwritable cache only costs the
+    enumeration.
     """
     if cache_dir is None or total < CACHE_FROM or not _loadable(spec):
         return enumerate_valid(spec, problem, axes, fixed, total)
@@ -129,12 +131,25 @@ def enumerate_cached(
 def _enumeration_key(spec: KernelSpec, problem: Problem, axes: dict[str, list[Value]], fixed: dict[str, Value]) -> str:
     import tuner
 
-    engine = Path(__file__).parent
-    digest = hashlib.sha256(json.dumps([tuner.__version__, problem, axes, fixed], sort_keys=True, default=str).encode())
-    for source in [spec.path, *sorted(spec.path.parent.glob("*.py")), engine / "spec.py", engine / "rules.py"]:
+    # the source's defaults are in every config checked (the axes and fixed defines over them)
+    digest = hashlib.sha256(json.dumps([tuner.__version__, problem, axes, fixed, spec.params], sort_keys=True,
+                                       default=str).encode())
+    for source in _validity_files(spec):
         if source.is_file():
             digest.update(source.name.encode() + b"\0" + source.read_bytes())
     return digest.hexdigest()[:24]
+
+
+def _validity_files(spec: KernelSpec) -> list[Path]:
+    """The files whose content decides which configs ``spec`` finds valid: its module, the Python files
+    beside it and its data files (a tune_kernel folder's kernel.json holds the restrictions); the modules
+    of its base classes (a light spec's restrictions are evaluated there), the contract package the specs
+    check with (rules, arch limits), and this module's checking."""
+    bases = [Path(inspect.getfile(cls)) for cls in type(spec).__mro__ if cls.__module__.startswith("tuner.")]
+    contract = Path(__file__).parents[1] / "contract"
+    files = [spec.path, *sorted(spec.path.parent.glob("*.py")), *spec.data_paths(), *bases,
+             *sorted(contract.glob("*.py")), Path(__file__)]
+    return list(dict.fromkeys(path.resolve() for path in files))
 
 
 def _loadable(spec: KernelSpec) -> bool:
