@@ -280,7 +280,9 @@ def tune_kernel(kernel_name: str, kernel_source: str, problem: Mapping[str, Valu
     ``(expression, message)``); ``flops``: an expression over the problem; ``atol``/``rtol``: the output
     check's tolerance (default: 1e-3 for float32 outputs, 2e-2 for BF16 ones). The kernel is
     written to ``folder`` (default: under the compile cache, named by its content) and
-    tuned as :func:`tune` tunes a study file (:func:`kernel_study` gives that file).
+    tuned as :func:`tune` tunes a study file (:func:`kernel_study` gives that file), with
+    :func:`tune`'s settings, but for :func:`tune`'s ``reference`` (the config each trial is timed
+    against; here the name is the expected output's): ``tune(kernel_study(...), reference={...})``.
     """
     study = kernel_study(kernel_name, kernel_source, problem, arguments, tune_params, grid=grid, block=block,
                          reference=reference, restrictions=restrictions, derived=derived, flops=flops, arch=arch,
