@@ -251,10 +251,15 @@ def test_what_a_study_keeps_for_good_is_no_setting_and_says_where_it_is_set():
     ({"kernel_name": "ops/axpy"}, "kernel_name 'ops/axpy': the name of the source's __global__ function, e.g. 'axpy' "
                                   "(a C identifier)"),
     ({"folder": 3}, "folder: a folder's path; got int 3"),
+    ({"grid": (1.5, 1, 1)}, "grid: three numbers or expressions, e.g. ('ceil_div(N, BLOCK)', 1, 1); got 1.5, not a whole "
+                            "number or an expression string"),
+    ({"block": ("BLOCK_SIZE", True, 1)}, "block: three numbers or expressions, e.g. ('BLOCK', 1, 1); got True, not a "
+                                         "whole number"),
+    ({"progress": "yes"}, "progress: True or False (a progress bar), not 'yes'"),
 ], ids=["one string", "a function", "a tuple problem", "a negative atol", "a value for a list", "a list for a dict",
         "one argument", "a number for a grid", "a name for a block", "no restrictions", "a number for a restriction",
         "a list for derived", "a function for a reference", "a path for a source", "a number for a name",
-        "a path for a name", "a number for a folder"])
+        "a path for a name", "a number for a folder", "a fraction in a grid", "a bool in a block", "a word for progress"])
 def test_kernel_tuner_habits_in_tune_kernel_are_one_line(tmp_path, change, says):
     """A wrong type among tune_kernel's arguments is the one line naming the argument and what it takes,
     not a TypeError from inside the writing of the study."""
@@ -286,6 +291,8 @@ def test_a_notebooks_numpy_integers_are_the_ints_they_hold(tmp_path):
     result = tuner.tune(study, replay=axpy_recording(tmp_path / "axpy.csv"), storage="memory", trials=np.int64(3),
                         seed=np.int64(3), start=[{"BLOCK_SIZE": np.int64(128), "ITEMS": np.int64(2)}])
     assert len(result.trials) == 3 and result.study.trials[0].params == {"BLOCK_SIZE": 128, "ITEMS": 2}
+    launch = tuner.kernel_study(**{**axpy(tmp_path / "g"), "grid": (np.int64(1024), 1, 1), "block": (np.int32(256), 1, 1)})
+    assert json.loads((launch.parent / "kernel.json").read_text())["grid"] == [1024, 1, 1]
     for value in (np.float64(64), np.bool_(True)):
         with pytest.raises(UserError, match=rf"tune_params: value {re.escape(repr(value))} of BLOCK_SIZE must be an integer"):
             tuner.kernel_study(**{**axpy(tmp_path / "k"), "tune_params": {"BLOCK_SIZE": [value]}})

@@ -238,6 +238,8 @@ def tune(study: str | Path | None = None, *, trials: int | None = None, storage:
 
     if study is not None:
         _check_study(study, "a study file's path (left out with replay=FILE alone)")
+    if not isinstance(progress, bool):  # "no" would draw a bar
+        raise UserError(f"progress: True or False (a progress bar), not {progress!r}")
     given = _given({**settings, **({"trials": trials} if trials is not None else {}),
                     **({"replay": replay} if replay is not None else {})})
     notes: list[str] = []

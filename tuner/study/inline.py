@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tuner.contract.kernel_spec import Scalar, Value, validate_define
+from tuner.contract.kernel_spec import Scalar, Value, plain_int, validate_define
 from tuner.contract.light import In, LightSpec, Out, guarded_defines
 from tuner.errors import UserError
 
@@ -184,15 +184,20 @@ def write_kernel(
     for name in tune_params.keys() & problem.keys():
         raise UserError(f"tune_params[{name!r}]: {name} is in problem too; a define is fixed (problem) or tuned "
                         "(tune_params), not both")
+    launch_shape = {}
     for name, dims in (("grid", grid), ("block", block)):
         if len(dims) != 3:
             raise UserError(f"{name}: {EXPECTED[name][1]}; got {dims!r}")
+        launch_shape[name] = [plain_int(d) for d in dims]  # np.int64(1024) is 1024
+        for dim in launch_shape[name]:  # a float would be cut at launch: grid 1.5 runs one block
+            if isinstance(dim, bool) or not isinstance(dim, (int, str)):
+                raise UserError(f"{name}: {EXPECTED[name][1]}; got {dim!r}, not a whole number or an expression string")
     source = f"{kernel_name}.cu"
     data: dict[str, Any] = {
         "kernel_name": kernel_name, "source": source, "archs": [] if arch == "native" else [arch], "problem_keys": list(problem),
         "args": [_arg_data(a) for a in arguments], "derived": dict(derived or {}),
         "restrictions": [r if isinstance(r, str) else list(r) for r in restrictions],
-        "grid": list(grid), "block": list(block), "reference": reference, "flops": flops,
+        "grid": launch_shape["grid"], "block": launch_shape["block"], "reference": reference, "flops": flops,
         **{name: float(tol) for name, tol in (("atol", atol), ("rtol", rtol)) if tol is not None},
     }
     digest = hashlib.sha256(json.dumps([data, kernel_source, {k: list(v) for k, v in tune_params.items()}, dict(problem)],
