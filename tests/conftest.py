@@ -52,3 +52,23 @@ def pnpoly():
     if not PNPOLY.is_file():
         pytest.fail(f"test dataset missing: {PNPOLY}")
     return PNPOLY
+
+
+def planted_study(folder: Path, axes: dict, stored: dict) -> tuple:
+    """A SQLite study of example_sgemm configs ``stored`` ({(BLOCK, THREAD_TILE): ratio}) over ``axes``, each
+    a finished trial of that ratio, and its space on a 64-cube problem: (url, study, space)."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    from tuner.contract.kernel_spec import load_spec
+    from tuner.search.space import Space
+
+    url = f"sqlite:///{folder / 's.db'}"
+    study = optuna.create_study(study_name="s", storage=url)
+    dists = {name: CategoricalDistribution(values) for name, values in axes.items()}
+    for (block, tile), ratio in stored.items():
+        study.add_trial(optuna.trial.create_trial(params={"BLOCK": block, "THREAD_TILE": tile}, distributions=dists,
+                                                  value=ratio, user_attrs={"status": "ok", "ratio": ratio}))
+    space = Space(load_spec(ROOT / "kernel" / "example_sgemm.py"), {"M_DIM": 64, "N_DIM": 64, "K_DIM": 64}, axes,
+                  list(axes), [])
+    return url, study, space

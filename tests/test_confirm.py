@@ -7,16 +7,12 @@ ratios to the reference chosen per round, and the real ranking (:func:`rank_inte
 import json
 import random
 
-import optuna
 import pytest
-from optuna.distributions import CategoricalDistribution
 
-from tests.conftest import ROOT
-from tuner.contract.kernel_spec import load_spec
+from tests.conftest import planted_study
 from tuner.evaluate.confirm import confirm_study, describe
 from tuner.measurement.paired import rank_interleaved
 from tuner.run.session import Session
-from tuner.search.space import Space
 from tuner.testing import cli
 
 AXES = {"BLOCK": [32, 64], "THREAD_TILE": [1, 2]}
@@ -48,15 +44,7 @@ class PlantedSession:
 
 @pytest.fixture
 def stored(tmp_path):
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    study = optuna.create_study(study_name="s", storage=url)
-    dists = {name: CategoricalDistribution(values) for name, values in AXES.items()}
-    for (block, tile), ratio in STORED.items():
-        study.add_trial(optuna.trial.create_trial(params={"BLOCK": block, "THREAD_TILE": tile}, distributions=dists,
-                                                  value=ratio, user_attrs={"status": "ok", "ratio": ratio}))
-    space = Space(load_spec(ROOT / "kernel" / "example_sgemm.py"), {"M_DIM": 64, "N_DIM": 64, "K_DIM": 64}, AXES,
-                  list(AXES), [])
-    return url, study, space
+    return planted_study(tmp_path, AXES, STORED)
 
 
 def trial_of(study, key) -> int:

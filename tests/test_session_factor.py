@@ -9,15 +9,11 @@ import json
 import random
 import re
 
-import optuna
 import pytest
-from optuna.distributions import CategoricalDistribution
 
-from tests.conftest import ROOT, tuner
-from tuner.contract.kernel_spec import load_spec
+from tests.conftest import planted_study, tuner
 from tuner.evaluate.confirm import confirm_study, session_factors
 from tuner.measurement.paired import rank_interleaved
-from tuner.search.space import Space
 
 STORED = {(32, 1): 0.95, (32, 2): 0.97, (64, 1): 0.99, (64, 2): 1.02}
 AXES = {"BLOCK": [32, 64], "THREAD_TILE": [1, 2, 4]}
@@ -39,15 +35,7 @@ class ShiftedSession:
 
 @pytest.fixture
 def stored(tmp_path):
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    study = optuna.create_study(study_name="s", storage=url)
-    dists = {name: CategoricalDistribution(values) for name, values in AXES.items()}
-    for (block, tile), ratio in STORED.items():
-        study.add_trial(optuna.trial.create_trial(params={"BLOCK": block, "THREAD_TILE": tile}, distributions=dists,
-                                                  value=ratio, user_attrs={"status": "ok", "ratio": ratio}))
-    space = Space(load_spec(ROOT / "kernel" / "example_sgemm.py"), {"M_DIM": 64, "N_DIM": 64, "K_DIM": 64}, AXES,
-                  list(AXES), [])
-    return url, study, space
+    return planted_study(tmp_path, AXES, STORED)
 
 
 def test_each_confirmation_records_its_session_factor(stored):
