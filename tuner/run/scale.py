@@ -147,10 +147,10 @@ def run_workers(args) -> int:
 
         summary.update(yardstick(recorded[0], summary.get("best")))
     if confirmed is not None:
-        from tuner.run.session import confirmed_best
+        from tuner.run.session import best_is_the_confirmed_winner
 
         summary["confirmed"] = confirmed
-        confirmed_best(study, summary)
+        best_is_the_confirmed_winner(study, summary)
     if not args.json and (idle := nothing_ran(summary, plan[1] if plan else None)):  # (a worker's own note is in its --json)
         print(idle, file=sys.stderr)
     print_summary(summary, args.json)

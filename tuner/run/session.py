@@ -398,7 +398,7 @@ class Session:
                 return
             summary["confirmed"] = self._standing(study, summary.get("trials_run", 0)) or self.confirm(
                 study, loaded.space, evaluation.evaluator, search)
-            confirmed_best(study, summary)
+            best_is_the_confirmed_winner(study, summary)
 
     def _standing(self, study: optuna.Study, trials_run: int) -> dict | None:
         """The study's last confirmation where this run measured nothing and no trial came after it:
@@ -584,7 +584,7 @@ def _check_run_from(study: optuna.Study, study_file: str | Path) -> None:
                         "study file it was run from, or --study NAME alone")
 
 
-def confirmed_best(study: optuna.Study, summary: dict) -> None:
+def best_is_the_confirmed_winner(study: optuna.Study, summary: dict) -> None:
     """The summary's best is its confirmation's winner, where one was confirmed (as `tuner best` names it)."""
     from tuner.run.summary import best_entry
 
